@@ -1,0 +1,316 @@
+//! `audiocpp_cli`: run audio models from the command line.
+//!
+//! Thin by design: parse flags (audio.cpp's flag names), call the engine, print
+//! `key=value` lines or JSON, and map errors to exit codes (2 for bad input).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use audiocpp_engine::backend::{self, BackendKind, RuntimeOptions};
+use audiocpp_engine::families;
+use audiocpp_engine::tasks::{self, VadModel, VadOutput};
+use audiocpp_engine::vad::VadParams;
+use audiocpp_engine::EngineError;
+use clap::Parser;
+
+/// Command-line flags.
+#[derive(Debug, Parser)]
+#[command(
+    name = "audiocpp_cli",
+    version = audiocpp_engine::VERSION,
+    about = "Run audio models (VAD today) on CPU, CUDA or HIP/ROCm through ggml",
+    after_help = "Examples:\n  audiocpp_cli --task vad --family silero_vad --model ggml-silero-v6.2.0.bin --audio in.wav\n  audiocpp_cli --task convert --family silero_vad --model ggml-silero-v6.2.0.bin --out silero.gguf\n  audiocpp_cli --list-devices --json"
+)]
+struct Flags {
+    /// Task to run: vad, convert.
+    #[arg(long)]
+    task: Option<String>,
+    /// Model family (see --list-loaders).
+    #[arg(long)]
+    family: Option<String>,
+    /// Model file (GGUF or a supported legacy format).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Input audio (WAV, FLAC, MP3; any rate and channel count).
+    #[arg(long)]
+    audio: Option<PathBuf>,
+    /// Input text (TTS families).
+    #[arg(long)]
+    text: Option<String>,
+    /// Output file (convert: the GGUF to write).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Write the transcript here (ASR families).
+    #[arg(long)]
+    text_out: Option<PathBuf>,
+    /// Backend: cpu, cuda, hip (alias rocm), vulkan, metal, best.
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+    /// Device index among the backend's devices (see --list-devices).
+    #[arg(long)]
+    device: Option<usize>,
+    /// CPU threads (default: all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// A model spec file, or a folder holding <family>.json, to use instead of any other.
+    #[arg(long)]
+    model_spec_override: Option<PathBuf>,
+    /// VAD: write the speech segments to this JSON file.
+    #[arg(long)]
+    vad_chunks_out: Option<PathBuf>,
+    /// VAD: speech probability threshold (default from the model spec, 0.5).
+    #[arg(long)]
+    vad_threshold: Option<f32>,
+    /// VAD: minimum speech duration in ms.
+    #[arg(long)]
+    vad_min_speech_ms: Option<u32>,
+    /// VAD: minimum silence duration in ms that ends a segment.
+    #[arg(long)]
+    vad_min_silence_ms: Option<u32>,
+    /// VAD: padding added to both ends of each segment in ms.
+    #[arg(long)]
+    vad_speech_pad_ms: Option<u32>,
+    /// VAD: split segments longer than this many seconds.
+    #[arg(long)]
+    vad_max_speech_s: Option<f32>,
+    /// List the devices of this build and exit.
+    #[arg(long)]
+    list_devices: bool,
+    /// List the model families this build can load and exit.
+    #[arg(long)]
+    list_loaders: bool,
+    /// Print results as JSON instead of key=value lines.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A failure with its exit code.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl From<EngineError> for Failure {
+    fn from(e: EngineError) -> Self {
+        Failure {
+            code: if e.is_user_error() { 2 } else { 1 },
+            message: e.to_string(),
+        }
+    }
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        code: 2,
+        message: message.into(),
+    }
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    match run(flags) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn run(flags: Flags) -> Result<(), Failure> {
+    if flags.list_devices {
+        return list_devices(flags.json);
+    }
+    if flags.list_loaders {
+        return list_loaders(flags.json);
+    }
+    let task = flags
+        .task
+        .as_deref()
+        .ok_or_else(|| usage("--task is required (vad, convert); see --help"))?;
+    let family = flags
+        .family
+        .as_deref()
+        .ok_or_else(|| usage("--family is required (see --list-loaders)"))?;
+    let model = flags
+        .model
+        .as_deref()
+        .ok_or_else(|| usage("--model is required"))?;
+    families::find(family)?;
+    if !model.is_file() {
+        return Err(usage(format!(
+            "--model '{}' does not exist or is not a file",
+            model.display()
+        )));
+    }
+    match task {
+        "vad" => run_vad(&flags, family, model),
+        "convert" => {
+            let out = flags
+                .out
+                .as_deref()
+                .ok_or_else(|| usage("--task convert needs --out FILE.gguf"))?;
+            let r = tasks::convert(family, model, flags.model_spec_override.as_deref(), out)?;
+            if flags.json {
+                println!("{}", serde_json::to_string_pretty(&r).expect("serialises"));
+            } else {
+                println!(
+                    "task=convert\nout={}\nbytes={}\ntensors={}",
+                    r.out.display(),
+                    r.bytes,
+                    r.tensors
+                );
+            }
+            Ok(())
+        }
+        "asr" | "tts" => Err(usage(format!(
+            "task '{task}' has no family in this build yet (available tasks: vad, convert)"
+        ))),
+        other => Err(usage(format!(
+            "unknown task '{other}' (expected vad or convert)"
+        ))),
+    }
+}
+
+fn run_vad(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
+    let audio = flags
+        .audio
+        .as_deref()
+        .ok_or_else(|| usage("--task vad needs --audio FILE"))?;
+    if !audio.is_file() {
+        return Err(usage(format!(
+            "--audio '{}' does not exist or is not a file",
+            audio.display()
+        )));
+    }
+    let opts = RuntimeOptions {
+        backend: flags.backend.parse::<BackendKind>()?,
+        device: flags.device,
+        threads: flags.threads,
+    };
+    let mut vad = VadModel::load(family, model, flags.model_spec_override.as_deref(), &opts)?;
+    let d = vad.default_params();
+    let params = VadParams {
+        threshold: flags.vad_threshold.unwrap_or(d.threshold),
+        min_speech_duration_ms: flags.vad_min_speech_ms.unwrap_or(d.min_speech_duration_ms),
+        min_silence_duration_ms: flags
+            .vad_min_silence_ms
+            .unwrap_or(d.min_silence_duration_ms),
+        speech_pad_ms: flags.vad_speech_pad_ms.unwrap_or(d.speech_pad_ms),
+        max_speech_duration_s: flags.vad_max_speech_s.or(d.max_speech_duration_s),
+        neg_threshold: d.neg_threshold,
+    };
+    let out = vad.run_file(audio, &params)?;
+    if let Some(path) = &flags.vad_chunks_out {
+        write_atomic(path, segments_json(&out).as_bytes())?;
+    }
+    if flags.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serialises")
+        );
+    } else {
+        print_vad(&out);
+    }
+    Ok(())
+}
+
+fn segments_json(out: &VadOutput) -> String {
+    let rate = out.sample_rate as f64;
+    let segs: Vec<serde_json::Value> = out
+        .segments
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "start_sample": s.start, "end_sample": s.end,
+                "start_s": s.start as f64 / rate, "end_s": s.end as f64 / rate,
+            })
+        })
+        .collect();
+    serde_json::to_string_pretty(
+        &serde_json::json!({ "sample_rate": out.sample_rate, "segments": segs }),
+    )
+    .expect("serialises")
+}
+
+fn print_vad(out: &VadOutput) {
+    let rate = out.sample_rate as f64;
+    println!("task=vad");
+    println!("family={}", out.family);
+    println!("device={}", out.device);
+    println!("spec_source={}", out.spec_source);
+    println!("audio_seconds={:.3}", out.audio_seconds);
+    println!("windows={}", out.probabilities.len());
+    println!("segments={}", out.segments.len());
+    for (i, s) in out.segments.iter().enumerate() {
+        println!(
+            "segment.{i}={:.3}-{:.3}",
+            s.start as f64 / rate,
+            s.end as f64 / rate
+        );
+    }
+    println!("inference_ms={:.2}", out.inference_ms);
+    if out.audio_seconds > 0.0 {
+        println!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| usage(format!("'{}' is not a file path", path.display())))?;
+    let tmp = path.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+    let res = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = res {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(usage(format!("cannot write '{}': {e}", path.display())));
+    }
+    Ok(())
+}
+
+fn list_devices(json: bool) -> Result<(), Failure> {
+    let devices = backend::list_devices();
+    if json {
+        let v = serde_json::json!({ "compiled_backends": backend::compiled_backends(), "devices": devices });
+        println!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
+        return Ok(());
+    }
+    println!(
+        "compiled_backends={}",
+        backend::compiled_backends().join(",")
+    );
+    println!("devices={}", devices.len());
+    for d in &devices {
+        println!(
+            "device.{}.{}={} | {} | {} | free_mib={} | total_mib={}",
+            d.backend,
+            d.index,
+            d.name,
+            d.description,
+            d.kind,
+            d.memory_free / (1 << 20),
+            d.memory_total / (1 << 20)
+        );
+    }
+    Ok(())
+}
+
+fn list_loaders(json: bool) -> Result<(), Failure> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&families::LOADERS).expect("serialises")
+        );
+        return Ok(());
+    }
+    for l in families::LOADERS {
+        println!(
+            "loader={} tasks={} formats={} | {}",
+            l.family,
+            l.tasks.join(","),
+            l.formats.join(","),
+            l.description
+        );
+    }
+    Ok(())
+}

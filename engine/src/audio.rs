@@ -1,0 +1,272 @@
+//! Audio input: decode any common file to mono f32 at the model's sample rate.
+//!
+//! WAV (8/16/24/32-bit integer or float, any channel count) goes through `hound`;
+//! FLAC and MP3 through `symphonia`. Channels are averaged, then the signal is
+//! resampled with `rubato`'s windowed-sinc resampler.
+
+use std::path::Path;
+
+use crate::error::{EngineError, Result};
+
+/// Decoded audio: mono samples in [-1, 1] and their rate.
+#[derive(Debug, Clone)]
+pub struct Audio {
+    /// Mono samples.
+    pub samples: Vec<f32>,
+    /// Samples per second.
+    pub sample_rate: u32,
+}
+
+impl Audio {
+    /// Duration in seconds.
+    pub fn duration_s(&self) -> f64 {
+        self.samples.len() as f64 / self.sample_rate as f64
+    }
+}
+
+fn audio_err(path: &Path, reason: impl std::fmt::Display) -> EngineError {
+    EngineError::Audio {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Reads and decodes an audio file, then converts it to mono at `target_rate`.
+pub fn load(path: &Path, target_rate: u32) -> Result<Audio> {
+    let bytes = std::fs::read(path).map_err(|source| EngineError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let audio = decode(&bytes).map_err(|reason| audio_err(path, reason))?;
+    if audio.samples.is_empty() {
+        return Err(audio_err(path, "the file holds no samples"));
+    }
+    resample(audio, target_rate).map_err(|reason| audio_err(path, reason))
+}
+
+/// Decodes bytes of a WAV, FLAC or MP3 file to mono.
+pub fn decode(bytes: &[u8]) -> std::result::Result<Audio, String> {
+    if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
+        decode_wav(bytes)
+    } else {
+        decode_symphonia(bytes)
+    }
+}
+
+fn decode_wav(bytes: &[u8]) -> std::result::Result<Audio, String> {
+    let reader = hound::WavReader::new(std::io::Cursor::new(bytes)).map_err(|e| e.to_string())?;
+    let spec = reader.spec();
+    let channels = spec.channels.max(1) as usize;
+    let interleaved: Vec<f32> = match spec.sample_format {
+        hound::SampleFormat::Float => reader
+            .into_samples::<f32>()
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| e.to_string())?,
+        hound::SampleFormat::Int => {
+            let scale = 1.0 / (1u64 << (spec.bits_per_sample - 1)) as f32;
+            reader
+                .into_samples::<i32>()
+                .map(|s| s.map(|v| v as f32 * scale))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| e.to_string())?
+        }
+    };
+    Ok(Audio {
+        samples: downmix(&interleaved, channels),
+        sample_rate: spec.sample_rate,
+    })
+}
+
+fn decode_symphonia(bytes: &[u8]) -> std::result::Result<Audio, String> {
+    use symphonia::core::audio::SampleBuffer;
+    use symphonia::core::codecs::DecoderOptions;
+    use symphonia::core::formats::FormatOptions;
+    use symphonia::core::io::MediaSourceStream;
+    use symphonia::core::meta::MetadataOptions;
+    use symphonia::core::probe::Hint;
+
+    let source = MediaSourceStream::new(
+        Box::new(std::io::Cursor::new(bytes.to_vec())),
+        Default::default(),
+    );
+    let probed = symphonia::default::get_probe()
+        .format(
+            &Hint::new(),
+            source,
+            &FormatOptions::default(),
+            &MetadataOptions::default(),
+        )
+        .map_err(|_| "not a recognised audio format".to_string())?;
+    let mut format = probed.format;
+    let track = format
+        .default_track()
+        .ok_or_else(|| "no audio track".to_string())?
+        .clone();
+    let mut decoder = symphonia::default::get_codecs()
+        .make(&track.codec_params, &DecoderOptions::default())
+        .map_err(|e| e.to_string())?;
+    let mut sample_rate = track.codec_params.sample_rate.unwrap_or(0);
+    let mut samples = Vec::new();
+    while let Ok(packet) = format.next_packet() {
+        if packet.track_id() != track.id {
+            continue;
+        }
+        let decoded = match decoder.decode(&packet) {
+            Ok(d) => d,
+            Err(symphonia::core::errors::Error::DecodeError(_)) => continue,
+            Err(e) => return Err(e.to_string()),
+        };
+        let spec = *decoded.spec();
+        sample_rate = spec.rate;
+        let mut buf = SampleBuffer::<f32>::new(decoded.capacity() as u64, spec);
+        buf.copy_interleaved_ref(decoded);
+        samples.extend(downmix(buf.samples(), spec.channels.count().max(1)));
+    }
+    if sample_rate == 0 {
+        return Err("unknown sample rate".into());
+    }
+    Ok(Audio {
+        samples,
+        sample_rate,
+    })
+}
+
+/// Averages interleaved channels into one.
+pub fn downmix(interleaved: &[f32], channels: usize) -> Vec<f32> {
+    if channels <= 1 {
+        return interleaved.to_vec();
+    }
+    interleaved
+        .chunks_exact(channels)
+        .map(|frame| frame.iter().sum::<f32>() / channels as f32)
+        .collect()
+}
+
+/// Resamples mono audio to `target_rate` (no-op when the rate already matches).
+pub fn resample(audio: Audio, target_rate: u32) -> std::result::Result<Audio, String> {
+    use rubato::{
+        Resampler, SincFixedIn, SincInterpolationParameters, SincInterpolationType, WindowFunction,
+    };
+    if audio.sample_rate == target_rate {
+        return Ok(audio);
+    }
+    if audio.sample_rate == 0 {
+        return Err("sample rate is 0".into());
+    }
+    let ratio = target_rate as f64 / audio.sample_rate as f64;
+    let params = SincInterpolationParameters {
+        sinc_len: 256,
+        f_cutoff: 0.95,
+        interpolation: SincInterpolationType::Linear,
+        oversampling_factor: 256,
+        window: WindowFunction::BlackmanHarris2,
+    };
+    let n_in = audio.samples.len();
+    let mut resampler =
+        SincFixedIn::<f32>::new(ratio, 1.0, params, n_in, 1).map_err(|e| e.to_string())?;
+    let delay = resampler.output_delay();
+    let mut out = resampler
+        .process(&[audio.samples], None)
+        .map_err(|e| e.to_string())?
+        .remove(0);
+    let tail = resampler
+        .process_partial(None::<&[Vec<f32>]>, None)
+        .map_err(|e| e.to_string())?
+        .remove(0);
+    out.extend(tail);
+    let expected = (n_in as f64 * ratio).round() as usize;
+    let samples: Vec<f32> = out.into_iter().skip(delay).take(expected).collect();
+    Ok(Audio {
+        samples,
+        sample_rate: target_rate,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wav_bytes(
+        spec: hound::WavSpec,
+        write: impl FnOnce(&mut hound::WavWriter<&mut std::io::Cursor<Vec<u8>>>),
+    ) -> Vec<u8> {
+        let mut cur = std::io::Cursor::new(Vec::new());
+        {
+            let mut w = hound::WavWriter::new(&mut cur, spec).unwrap();
+            write(&mut w);
+            w.finalize().unwrap();
+        }
+        cur.into_inner()
+    }
+
+    #[test]
+    fn stereo_24bit_is_downmixed_and_scaled() {
+        let spec = hound::WavSpec {
+            channels: 2,
+            sample_rate: 16000,
+            bits_per_sample: 24,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let bytes = wav_bytes(spec, |w| {
+            for _ in 0..100 {
+                w.write_sample(4_194_304i32).unwrap(); // 0.5
+                w.write_sample(0i32).unwrap();
+            }
+        });
+        let a = decode(&bytes).unwrap();
+        assert_eq!(a.samples.len(), 100);
+        assert!((a.samples[0] - 0.25).abs() < 1e-6, "{}", a.samples[0]);
+    }
+
+    #[test]
+    fn float_wav_is_read_as_is() {
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: 8000,
+            bits_per_sample: 32,
+            sample_format: hound::SampleFormat::Float,
+        };
+        let bytes = wav_bytes(spec, |w| {
+            for i in 0..10 {
+                w.write_sample(i as f32 / 10.0).unwrap();
+            }
+        });
+        let a = decode(&bytes).unwrap();
+        assert_eq!(a.sample_rate, 8000);
+        assert_eq!(a.samples[3], 0.3);
+    }
+
+    #[test]
+    fn resampling_keeps_length_and_frequency() {
+        // 1 s of 440 Hz at 44.1 kHz -> 16 kHz: same duration, same zero-crossing count.
+        let sr = 44100;
+        let x: Vec<f32> = (0..sr)
+            .map(|i| (2.0 * std::f32::consts::PI * 440.0 * i as f32 / sr as f32).sin())
+            .collect();
+        let y = resample(
+            Audio {
+                samples: x,
+                sample_rate: sr,
+            },
+            16000,
+        )
+        .unwrap();
+        assert_eq!(y.samples.len(), 16000);
+        let crossings = y
+            .samples
+            .windows(2)
+            .filter(|w| w[0] < 0.0 && w[1] >= 0.0)
+            .count();
+        assert!((438..=441).contains(&crossings), "{crossings}");
+        let peak = y.samples[1000..15000]
+            .iter()
+            .fold(0f32, |m, v| m.max(v.abs()));
+        assert!((peak - 1.0).abs() < 0.02, "{peak}");
+    }
+
+    #[test]
+    fn garbage_is_rejected() {
+        assert!(decode(b"this is not audio at all, just text").is_err());
+        assert!(decode(b"RIFF\0\0\0\0WAVEfmt ").is_err());
+    }
+}

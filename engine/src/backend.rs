@@ -1,0 +1,291 @@
+//! Backend selection: which ggml device runs a model, chosen from the user's
+//! `--backend/--device/--threads` and what this build (and machine) has.
+
+use std::str::FromStr;
+
+use crate::error::{EngineError, Result};
+use crate::ggml::{self, Backend, DeviceInfo, DeviceType, Scheduler};
+
+/// Backends users can ask for (`rocm` is an alias of `hip`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// ggml's CPU backend.
+    Cpu,
+    /// NVIDIA GPUs.
+    Cuda,
+    /// AMD GPUs through HIP/ROCm.
+    Hip,
+    /// Vulkan GPUs.
+    Vulkan,
+    /// Apple GPUs.
+    Metal,
+    /// The first GPU found, else the CPU.
+    Best,
+}
+
+impl FromStr for BackendKind {
+    type Err = EngineError;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "cpu" => BackendKind::Cpu,
+            "cuda" => BackendKind::Cuda,
+            "hip" | "rocm" => BackendKind::Hip,
+            "vulkan" => BackendKind::Vulkan,
+            "metal" => BackendKind::Metal,
+            "best" | "auto" => BackendKind::Best,
+            _ => {
+                return Err(EngineError::Usage(format!(
+                    "unknown backend '{s}' (expected cpu, cuda, hip (alias rocm), vulkan, metal or best)"
+                )))
+            }
+        })
+    }
+}
+
+impl BackendKind {
+    /// The name users see in messages (`HIP`, `CUDA`...).
+    pub fn display_name(self) -> &'static str {
+        match self {
+            BackendKind::Cpu => "CPU",
+            BackendKind::Cuda => "CUDA",
+            BackendKind::Hip => "HIP",
+            BackendKind::Vulkan => "Vulkan",
+            BackendKind::Metal => "Metal",
+            BackendKind::Best => "best",
+        }
+    }
+
+    /// The lower-case flag spelling.
+    pub fn flag_name(self) -> &'static str {
+        match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
+            BackendKind::Hip => "hip",
+            BackendKind::Vulkan => "vulkan",
+            BackendKind::Metal => "metal",
+            BackendKind::Best => "best",
+        }
+    }
+
+    /// Whether this build was compiled with the backend.
+    pub fn compiled_in(self) -> bool {
+        match self {
+            BackendKind::Cpu | BackendKind::Best => true,
+            BackendKind::Cuda => cfg!(feature = "cuda"),
+            BackendKind::Hip => cfg!(feature = "hip"),
+            BackendKind::Vulkan => cfg!(feature = "vulkan"),
+            BackendKind::Metal => cfg!(feature = "metal"),
+        }
+    }
+
+    /// The backend a device belongs to, told apart by ggml registry name (HIP devices
+    /// come from the `ROCm` registry, CUDA ones from `CUDA`).
+    pub fn of_device(dev: &DeviceInfo) -> Option<BackendKind> {
+        let reg = dev.registry.to_ascii_lowercase();
+        if dev.device_type == DeviceType::Cpu || reg == "cpu" {
+            Some(BackendKind::Cpu)
+        } else if reg.starts_with("rocm") || reg.starts_with("hip") {
+            Some(BackendKind::Hip)
+        } else if reg.starts_with("cuda") {
+            Some(BackendKind::Cuda)
+        } else if reg.starts_with("vulkan") {
+            Some(BackendKind::Vulkan)
+        } else if reg.starts_with("metal") || reg.starts_with("mtl") {
+            Some(BackendKind::Metal)
+        } else {
+            None
+        }
+    }
+}
+
+/// Backends compiled into this build, in flag spelling.
+pub fn compiled_backends() -> Vec<&'static str> {
+    [
+        BackendKind::Cpu,
+        BackendKind::Cuda,
+        BackendKind::Hip,
+        BackendKind::Vulkan,
+        BackendKind::Metal,
+    ]
+    .into_iter()
+    .filter(|k| k.compiled_in())
+    .map(BackendKind::flag_name)
+    .collect()
+}
+
+/// A device as listed by `--list-devices`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DeviceListing {
+    /// Index among devices of the same backend (what `--device` takes).
+    pub index: usize,
+    /// Backend in flag spelling (`cpu`, `hip`...).
+    pub backend: String,
+    /// ggml device name.
+    pub name: String,
+    /// Description (GPU model, CPU name).
+    pub description: String,
+    /// `cpu`, `gpu`, `igpu`, `accel`.
+    pub kind: String,
+    /// Free memory in bytes.
+    pub memory_free: u64,
+    /// Total memory in bytes.
+    pub memory_total: u64,
+}
+
+/// Every usable device with its backend.
+pub fn list_devices() -> Vec<DeviceListing> {
+    let mut per_backend = std::collections::HashMap::new();
+    ggml::devices()
+        .into_iter()
+        .filter_map(|d| {
+            let kind = BackendKind::of_device(&d)?;
+            let counter = per_backend.entry(kind.flag_name()).or_insert(0usize);
+            let index = *counter;
+            *counter += 1;
+            Some(DeviceListing {
+                index,
+                backend: kind.flag_name().to_string(),
+                name: d.name,
+                description: d.description,
+                kind: format!("{:?}", d.device_type).to_lowercase(),
+                memory_free: d.memory_free,
+                memory_total: d.memory_total,
+            })
+        })
+        .collect()
+}
+
+/// What the user asked for.
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    /// Backend.
+    pub backend: BackendKind,
+    /// Device index among that backend's devices.
+    pub device: Option<usize>,
+    /// CPU threads (0 = all cores).
+    pub threads: usize,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            backend: BackendKind::Cpu,
+            device: None,
+            threads: 0,
+        }
+    }
+}
+
+/// The chosen device's backend, plus the CPU backend for ops the device lacks.
+pub struct Runtime {
+    main: Backend,
+    cpu: Option<Backend>,
+    threads: usize,
+}
+
+impl Runtime {
+    /// Picks and starts the device for `opts`, with a clear error when the build or the
+    /// machine lacks it.
+    pub fn new(opts: &RuntimeOptions) -> Result<Self> {
+        let all = ggml::devices();
+        let of_kind = |k: BackendKind| -> Vec<&DeviceInfo> {
+            all.iter()
+                .filter(|d| BackendKind::of_device(d) == Some(k))
+                .collect()
+        };
+        let wanted = match opts.backend {
+            BackendKind::Best => [
+                BackendKind::Cuda,
+                BackendKind::Hip,
+                BackendKind::Vulkan,
+                BackendKind::Metal,
+            ]
+            .into_iter()
+            .find(|k| !of_kind(*k).is_empty())
+            .unwrap_or(BackendKind::Cpu),
+            k => k,
+        };
+        let candidates = of_kind(wanted);
+        if candidates.is_empty() {
+            let dynamic = cfg!(feature = "dynamic-backends");
+            if !wanted.compiled_in() && !dynamic {
+                return Err(EngineError::BackendUnavailable {
+                    requested: wanted.display_name().to_string(),
+                    available: compiled_backends().join(", "),
+                });
+            }
+            let mut present: Vec<&str> = all
+                .iter()
+                .filter_map(BackendKind::of_device)
+                .map(BackendKind::flag_name)
+                .collect();
+            present.dedup();
+            if dynamic && !present.contains(&wanted.flag_name()) && !wanted.compiled_in() {
+                return Err(EngineError::BackendUnavailable {
+                    requested: wanted.display_name().to_string(),
+                    available: present.join(", "),
+                });
+            }
+            return Err(EngineError::NoDevice {
+                requested: wanted.display_name().to_string(),
+                detail: "no device answered: check the GPU driver and that the runtime libraries sit next to the executable".into(),
+            });
+        }
+        let index = opts.device.unwrap_or(0);
+        let dev = candidates.get(index).ok_or_else(|| {
+            EngineError::Usage(format!(
+                "--device {index} does not exist: this machine has {} {} device(s) (see --list-devices)",
+                candidates.len(),
+                wanted.display_name()
+            ))
+        })?;
+        let main = Backend::new(dev)?;
+        let threads = if opts.threads == 0 {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        } else {
+            opts.threads
+        };
+        main.set_threads(threads);
+        let cpu = if wanted == BackendKind::Cpu {
+            None
+        } else {
+            let cpu_dev = of_kind(BackendKind::Cpu)
+                .into_iter()
+                .next()
+                .ok_or_else(|| EngineError::NoDevice {
+                    requested: "CPU".into(),
+                    detail: "no ggml CPU backend could be loaded".into(),
+                })?;
+            let cpu = Backend::new(cpu_dev)?;
+            cpu.set_threads(threads);
+            Some(cpu)
+        };
+        Ok(Runtime { main, cpu, threads })
+    }
+
+    /// The backend that holds the weights.
+    pub fn main(&self) -> &Backend {
+        &self.main
+    }
+
+    /// The device in use.
+    pub fn device(&self) -> &DeviceInfo {
+        self.main.device()
+    }
+
+    /// Worker threads for CPU work.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// A scheduler over the device (and the CPU as fallback) for graphs up to `graph_size`.
+    pub fn scheduler(&self, graph_size: usize) -> Result<Scheduler> {
+        let mut backends = vec![&self.main];
+        if let Some(cpu) = &self.cpu {
+            backends.push(cpu);
+        }
+        Ok(Scheduler::new(&backends, graph_size)?)
+    }
+}

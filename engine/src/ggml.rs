@@ -1,0 +1,882 @@
+//! The ggml wrapper: the only module of the workspace that contains `unsafe`.
+//!
+//! Everything above it works with owned, safe types: [`Context`] (tensor and graph
+//! metadata), [`Tensor`] (a handle tied to its context's lifetime), [`Graph`],
+//! [`Backend`] and [`Buffer`] (device memory, freed on drop), [`Scheduler`] (runs a graph
+//! on a backend with CPU fallback) and GGUF read/write through [`read_gguf`] and
+//! [`write_gguf`]. The raw binding is `llama-cpp-sys-2`, used only for its `ggml_*`,
+//! `ggml_backend_*` and `gguf_*` functions.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, CString};
+use std::marker::PhantomData;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::Once;
+
+use llama_cpp_sys_2 as sys;
+
+/// A failure inside ggml, reported with what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum GgmlError {
+    /// ggml returned a null pointer or a failure status.
+    #[error("ggml: {0}")]
+    Failed(String),
+    /// A GGUF file could not be parsed.
+    #[error("not a valid GGUF file: {0}")]
+    BadGguf(String),
+}
+
+type Result<T> = std::result::Result<T, GgmlError>;
+
+/// Element types the engine stores tensors in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// 16-bit IEEE float.
+    F16,
+}
+
+impl DType {
+    fn raw(self) -> sys::ggml_type {
+        match self {
+            DType::F32 => sys::GGML_TYPE_F32,
+            DType::F16 => sys::GGML_TYPE_F16,
+        }
+    }
+
+    fn from_raw(raw: sys::ggml_type) -> Option<Self> {
+        match raw {
+            sys::GGML_TYPE_F32 => Some(DType::F32),
+            sys::GGML_TYPE_F16 => Some(DType::F16),
+            _ => None,
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 => 2,
+        }
+    }
+
+    /// The ggml type number, as stored in legacy ggml files.
+    pub fn ggml_id(self) -> u32 {
+        self.raw()
+    }
+
+    /// The type for a ggml type number, if the engine supports it.
+    pub fn from_ggml_id(id: u32) -> Option<Self> {
+        Self::from_raw(id)
+    }
+}
+
+/// Converts little-endian IEEE half floats to f32 with ggml's own converter.
+pub fn f16_bytes_to_f32(bytes: &[u8]) -> Vec<f32> {
+    let n = bytes.len() / 2;
+    let halves: Vec<u16> = bytes
+        .chunks_exact(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .collect();
+    let mut out = vec![0f32; n];
+    // SAFETY: both buffers hold exactly n elements; ggml_fp16_t is a u16.
+    unsafe { sys::ggml_fp16_to_fp32_row(halves.as_ptr(), out.as_mut_ptr(), n as i64) };
+    out
+}
+
+static INIT: Once = Once::new();
+
+unsafe extern "C" fn log_callback(
+    level: sys::ggml_log_level,
+    text: *const std::os::raw::c_char,
+    _user: *mut std::os::raw::c_void,
+) {
+    let verbose = std::env::var_os("AUDIOCPP_LOG").is_some();
+    if text.is_null() || (!verbose && level < sys::GGML_LOG_LEVEL_WARN) {
+        return;
+    }
+    // SAFETY: ggml passes a NUL-terminated string valid for this call.
+    let msg = unsafe { CStr::from_ptr(text) }.to_string_lossy();
+    if verbose || level >= sys::GGML_LOG_LEVEL_ERROR {
+        eprint!("{msg}");
+    }
+}
+
+/// Quietens ggml's logging and, in builds with dynamic backends, loads the backend
+/// libraries that sit next to the executable (then the build's own backend folder).
+/// Idempotent; every public entry point calls it.
+pub fn init() {
+    INIT.call_once(|| {
+        // SAFETY: the callback is a plain function valid for the whole program.
+        unsafe { sys::ggml_log_set(Some(log_callback), std::ptr::null_mut()) };
+        if cfg!(feature = "dynamic-backends") {
+            let mut dirs = Vec::new();
+            if let Some(dir) = std::env::current_exe()
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+            {
+                dirs.push(dir);
+            }
+            if let Some(dir) = sys::BACKENDS_DIR {
+                dirs.push(dir.into());
+            }
+            for dir in dirs {
+                let has_backend = std::fs::read_dir(&dir)
+                    .map(|rd| {
+                        rd.flatten().any(|e| {
+                            let n = e.file_name().to_string_lossy().to_lowercase();
+                            n.contains("ggml-cpu")
+                        })
+                    })
+                    .unwrap_or(false);
+                if !has_backend {
+                    continue;
+                }
+                if let Ok(c) = CString::new(dir.to_string_lossy().as_bytes()) {
+                    // SAFETY: c is a valid NUL-terminated path.
+                    unsafe { sys::ggml_backend_load_all_from_path(c.as_ptr()) };
+                }
+                break;
+            }
+        }
+    });
+}
+
+/// What kind of hardware a device is, as ggml's registry reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceType {
+    /// The host CPU.
+    Cpu,
+    /// A discrete GPU.
+    Gpu,
+    /// An integrated GPU.
+    IGpu,
+    /// An accelerator (BLAS, NPU...).
+    Accel,
+    /// A composite device.
+    Meta,
+}
+
+/// One device from ggml's registry.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    /// Index in ggml's device list.
+    pub index: usize,
+    /// Device name, e.g. `CPU`, `CUDA0`, `ROCm0`.
+    pub name: String,
+    /// Human description, e.g. the GPU model.
+    pub description: String,
+    /// Name of the backend registry that owns it: `CPU`, `CUDA`, `ROCm`, `Vulkan`, `Metal`...
+    pub registry: String,
+    /// Hardware type.
+    pub device_type: DeviceType,
+    /// Free memory in bytes.
+    pub memory_free: u64,
+    /// Total memory in bytes.
+    pub memory_total: u64,
+}
+
+fn cstr(ptr: *const std::os::raw::c_char) -> String {
+    if ptr.is_null() {
+        return String::new();
+    }
+    // SAFETY: ggml returns NUL-terminated strings that live as long as the registry.
+    unsafe { CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Lists every device ggml knows in this build (after loading dynamic backends).
+pub fn devices() -> Vec<DeviceInfo> {
+    init();
+    // SAFETY: registry queries on valid indices; pointers are owned by ggml.
+    unsafe {
+        (0..sys::ggml_backend_dev_count())
+            .map(|index| {
+                let dev = sys::ggml_backend_dev_get(index);
+                let reg = sys::ggml_backend_dev_backend_reg(dev);
+                let (mut free, mut total) = (0usize, 0usize);
+                sys::ggml_backend_dev_memory(dev, &mut free, &mut total);
+                let device_type = match sys::ggml_backend_dev_type(dev) {
+                    sys::GGML_BACKEND_DEVICE_TYPE_CPU => DeviceType::Cpu,
+                    sys::GGML_BACKEND_DEVICE_TYPE_GPU => DeviceType::Gpu,
+                    sys::GGML_BACKEND_DEVICE_TYPE_IGPU => DeviceType::IGpu,
+                    sys::GGML_BACKEND_DEVICE_TYPE_ACCEL => DeviceType::Accel,
+                    _ => DeviceType::Meta,
+                };
+                DeviceInfo {
+                    index,
+                    name: cstr(sys::ggml_backend_dev_name(dev)),
+                    description: cstr(sys::ggml_backend_dev_description(dev)),
+                    registry: if reg.is_null() {
+                        String::new()
+                    } else {
+                        cstr(sys::ggml_backend_reg_name(reg))
+                    },
+                    device_type,
+                    memory_free: free as u64,
+                    memory_total: total as u64,
+                }
+            })
+            .collect()
+    }
+}
+
+/// An initialised backend (a stream on one device). Freed on drop.
+pub struct Backend {
+    raw: NonNull<sys::ggml_backend>,
+    device: DeviceInfo,
+}
+
+impl Backend {
+    /// Starts the backend of a device from [`devices`].
+    pub fn new(device: &DeviceInfo) -> Result<Self> {
+        init();
+        // SAFETY: the index came from the registry; a null return is handled.
+        let raw = unsafe {
+            let dev = sys::ggml_backend_dev_get(device.index);
+            sys::ggml_backend_dev_init(dev, std::ptr::null())
+        };
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| GgmlError::Failed(format!("could not start device {}", device.name)))?;
+        Ok(Backend {
+            raw,
+            device: device.clone(),
+        })
+    }
+
+    /// The device this backend runs on.
+    pub fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+
+    /// Sets the worker thread count, for backends that have one (the CPU backend).
+    pub fn set_threads(&self, n: usize) {
+        // SAFETY: the proc address, when present, has the documented signature
+        // ggml_backend_set_n_threads_t; the backend pointer is live.
+        unsafe {
+            let dev = sys::ggml_backend_get_device(self.raw.as_ptr());
+            if dev.is_null() {
+                return;
+            }
+            let reg = sys::ggml_backend_dev_backend_reg(dev);
+            if reg.is_null() {
+                return;
+            }
+            let name = c"ggml_backend_set_n_threads";
+            let f = sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
+            if !f.is_null() {
+                let f: unsafe extern "C" fn(sys::ggml_backend_t, std::os::raw::c_int) =
+                    std::mem::transmute(f);
+                f(self.raw.as_ptr(), n.max(1) as std::os::raw::c_int);
+            }
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        // SAFETY: we own the backend.
+        unsafe { sys::ggml_backend_free(self.raw.as_ptr()) }
+    }
+}
+
+/// A ggml context holding tensor and graph metadata only (no data: `no_alloc`).
+pub struct Context {
+    raw: NonNull<sys::ggml_context>,
+}
+
+impl Context {
+    /// A context with room for `max_tensors` tensors and one graph of `graph_nodes` nodes.
+    pub fn new(max_tensors: usize, graph_nodes: usize) -> Result<Self> {
+        init();
+        // SAFETY: pure size queries.
+        let mem_size = unsafe {
+            max_tensors * sys::ggml_tensor_overhead()
+                + sys::ggml_graph_overhead_custom(graph_nodes.max(1), false)
+        } + 1024;
+        let params = sys::ggml_init_params {
+            mem_size,
+            mem_buffer: std::ptr::null_mut(),
+            no_alloc: true,
+        };
+        // SAFETY: params are valid; null is handled.
+        let raw = NonNull::new(unsafe { sys::ggml_init(params) })
+            .ok_or_else(|| GgmlError::Failed("ggml_init failed".into()))?;
+        Ok(Context { raw })
+    }
+
+    fn wrap(&self, t: *mut sys::ggml_tensor) -> Tensor<'_> {
+        Tensor {
+            raw: NonNull::new(t).expect("ggml op returned null (context out of memory)"),
+            _ctx: PhantomData,
+        }
+    }
+
+    /// A tensor of this context by name.
+    pub fn tensor_by_name(&self, name: &str) -> Option<Tensor<'_>> {
+        let c = CString::new(name).ok()?;
+        // SAFETY: the context is live; null means not found.
+        let t = unsafe { sys::ggml_get_tensor(self.raw.as_ptr(), c.as_ptr()) };
+        NonNull::new(t).map(|raw| Tensor {
+            raw,
+            _ctx: PhantomData,
+        })
+    }
+
+    /// A new tensor with dims in ggml order (`ne[0]` varies fastest).
+    pub fn new_tensor(&self, dtype: DType, ne: &[i64], name: &str) -> Tensor<'_> {
+        assert!(!ne.is_empty() && ne.len() <= 4, "1 to 4 dims");
+        // SAFETY: ne has ne.len() elements; the context is live.
+        let t = unsafe {
+            sys::ggml_new_tensor(self.raw.as_ptr(), dtype.raw(), ne.len() as i32, ne.as_ptr())
+        };
+        let t = self.wrap(t);
+        t.set_name(name);
+        t
+    }
+
+    /// Matrix product: `a` is [k, m], `b` is [k, n], the result is [m, n].
+    pub fn mul_mat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: tensors belong to this context.
+        self.wrap(unsafe { sys::ggml_mul_mat(self.raw.as_ptr(), a.raw(), b.raw()) })
+    }
+
+    /// Element-wise sum, broadcasting `b` over `a`.
+    pub fn add<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_add(self.raw.as_ptr(), a.raw(), b.raw()) })
+    }
+
+    /// Element-wise product, broadcasting `b` over `a`.
+    pub fn mul<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_mul(self.raw.as_ptr(), a.raw(), b.raw()) })
+    }
+
+    /// Element-wise square root.
+    pub fn sqrt<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_sqrt(self.raw.as_ptr(), a.raw()) })
+    }
+
+    /// Element-wise logistic sigmoid.
+    pub fn sigmoid<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_sigmoid(self.raw.as_ptr(), a.raw()) })
+    }
+
+    /// Element-wise hyperbolic tangent.
+    pub fn tanh<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_tanh(self.raw.as_ptr(), a.raw()) })
+    }
+
+    /// Element-wise max(x, 0).
+    pub fn relu<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_relu(self.raw.as_ptr(), a.raw()) })
+    }
+
+    /// A contiguous copy (materialises a permuted or strided view).
+    pub fn cont<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_cont(self.raw.as_ptr(), a.raw()) })
+    }
+
+    /// Reorders axes: axis `i` of `a` becomes axis `axes[i]` of the result.
+    pub fn permute<'a>(&'a self, a: Tensor<'a>, axes: [i32; 4]) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe {
+            sys::ggml_permute(
+                self.raw.as_ptr(),
+                a.raw(),
+                axes[0],
+                axes[1],
+                axes[2],
+                axes[3],
+            )
+        })
+    }
+
+    /// Same data, new shape (element count must match; `a` must be contiguous).
+    pub fn reshape<'a>(&'a self, a: Tensor<'a>, ne: &[i64]) -> Tensor<'a> {
+        let ctx = self.raw.as_ptr();
+        // SAFETY: as above; ggml asserts the element count.
+        self.wrap(unsafe {
+            match ne {
+                [a0] => sys::ggml_reshape_1d(ctx, a.raw(), *a0),
+                [a0, a1] => sys::ggml_reshape_2d(ctx, a.raw(), *a0, *a1),
+                [a0, a1, a2] => sys::ggml_reshape_3d(ctx, a.raw(), *a0, *a1, *a2),
+                [a0, a1, a2, a3] => sys::ggml_reshape_4d(ctx, a.raw(), *a0, *a1, *a2, *a3),
+                _ => panic!("reshape takes 1 to 4 dims"),
+            }
+        })
+    }
+
+    /// A 1-D view of `len` elements starting at element `offset` of a contiguous tensor.
+    pub fn view_1d<'a>(&'a self, a: Tensor<'a>, len: i64, offset_elems: usize) -> Tensor<'a> {
+        let esize = a.dtype().size();
+        // SAFETY: ggml checks the view stays inside the tensor.
+        self.wrap(unsafe {
+            sys::ggml_view_1d(self.raw.as_ptr(), a.raw(), len, offset_elems * esize)
+        })
+    }
+
+    /// A 2-D view [ne0, ne1] with the parent's row stride, starting at element `offset`
+    /// of the first row.
+    pub fn view_2d_rows<'a>(
+        &'a self,
+        a: Tensor<'a>,
+        ne0: i64,
+        ne1: i64,
+        offset_elems: usize,
+    ) -> Tensor<'a> {
+        let esize = a.dtype().size();
+        // SAFETY: as above.
+        self.wrap(unsafe {
+            sys::ggml_view_2d(
+                self.raw.as_ptr(),
+                a.raw(),
+                ne0,
+                ne1,
+                (*a.raw()).nb[1],
+                offset_elems * esize,
+            )
+        })
+    }
+
+    /// 1-D convolution (PyTorch cross-correlation) computed in f32: `kernel` is
+    /// [K, IC, OC], `input` is [L, IC, N]; returns [OC, OL, N] (channels fastest).
+    pub fn conv_1d_f32<'a>(
+        &'a self,
+        kernel: Tensor<'a>,
+        input: Tensor<'a>,
+        stride: i32,
+        pad: i32,
+    ) -> Tensor<'a> {
+        let ctx = self.raw.as_ptr();
+        // SAFETY: as above.
+        unsafe {
+            let cols = sys::ggml_im2col(
+                ctx,
+                kernel.raw(),
+                input.raw(),
+                stride,
+                0,
+                pad,
+                0,
+                1,
+                0,
+                false,
+                sys::GGML_TYPE_F32,
+            );
+            // cols: [IC*K, OL, N]
+            let (ick, ol, n) = ((*cols).ne[0], (*cols).ne[1], (*cols).ne[2]);
+            let oc = (*kernel.raw()).ne[2];
+            let k2 = sys::ggml_reshape_2d(ctx, kernel.raw(), ick, oc);
+            let c2 = sys::ggml_reshape_2d(ctx, cols, ick, ol * n);
+            let out = sys::ggml_mul_mat(ctx, k2, c2); // [OC, OL*N]
+            self.wrap(sys::ggml_reshape_3d(ctx, out, oc, ol, n))
+        }
+    }
+
+    /// A computation graph with room for `max_nodes` nodes.
+    pub fn new_graph(&self, max_nodes: usize) -> Graph<'_> {
+        // SAFETY: the context was sized for this graph in `new`.
+        let raw = unsafe { sys::ggml_new_graph_custom(self.raw.as_ptr(), max_nodes, false) };
+        Graph {
+            raw: NonNull::new(raw).expect("context too small for the graph"),
+            _ctx: PhantomData,
+        }
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: we own the context.
+        unsafe { sys::ggml_free(self.raw.as_ptr()) }
+    }
+}
+
+/// A tensor handle, valid while its [`Context`] lives.
+#[derive(Clone, Copy)]
+pub struct Tensor<'ctx> {
+    raw: NonNull<sys::ggml_tensor>,
+    _ctx: PhantomData<&'ctx Context>,
+}
+
+impl<'ctx> Tensor<'ctx> {
+    fn raw(&self) -> *mut sys::ggml_tensor {
+        self.raw.as_ptr()
+    }
+
+    /// Dims in ggml order.
+    pub fn ne(&self) -> [i64; 4] {
+        // SAFETY: the tensor is live while its context is.
+        unsafe { (*self.raw()).ne }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.ne().iter().product::<i64>() as usize
+    }
+
+    /// True for a tensor with no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        // SAFETY: as above.
+        DType::from_raw(unsafe { (*self.raw()).type_ }).unwrap_or(DType::F32)
+    }
+
+    /// Names the tensor (shown in ggml's debug output).
+    pub fn set_name(&self, name: &str) {
+        let c = CString::new(name.replace('\0', "")).expect("no NUL");
+        // SAFETY: ggml copies the name into the tensor.
+        unsafe { sys::ggml_set_name(self.raw(), c.as_ptr()) };
+    }
+
+    /// Marks the tensor as a graph input (allocated before its consumers run).
+    pub fn mark_input(&self) {
+        // SAFETY: as above.
+        unsafe { sys::ggml_set_input(self.raw()) }
+    }
+
+    /// Marks the tensor as a graph output (its memory is not reused).
+    pub fn mark_output(&self) {
+        // SAFETY: as above.
+        unsafe { sys::ggml_set_output(self.raw()) }
+    }
+
+    fn check_allocated(&self, n: usize, what: &str) -> Result<()> {
+        // SAFETY: as above.
+        let has_buffer =
+            unsafe { !(*self.raw()).buffer.is_null() || !(*self.raw()).view_src.is_null() };
+        if !has_buffer {
+            return Err(GgmlError::Failed(format!(
+                "{what}: tensor has no memory yet"
+            )));
+        }
+        if self.dtype() != DType::F32 || n != self.len() {
+            return Err(GgmlError::Failed(format!(
+                "{what}: expected {} f32 values, got {n}",
+                self.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies host data into the (allocated) f32 tensor.
+    pub fn write_f32(&self, data: &[f32]) -> Result<()> {
+        self.check_allocated(data.len(), "write")?;
+        // SAFETY: sizes checked above; the tensor has backend memory.
+        unsafe {
+            sys::ggml_backend_tensor_set(
+                self.raw(),
+                data.as_ptr().cast(),
+                0,
+                std::mem::size_of_val(data),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies the (allocated) f32 tensor to the host.
+    pub fn read_f32(&self) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; self.len()];
+        self.check_allocated(out.len(), "read")?;
+        // SAFETY: sizes checked above.
+        unsafe {
+            sys::ggml_backend_tensor_get(
+                self.raw(),
+                out.as_mut_ptr().cast(),
+                0,
+                std::mem::size_of_val(out.as_slice()),
+            )
+        };
+        Ok(out)
+    }
+}
+
+/// A forward computation graph, valid while its [`Context`] lives.
+pub struct Graph<'ctx> {
+    raw: NonNull<sys::ggml_cgraph>,
+    _ctx: PhantomData<&'ctx Context>,
+}
+
+impl Graph<'_> {
+    /// Adds `t` and everything it depends on to the graph.
+    pub fn expand(&mut self, t: Tensor<'_>) {
+        // SAFETY: graph and tensor share a live context.
+        unsafe { sys::ggml_build_forward_expand(self.raw.as_ptr(), t.raw()) }
+    }
+
+    /// Number of nodes so far.
+    pub fn n_nodes(&self) -> usize {
+        // SAFETY: as above.
+        unsafe { sys::ggml_graph_n_nodes(self.raw.as_ptr()) as usize }
+    }
+}
+
+/// Backend memory holding every tensor of a context (model weights). Freed on drop.
+pub struct Buffer {
+    raw: NonNull<sys::ggml_backend_buffer>,
+}
+
+impl Buffer {
+    /// Allocates all tensors of `ctx` on `backend`'s device.
+    pub fn alloc_context(ctx: &Context, backend: &Backend) -> Result<Self> {
+        // SAFETY: context and backend are live.
+        let raw =
+            unsafe { sys::ggml_backend_alloc_ctx_tensors(ctx.raw.as_ptr(), backend.raw.as_ptr()) };
+        let raw = NonNull::new(raw).ok_or_else(|| {
+            GgmlError::Failed(format!(
+                "could not allocate weights on {}",
+                backend.device.name
+            ))
+        })?;
+        Ok(Buffer { raw })
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> usize {
+        // SAFETY: live buffer.
+        unsafe { sys::ggml_backend_buffer_get_size(self.raw.as_ptr()) }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: we own the buffer.
+        unsafe { sys::ggml_backend_buffer_free(self.raw.as_ptr()) }
+    }
+}
+
+/// Runs graphs over one or more backends (the last one must be the CPU), placing each
+/// op where its inputs live and falling back to the CPU for unsupported ops.
+pub struct Scheduler {
+    raw: NonNull<sys::ggml_backend_sched>,
+}
+
+impl Scheduler {
+    /// A scheduler over `backends` (CPU last) for graphs of up to `graph_size` nodes.
+    pub fn new(backends: &[&Backend], graph_size: usize) -> Result<Self> {
+        let mut raws: Vec<sys::ggml_backend_t> = backends.iter().map(|b| b.raw.as_ptr()).collect();
+        // SAFETY: raws outlives the call; null bufts means each backend's default.
+        let raw = unsafe {
+            sys::ggml_backend_sched_new(
+                raws.as_mut_ptr(),
+                std::ptr::null_mut(),
+                raws.len() as i32,
+                graph_size,
+                false,
+                true,
+            )
+        };
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| GgmlError::Failed("could not create the scheduler".into()))?;
+        Ok(Scheduler { raw })
+    }
+
+    /// Allocates the graph's intermediate tensors, writes the inputs, then computes.
+    /// Outputs stay readable until the next call.
+    pub fn compute(
+        &mut self,
+        graph: &mut Graph<'_>,
+        inputs: &[(Tensor<'_>, &[f32])],
+    ) -> Result<()> {
+        let sched = self.raw.as_ptr();
+        // SAFETY: scheduler and graph are live; inputs are tensors of the graph.
+        unsafe {
+            sys::ggml_backend_sched_reset(sched);
+            if !sys::ggml_backend_sched_alloc_graph(sched, graph.raw.as_ptr()) {
+                return Err(GgmlError::Failed(
+                    "could not allocate the compute graph".into(),
+                ));
+            }
+        }
+        for (t, data) in inputs {
+            t.write_f32(data)?;
+        }
+        // SAFETY: as above.
+        let status = unsafe { sys::ggml_backend_sched_graph_compute(sched, graph.raw.as_ptr()) };
+        if status != sys::GGML_STATUS_SUCCESS {
+            return Err(GgmlError::Failed(format!(
+                "graph compute failed (status {status})"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        // SAFETY: we own the scheduler.
+        unsafe { sys::ggml_backend_sched_free(self.raw.as_ptr()) }
+    }
+}
+
+/// A metadata value in a GGUF file (the kinds the engine reads and writes).
+#[derive(Debug, Clone, PartialEq)]
+pub enum GgufValue {
+    /// UTF-8 string.
+    Str(String),
+    /// Unsigned 32-bit integer.
+    U32(u32),
+    /// 32-bit float.
+    F32(f32),
+}
+
+/// A named tensor with host data, as read from or written to a model file.
+#[derive(Debug, Clone)]
+pub struct HostTensor {
+    /// Tensor name.
+    pub name: String,
+    /// Element type of `data`.
+    pub dtype: DType,
+    /// Dims in ggml order (`ne[0]` fastest).
+    pub ne: Vec<i64>,
+    /// Raw little-endian element bytes.
+    pub data: Vec<u8>,
+}
+
+/// Metadata and tensors of a GGUF file.
+#[derive(Debug, Clone, Default)]
+pub struct GgufContents {
+    /// Key/value metadata of supported kinds (others are skipped).
+    pub metadata: Vec<(String, GgufValue)>,
+    /// Every tensor with its data.
+    pub tensors: Vec<HostTensor>,
+}
+
+/// Reads a whole GGUF file from memory (metadata and tensor data).
+pub fn read_gguf(bytes: &[u8]) -> Result<GgufContents> {
+    init();
+    let mut data_ctx: *mut sys::ggml_context = std::ptr::null_mut();
+    let params = sys::gguf_init_params {
+        no_alloc: false,
+        ctx: &mut data_ctx,
+    };
+    // SAFETY: bytes is valid for its length; ggml copies what it needs into data_ctx.
+    let gguf = unsafe { sys::gguf_init_from_buffer(bytes.as_ptr().cast(), bytes.len(), params) };
+    if gguf.is_null() {
+        return Err(GgmlError::BadGguf(
+            "header, metadata or tensor table is malformed or truncated".into(),
+        ));
+    }
+    let mut out = GgufContents::default();
+    // SAFETY: gguf and data_ctx are valid until freed below.
+    let result = unsafe {
+        for i in 0..sys::gguf_get_n_kv(gguf) {
+            let key = cstr(sys::gguf_get_key(gguf, i));
+            let value = match sys::gguf_get_kv_type(gguf, i) {
+                sys::GGUF_TYPE_STRING => Some(GgufValue::Str(cstr(sys::gguf_get_val_str(gguf, i)))),
+                sys::GGUF_TYPE_UINT32 => Some(GgufValue::U32(sys::gguf_get_val_u32(gguf, i))),
+                sys::GGUF_TYPE_FLOAT32 => Some(GgufValue::F32(sys::gguf_get_val_f32(gguf, i))),
+                _ => None,
+            };
+            if let Some(v) = value {
+                out.metadata.push((key, v));
+            }
+        }
+        let mut res = Ok(());
+        for i in 0..sys::gguf_get_n_tensors(gguf) {
+            let name = cstr(sys::gguf_get_tensor_name(gguf, i));
+            let Some(dtype) = DType::from_raw(sys::gguf_get_tensor_type(gguf, i)) else {
+                res = Err(GgmlError::BadGguf(format!(
+                    "tensor '{name}' has an unsupported type"
+                )));
+                break;
+            };
+            let c = CString::new(name.clone()).unwrap_or_default();
+            let t = sys::ggml_get_tensor(data_ctx, c.as_ptr());
+            if t.is_null() || (*t).data.is_null() {
+                res = Err(GgmlError::BadGguf(format!("tensor '{name}' has no data")));
+                break;
+            }
+            let n_dims = sys::ggml_n_dims(t) as usize;
+            let ne_all = (*t).ne;
+            let ne: Vec<i64> = ne_all[..n_dims].to_vec();
+            let nbytes = sys::ggml_nbytes(t);
+            let data = std::slice::from_raw_parts((*t).data as *const u8, nbytes).to_vec();
+            out.tensors.push(HostTensor {
+                name,
+                dtype,
+                ne,
+                data,
+            });
+        }
+        sys::gguf_free(gguf);
+        if !data_ctx.is_null() {
+            sys::ggml_free(data_ctx);
+        }
+        res
+    };
+    result.map(|()| out)
+}
+
+/// Writes metadata and tensors to a GGUF file at `path` (the caller makes it atomic).
+pub fn write_gguf(
+    path: &Path,
+    metadata: &[(String, GgufValue)],
+    tensors: &[HostTensor],
+) -> Result<()> {
+    init();
+    let total: usize = tensors.iter().map(|t| t.data.len() + 64).sum();
+    // SAFETY: sizes are computed from the tensors; every pointer below is checked.
+    unsafe {
+        let params = sys::ggml_init_params {
+            mem_size: total + (tensors.len() + 1) * sys::ggml_tensor_overhead(),
+            mem_buffer: std::ptr::null_mut(),
+            no_alloc: false,
+        };
+        let ctx = sys::ggml_init(params);
+        if ctx.is_null() {
+            return Err(GgmlError::Failed("ggml_init failed".into()));
+        }
+        let gguf = sys::gguf_init_empty();
+        for (key, value) in metadata {
+            let k = CString::new(key.as_str()).unwrap_or_default();
+            match value {
+                GgufValue::Str(s) => {
+                    let v = CString::new(s.as_str()).unwrap_or_default();
+                    sys::gguf_set_val_str(gguf, k.as_ptr(), v.as_ptr());
+                }
+                GgufValue::U32(v) => sys::gguf_set_val_u32(gguf, k.as_ptr(), *v),
+                GgufValue::F32(v) => sys::gguf_set_val_f32(gguf, k.as_ptr(), *v),
+            }
+        }
+        for t in tensors {
+            let ne: Vec<i64> = if t.ne.is_empty() {
+                vec![1]
+            } else {
+                t.ne.clone()
+            };
+            let gt = sys::ggml_new_tensor(ctx, t.dtype.raw(), ne.len() as i32, ne.as_ptr());
+            let name = CString::new(t.name.as_str()).unwrap_or_default();
+            sys::ggml_set_name(gt, name.as_ptr());
+            let nbytes = sys::ggml_nbytes(gt);
+            assert_eq!(nbytes, t.data.len(), "tensor {} data size", t.name);
+            std::ptr::copy_nonoverlapping(t.data.as_ptr(), (*gt).data as *mut u8, nbytes);
+            sys::gguf_add_tensor(gguf, gt);
+        }
+        let p = CString::new(path.to_string_lossy().as_bytes()).unwrap_or_default();
+        let ok = sys::gguf_write_to_file(gguf, p.as_ptr(), false);
+        sys::gguf_free(gguf);
+        sys::ggml_free(ctx);
+        if ok {
+            Ok(())
+        } else {
+            Err(GgmlError::Failed(format!(
+                "could not write {}",
+                path.display()
+            )))
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! audiocpp engine: audio-model inference (VAD today; ASR and TTS families next) on ggml
+//! with CPU, CUDA and HIP/ROCm backends.
+//!
+//! Front ends (the CLI and the server) call the task functions in [`tasks`]; model code
+//! lives in [`families`]; all `unsafe` is confined to [`ggml`].
+#![deny(unsafe_code)]
+
+pub mod audio;
+pub mod backend;
+pub mod error;
+pub mod families;
+pub mod ggml;
+pub mod model_file;
+pub mod spec;
+pub mod tasks;
+pub mod vad;
+
+pub use error::{EngineError, Result};
+
+/// The engine version (also the CLI's `--version`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

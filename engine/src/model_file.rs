@@ -1,0 +1,172 @@
+//! Model files: GGUF (native) and the legacy ggml `.bin` containers real models ship in.
+//!
+//! Reading is format detection plus parsing into [`ModelFile`]: metadata and host
+//! tensors. Family code checks the tensors against its spec and uploads them.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{EngineError, Result};
+use crate::ggml::{self, GgufValue, HostTensor};
+
+/// GGUF key naming the family a file belongs to.
+pub const GGUF_FAMILY_KEY: &str = "audiocpp.family";
+
+/// The container a model came in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelFormat {
+    /// GGUF.
+    Gguf,
+    /// whisper.cpp's legacy ggml container, with its model-type string and version.
+    GgmlLegacy {
+        /// e.g. `silero-16k`.
+        model_type: String,
+        /// major.minor.patch.
+        version: String,
+    },
+}
+
+impl std::fmt::Display for ModelFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelFormat::Gguf => write!(f, "gguf"),
+            ModelFormat::GgmlLegacy {
+                model_type,
+                version,
+            } => write!(f, "ggml:{model_type}:v{version}"),
+        }
+    }
+}
+
+/// A parsed model file.
+#[derive(Debug, Clone)]
+pub struct ModelFile {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Container format.
+    pub format: ModelFormat,
+    /// Family named by the file, if it names one.
+    pub family: Option<String>,
+    /// Metadata (GGUF key/values; legacy headers are mapped to keys).
+    pub metadata: Vec<(String, GgufValue)>,
+    /// Tensors with host data.
+    pub tensors: Vec<HostTensor>,
+}
+
+impl ModelFile {
+    /// A string metadata value.
+    pub fn meta_str(&self, key: &str) -> Option<&str> {
+        self.metadata.iter().find_map(|(k, v)| match v {
+            GgufValue::Str(s) if k == key => Some(s.as_str()),
+            _ => None,
+        })
+    }
+
+    /// A tensor by name.
+    pub fn tensor(&self, name: &str) -> Option<&HostTensor> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// Total bytes of tensor data.
+    pub fn data_bytes(&self) -> usize {
+        self.tensors.iter().map(|t| t.data.len()).sum()
+    }
+}
+
+/// Reads a model file of any supported format.
+pub fn read(path: &Path) -> Result<ModelFile> {
+    let bytes = std::fs::read(path).map_err(|source| EngineError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(path, &bytes)
+}
+
+/// Parses model bytes; `path` is only used in errors and the result.
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<ModelFile> {
+    let bad = |reason: String| EngineError::Model {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if bytes.len() < 8 {
+        return Err(bad(format!(
+            "only {} bytes; not a GGUF or ggml model",
+            bytes.len()
+        )));
+    }
+    match &bytes[0..4] {
+        b"GGUF" => {
+            let contents = ggml::read_gguf(bytes).map_err(|e| bad(e.to_string()))?;
+            let family = contents.metadata.iter().find_map(|(k, v)| match v {
+                GgufValue::Str(s) if k == GGUF_FAMILY_KEY => Some(s.clone()),
+                _ => None,
+            });
+            Ok(ModelFile {
+                path: path.to_path_buf(),
+                format: ModelFormat::Gguf,
+                family,
+                metadata: contents.metadata,
+                tensors: contents.tensors,
+            })
+        }
+        b"lmgg" => crate::families::silero_vad::parse_legacy(bytes)
+            .map(|(format, metadata, tensors)| ModelFile {
+                path: path.to_path_buf(),
+                format,
+                family: Some("silero_vad".into()),
+                metadata,
+                tensors,
+            })
+            .map_err(bad),
+        _ => Err(bad(
+            "unknown format (expected GGUF or a ggml .bin; first bytes are not a known magic)"
+                .into(),
+        )),
+    }
+}
+
+/// Little-endian reader over a byte slice that reports truncation instead of panicking.
+pub(crate) struct ByteReader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> ByteReader<'a> {
+    /// Starts at `pos`.
+    pub(crate) fn new(bytes: &'a [u8], pos: usize) -> Self {
+        ByteReader { bytes, pos }
+    }
+
+    /// Current offset.
+    pub(crate) fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// True at end of input.
+    pub(crate) fn at_end(&self) -> bool {
+        self.pos >= self.bytes.len()
+    }
+
+    /// The next `n` bytes.
+    pub(crate) fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], String> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or_else(|| {
+                format!(
+                    "truncated: needs {n} bytes at offset {} but the file has {}",
+                    self.pos,
+                    self.bytes.len()
+                )
+            })?;
+        let s = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    /// A little-endian i32.
+    pub(crate) fn i32(&mut self) -> std::result::Result<i32, String> {
+        let b = self.take(4)?;
+        Ok(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}

@@ -1,0 +1,250 @@
+//! Task entry points the front ends call: resolve family and spec, load the model, run.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::backend::{Runtime, RuntimeOptions};
+use crate::error::{EngineError, Result};
+use crate::families::{self, silero_vad::SileroVad};
+use crate::ggml::GgufValue;
+use crate::model_file::{self, ModelFile, GGUF_FAMILY_KEY};
+use crate::spec::{self, ModelSpec, SpecQuery, SpecSource, GGUF_SPEC_KEY};
+use crate::vad::{self, Segment, VadParams};
+
+/// A model file with its resolved spec.
+pub struct ResolvedModel {
+    /// The parsed file.
+    pub file: ModelFile,
+    /// Its spec.
+    pub spec: ModelSpec,
+    /// Where the spec came from.
+    pub spec_source: SpecSource,
+}
+
+/// Reads a model and resolves its spec, checking the family matches.
+pub fn resolve_model(
+    family: &str,
+    model: &Path,
+    spec_override: Option<&Path>,
+) -> Result<ResolvedModel> {
+    families::find(family)?;
+    let file = model_file::read(model)?;
+    if let Some(f) = &file.family {
+        if f != family {
+            return Err(EngineError::Usage(format!(
+                "'{}' is a '{f}' model, not '{family}' (use --family {f})",
+                model.display()
+            )));
+        }
+    }
+    let cwd = std::env::current_dir().ok();
+    let (spec, spec_source) = spec::resolve(&SpecQuery {
+        family,
+        override_path: spec_override,
+        embedded_in_model: file.meta_str(GGUF_SPEC_KEY),
+        model_path: Some(model),
+        cwd: cwd.as_deref(),
+    })?;
+    Ok(ResolvedModel {
+        file,
+        spec,
+        spec_source,
+    })
+}
+
+/// What a VAD run produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct VadOutput {
+    /// Family that ran.
+    pub family: String,
+    /// Device that ran it.
+    pub device: String,
+    /// Spec source (`embedded`, `gguf-metadata`, `disk:...`).
+    pub spec_source: String,
+    /// Audio duration in seconds (after resampling).
+    pub audio_seconds: f64,
+    /// Model sample rate.
+    pub sample_rate: u32,
+    /// Samples per probability.
+    pub window_samples: usize,
+    /// One probability per window.
+    pub probabilities: Vec<f32>,
+    /// Speech segments in samples.
+    pub segments: Vec<Segment>,
+    /// Inference wall time in milliseconds (model load excluded).
+    pub inference_ms: f64,
+}
+
+/// A loaded VAD model, reusable across requests.
+pub struct VadModel {
+    model: SileroVad,
+    family: String,
+    spec_source: SpecSource,
+    sample_rate: u32,
+    defaults: VadParams,
+}
+
+impl VadModel {
+    /// Loads a VAD family model onto the device `opts` selects.
+    pub fn load(
+        family: &str,
+        model: &Path,
+        spec_override: Option<&Path>,
+        opts: &RuntimeOptions,
+    ) -> Result<Self> {
+        let info = families::find(family)?;
+        if !info.tasks.contains(&"vad") {
+            return Err(EngineError::WrongTask {
+                family: family.into(),
+                task: "vad".into(),
+                supported: info.tasks.join(", "),
+            });
+        }
+        let resolved = resolve_model(family, model, spec_override)?;
+        let runtime = Runtime::new(opts)?;
+        let defaults = vad_defaults(&resolved.spec);
+        let model = SileroVad::load(&resolved.file, &resolved.spec, runtime)?;
+        Ok(VadModel {
+            model,
+            family: family.to_string(),
+            spec_source: resolved.spec_source,
+            sample_rate: resolved.spec.sample_rate,
+            defaults,
+        })
+    }
+
+    /// The spec's default segmentation parameters.
+    pub fn default_params(&self) -> VadParams {
+        self.defaults.clone()
+    }
+
+    /// The model's sample rate.
+    pub fn sample_rate(&self) -> u32 {
+        self.sample_rate
+    }
+
+    /// Runs on mono samples at the model's rate.
+    pub fn run_samples(&mut self, samples: &[f32], params: &VadParams) -> Result<VadOutput> {
+        params.validate().map_err(EngineError::Usage)?;
+        let t0 = Instant::now();
+        let probabilities = self.model.probabilities(samples)?;
+        let window = self.model.window();
+        let segments = vad::speech_segments(
+            &probabilities,
+            window,
+            samples.len(),
+            self.sample_rate,
+            params,
+        );
+        Ok(VadOutput {
+            family: self.family.clone(),
+            device: self.model.runtime().device().name.clone(),
+            spec_source: self.spec_source.to_string(),
+            audio_seconds: samples.len() as f64 / self.sample_rate as f64,
+            sample_rate: self.sample_rate,
+            window_samples: window,
+            probabilities,
+            segments,
+            inference_ms: t0.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+
+    /// Decodes an audio file and runs on it.
+    pub fn run_file(&mut self, audio: &Path, params: &VadParams) -> Result<VadOutput> {
+        let a = crate::audio::load(audio, self.sample_rate)?;
+        self.run_samples(&a.samples, params)
+    }
+}
+
+fn vad_defaults(spec: &ModelSpec) -> VadParams {
+    let d = VadParams::default();
+    VadParams {
+        threshold: spec
+            .default_f64("threshold")
+            .map(|v| v as f32)
+            .unwrap_or(d.threshold),
+        neg_threshold: spec.default_f64("neg_threshold").map(|v| v as f32),
+        min_speech_duration_ms: spec
+            .default_f64("min_speech_duration_ms")
+            .map(|v| v as u32)
+            .unwrap_or(d.min_speech_duration_ms),
+        min_silence_duration_ms: spec
+            .default_f64("min_silence_duration_ms")
+            .map(|v| v as u32)
+            .unwrap_or(d.min_silence_duration_ms),
+        speech_pad_ms: spec
+            .default_f64("speech_pad_ms")
+            .map(|v| v as u32)
+            .unwrap_or(d.speech_pad_ms),
+        max_speech_duration_s: spec.default_f64("max_speech_duration_s").map(|v| v as f32),
+    }
+}
+
+/// What a conversion wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConvertOutput {
+    /// The GGUF written.
+    pub out: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Tensors written.
+    pub tensors: usize,
+}
+
+/// Converts a model of a family to GGUF with the spec embedded. The file appears
+/// atomically (written beside the target, then renamed); nothing is left on failure.
+pub fn convert(
+    family: &str,
+    model: &Path,
+    spec_override: Option<&Path>,
+    out: &Path,
+) -> Result<ConvertOutput> {
+    let resolved = resolve_model(family, model, spec_override)?;
+    families::silero_vad::check_tensors(&resolved.file, &resolved.spec)?;
+    let mut metadata: Vec<(String, GgufValue)> = vec![
+        (
+            GGUF_FAMILY_KEY.to_string(),
+            GgufValue::Str(family.to_string()),
+        ),
+        (
+            GGUF_SPEC_KEY.to_string(),
+            GgufValue::Str(resolved.spec.to_json()),
+        ),
+        (
+            "audiocpp.source_format".to_string(),
+            GgufValue::Str(resolved.file.format.to_string()),
+        ),
+    ];
+    metadata.extend(
+        resolved
+            .file
+            .metadata
+            .iter()
+            .filter(|(k, _)| !k.starts_with("audiocpp.") && !k.starts_with("general.alignment"))
+            .cloned(),
+    );
+    let file_name = out.file_name().ok_or_else(|| {
+        EngineError::Usage(format!("--out '{}' is not a file path", out.display()))
+    })?;
+    let tmp = out.with_file_name(format!(".{}.partial", file_name.to_string_lossy()));
+    let result = crate::ggml::write_gguf(&tmp, &metadata, &resolved.file.tensors)
+        .map_err(EngineError::from)
+        .and_then(|()| {
+            std::fs::rename(&tmp, out).map_err(|source| EngineError::Write {
+                path: out.to_path_buf(),
+                source,
+            })
+        });
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result?;
+    let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    Ok(ConvertOutput {
+        out: out.to_path_buf(),
+        bytes,
+        tensors: resolved.file.tensors.len(),
+    })
+}

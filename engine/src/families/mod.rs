@@ -1,6 +1,7 @@
 //! Model families, one module each, and the registry `--list-loaders` prints.
 
 pub mod silero_vad;
+pub mod whisper;
 
 use serde::Serialize;
 
@@ -18,12 +19,24 @@ pub struct LoaderInfo {
 }
 
 /// Every family this build can load.
-pub const LOADERS: &[LoaderInfo] = &[LoaderInfo {
-    family: "silero_vad",
-    tasks: &["vad", "convert"],
-    formats: &["gguf", "ggml-silero (whisper.cpp .bin)"],
-    description: "Silero VAD v5/v6, 16 kHz speech probabilities and segments",
-}];
+pub const LOADERS: &[LoaderInfo] = &[
+    LoaderInfo {
+        family: "silero_vad",
+        tasks: &["vad", "convert"],
+        formats: &["gguf", "ggml-silero (whisper.cpp .bin)"],
+        description: "Silero VAD v5/v6, 16 kHz speech probabilities and segments",
+    },
+    LoaderInfo {
+        family: "whisper",
+        tasks: &["asr", "convert"],
+        formats: &[
+            "gguf",
+            "ctranslate2 (model.bin + tokenizer.json [+ config.json]; convert only)",
+        ],
+        description:
+            "OpenAI Whisper speech recognition (tiny.en tested), greedy decoding without timestamps",
+    },
+];
 
 /// The loader of a family, or an error listing the known ones.
 pub fn find(family: &str) -> crate::error::Result<&'static LoaderInfo> {

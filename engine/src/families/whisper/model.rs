@@ -1,0 +1,420 @@
+//! Whisper's encoder and decoder as ggml graphs: one builder per block (conv stem,
+//! attention, feed-forward, encoder layer, decoder layer), composed by `encode` (one
+//! 30 s window, which also fills the cross-attention keys and values) and `decode`
+//! (new tokens against the self-attention cache). Weights and caches live on the device
+//! in their own buffers; the scheduler runs the graphs.
+
+use crate::backend::Runtime;
+use crate::error::Result;
+use crate::ggml::{Buffer, Context, DType, Scheduler, Tensor};
+
+/// Model dimensions (from the GGUF metadata).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HParams {
+    /// Mel bins of the input.
+    pub n_mels: usize,
+    /// Encoder positions (frames after the stride-2 conv).
+    pub n_audio_ctx: usize,
+    /// Encoder width.
+    pub n_audio_state: usize,
+    /// Encoder attention heads.
+    pub n_audio_head: usize,
+    /// Encoder layers.
+    pub n_audio_layer: usize,
+    /// Decoder positions.
+    pub n_text_ctx: usize,
+    /// Decoder width.
+    pub n_text_state: usize,
+    /// Decoder attention heads.
+    pub n_text_head: usize,
+    /// Decoder layers.
+    pub n_text_layer: usize,
+    /// Vocabulary size.
+    pub n_vocab: usize,
+}
+
+impl HParams {
+    /// Every weight tensor with its dims in ggml order (`ne[0]` first).
+    pub fn tensor_shapes(&self) -> Vec<(String, Vec<i64>)> {
+        let (m, a, t) = (
+            self.n_mels as i64,
+            self.n_audio_state as i64,
+            self.n_text_state as i64,
+        );
+        let mut v: Vec<(String, Vec<i64>)> = vec![
+            ("encoder.conv1.weight".into(), vec![3, m, a]),
+            ("encoder.conv1.bias".into(), vec![a]),
+            ("encoder.conv2.weight".into(), vec![3, a, a]),
+            ("encoder.conv2.bias".into(), vec![a]),
+            (
+                "encoder.position_encodings.encodings".into(),
+                vec![a, self.n_audio_ctx as i64],
+            ),
+            ("encoder.layer_norm.gamma".into(), vec![a]),
+            ("encoder.layer_norm.beta".into(), vec![a]),
+            (
+                "decoder.embeddings.weight".into(),
+                vec![t, self.n_vocab as i64],
+            ),
+            (
+                "decoder.position_encodings.encodings".into(),
+                vec![t, self.n_text_ctx as i64],
+            ),
+            ("decoder.layer_norm.gamma".into(), vec![t]),
+            ("decoder.layer_norm.beta".into(), vec![t]),
+        ];
+        let lin = |v: &mut Vec<(String, Vec<i64>)>, p: String, i: i64, o: i64| {
+            v.push((format!("{p}.weight"), vec![i, o]));
+            v.push((format!("{p}.bias"), vec![o]));
+        };
+        let ln = |v: &mut Vec<(String, Vec<i64>)>, p: String, d: i64| {
+            v.push((format!("{p}.gamma"), vec![d]));
+            v.push((format!("{p}.beta"), vec![d]));
+        };
+        for l in 0..self.n_audio_layer {
+            let p = format!("encoder.layer_{l}");
+            ln(&mut v, format!("{p}.self_attention.layer_norm"), a);
+            lin(&mut v, format!("{p}.self_attention.linear_0"), a, 3 * a);
+            lin(&mut v, format!("{p}.self_attention.linear_1"), a, a);
+            ln(&mut v, format!("{p}.ffn.layer_norm"), a);
+            lin(&mut v, format!("{p}.ffn.linear_0"), a, 4 * a);
+            lin(&mut v, format!("{p}.ffn.linear_1"), 4 * a, a);
+        }
+        for l in 0..self.n_text_layer {
+            let p = format!("decoder.layer_{l}");
+            ln(&mut v, format!("{p}.self_attention.layer_norm"), t);
+            lin(&mut v, format!("{p}.self_attention.linear_0"), t, 3 * t);
+            lin(&mut v, format!("{p}.self_attention.linear_1"), t, t);
+            ln(&mut v, format!("{p}.attention.layer_norm"), t);
+            lin(&mut v, format!("{p}.attention.linear_0"), t, t);
+            lin(&mut v, format!("{p}.attention.linear_1"), a, 2 * t);
+            lin(&mut v, format!("{p}.attention.linear_2"), t, t);
+            ln(&mut v, format!("{p}.ffn.layer_norm"), t);
+            lin(&mut v, format!("{p}.ffn.linear_0"), t, 4 * t);
+            lin(&mut v, format!("{p}.ffn.linear_1"), 4 * t, t);
+        }
+        v
+    }
+}
+
+/// Layer-norm epsilon of Whisper.
+const LN_EPS: f32 = 1e-5;
+/// Graph node budget (the encoder of large models stays far below it).
+const GRAPH_NODES: usize = 4096;
+
+/// Weights and caches on the device.
+pub struct WhisperNet {
+    hp: HParams,
+    weights: Context,
+    _weights_buf: Buffer,
+    cache: Context,
+    _cache_buf: Buffer,
+    runtime: Runtime,
+}
+
+/// Which attention a block computes.
+enum Mask {
+    None,
+    Causal(i32),
+}
+
+impl WhisperNet {
+    /// Uploads `tensors` (name, ggml dims, f32 data; exactly [`HParams::tensor_shapes`])
+    /// and allocates the caches.
+    pub fn new(
+        hp: HParams,
+        tensors: Vec<(String, Vec<i64>, Vec<f32>)>,
+        runtime: Runtime,
+    ) -> Result<Self> {
+        let weights = Context::new(tensors.len() + 4, 0)?;
+        let mut uploads = Vec::with_capacity(tensors.len());
+        for (name, ne, data) in &tensors {
+            uploads.push((weights.new_tensor(DType::F32, ne, name), data));
+        }
+        let weights_buf = Buffer::alloc_context(&weights, runtime.main())?;
+        for (t, data) in &uploads {
+            t.write_f32(data)?;
+        }
+        drop(uploads);
+        drop(tensors);
+        let cache = Context::new(4 * hp.n_text_layer + 4, 0)?;
+        let t = hp.n_text_state as i64;
+        for l in 0..hp.n_text_layer {
+            cache.new_tensor(
+                DType::F32,
+                &[t, hp.n_audio_ctx as i64],
+                &format!("cross_k.{l}"),
+            );
+            cache.new_tensor(
+                DType::F32,
+                &[t, hp.n_audio_ctx as i64],
+                &format!("cross_v.{l}"),
+            );
+            cache.new_tensor(
+                DType::F32,
+                &[t, hp.n_text_ctx as i64],
+                &format!("self_k.{l}"),
+            );
+            cache.new_tensor(
+                DType::F32,
+                &[t, hp.n_text_ctx as i64],
+                &format!("self_v.{l}"),
+            );
+        }
+        let cache_buf = Buffer::alloc_context(&cache, runtime.main())?;
+        Ok(WhisperNet {
+            hp,
+            weights,
+            _weights_buf: weights_buf,
+            cache,
+            _cache_buf: cache_buf,
+            runtime,
+        })
+    }
+
+    /// The runtime (device) the model runs on.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// A scheduler sized for this model's graphs.
+    pub fn scheduler(&self) -> Result<Scheduler> {
+        self.runtime.scheduler(GRAPH_NODES)
+    }
+
+    fn w(&self, name: &str) -> Tensor<'_> {
+        self.weights
+            .tensor_by_name(name)
+            .unwrap_or_else(|| panic!("weight {name} was created at load"))
+    }
+
+    fn c(&self, name: &str) -> Tensor<'_> {
+        self.cache
+            .tensor_by_name(name)
+            .unwrap_or_else(|| panic!("cache {name} was created at load"))
+    }
+
+    fn layer_norm<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Tensor<'a> {
+        let n = ctx.norm(x, LN_EPS);
+        ctx.add(
+            ctx.mul(n, self.w(&format!("{p}.gamma"))),
+            self.w(&format!("{p}.beta")),
+        )
+    }
+
+    fn linear<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Tensor<'a> {
+        ctx.add(
+            ctx.mul_mat(self.w(&format!("{p}.weight")), x),
+            self.w(&format!("{p}.bias")),
+        )
+    }
+
+    /// Scaled dot-product attention over heads. `q`, `k`, `v` are [head_dim, heads, len]
+    /// views; returns [state, q_len].
+    fn attention<'a>(
+        &'a self,
+        ctx: &'a Context,
+        q: Tensor<'a>,
+        k: Tensor<'a>,
+        v: Tensor<'a>,
+        mask: Mask,
+    ) -> Tensor<'a> {
+        let [dh, heads, t, _] = q.ne();
+        let qp = ctx.permute(q, [0, 2, 1, 3]);
+        let kp = ctx.permute(k, [0, 2, 1, 3]);
+        let kq = ctx.scale(ctx.mul_mat(kp, qp), 1.0 / (dh as f32).sqrt());
+        let kq = match mask {
+            Mask::None => kq,
+            Mask::Causal(n_past) => ctx.diag_mask_inf(kq, n_past),
+        };
+        let probs = ctx.soft_max(kq);
+        let vt = ctx.cont(ctx.permute(v, [1, 2, 0, 3]));
+        let out = ctx.mul_mat(vt, probs);
+        let merged = ctx.cont(ctx.permute(out, [0, 2, 1, 3]));
+        ctx.reshape(merged, &[dh * heads, t])
+    }
+
+    /// Splits a [width, len] tensor whose rows are `parts` stacked projections into the
+    /// `part`-th one as a [head_dim, heads, len] view.
+    fn heads<'a>(
+        &self,
+        ctx: &'a Context,
+        x: Tensor<'a>,
+        part: usize,
+        parts: usize,
+        width: usize,
+        heads: usize,
+    ) -> Tensor<'a> {
+        let len = x.ne()[1];
+        let dh = width / heads;
+        ctx.view_3d(
+            x,
+            [dh as i64, heads as i64, len],
+            dh,
+            parts * width,
+            part * width,
+        )
+    }
+
+    fn ffn<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Tensor<'a> {
+        let h = self.layer_norm(ctx, x, &format!("{p}.ffn.layer_norm"));
+        let h = ctx.gelu_erf(self.linear(ctx, h, &format!("{p}.ffn.linear_0")));
+        ctx.add(x, self.linear(ctx, h, &format!("{p}.ffn.linear_1")))
+    }
+
+    /// Conv stem block `i`: 1-D conv (kernel 3, padding 1) with bias, then GELU; takes
+    /// [time, channels] and returns [channels, time].
+    fn conv_gelu<'a>(
+        &'a self,
+        ctx: &'a Context,
+        x: Tensor<'a>,
+        i: usize,
+        stride: i32,
+    ) -> Tensor<'a> {
+        let y = ctx.conv_1d_f32(self.w(&format!("encoder.conv{i}.weight")), x, stride, 1);
+        ctx.gelu_erf(ctx.add(y, self.w(&format!("encoder.conv{i}.bias"))))
+    }
+
+    fn encoder_layer<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, l: usize) -> Tensor<'a> {
+        let p = format!("encoder.layer_{l}");
+        let (d, h) = (self.hp.n_audio_state, self.hp.n_audio_head);
+        let n = self.layer_norm(ctx, x, &format!("{p}.self_attention.layer_norm"));
+        let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"));
+        let att = self.attention(
+            ctx,
+            self.heads(ctx, qkv, 0, 3, d, h),
+            self.heads(ctx, qkv, 1, 3, d, h),
+            self.heads(ctx, qkv, 2, 3, d, h),
+            Mask::None,
+        );
+        let x = ctx.add(
+            x,
+            self.linear(ctx, att, &format!("{p}.self_attention.linear_1")),
+        );
+        self.ffn(ctx, x, &p)
+    }
+
+    /// Runs the encoder on one window of log-mel features (`n_mels` rows of
+    /// `2 * n_audio_ctx` frames) and stores every decoder layer's cross-attention keys
+    /// and values in the cache. Returns the encoder output ([state, ctx], column-major).
+    pub fn encode(&self, sched: &mut Scheduler, mel: &[f32]) -> Result<Vec<f32>> {
+        let hp = self.hp;
+        let ctx = Context::new(GRAPH_NODES, GRAPH_NODES)?;
+        let frames = 2 * hp.n_audio_ctx as i64;
+        let x_in = ctx.new_tensor(DType::F32, &[frames, hp.n_mels as i64, 1], "mel");
+        x_in.mark_input();
+        let x = self.conv_gelu(&ctx, x_in, 1, 1);
+        let time_major =
+            ctx.cont(ctx.transpose(ctx.reshape(x, &[hp.n_audio_state as i64, frames])));
+        let x = self.conv_gelu(&ctx, time_major, 2, 2);
+        let x = ctx.reshape(x, &[hp.n_audio_state as i64, hp.n_audio_ctx as i64]);
+        let mut x = ctx.add(x, self.w("encoder.position_encodings.encodings"));
+        for l in 0..hp.n_audio_layer {
+            x = self.encoder_layer(&ctx, x, l);
+        }
+        let enc = self.layer_norm(&ctx, x, "encoder.layer_norm");
+        enc.mark_output();
+        let mut graph = ctx.new_graph(GRAPH_NODES);
+        let t = hp.n_text_state;
+        for l in 0..hp.n_text_layer {
+            let kv = self.linear(&ctx, enc, &format!("decoder.layer_{l}.attention.linear_1"));
+            let k = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, 0);
+            let v = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, t);
+            graph.expand(ctx.cpy(k, self.c(&format!("cross_k.{l}"))));
+            graph.expand(ctx.cpy(v, self.c(&format!("cross_v.{l}"))));
+        }
+        graph.expand(enc);
+        sched.compute(&mut graph, &[(x_in, mel)])?;
+        Ok(enc.read_f32()?)
+    }
+
+    fn decoder_layer<'a>(
+        &'a self,
+        ctx: &'a Context,
+        graph: &mut crate::ggml::Graph<'a>,
+        x: Tensor<'a>,
+        l: usize,
+        n_past: usize,
+    ) -> Tensor<'a> {
+        let hp = self.hp;
+        let p = format!("decoder.layer_{l}");
+        let (d, h) = (hp.n_text_state, hp.n_text_head);
+        let n_new = x.ne()[1];
+        // Self-attention with the cache: store the new keys/values, attend over all.
+        let n = self.layer_norm(ctx, x, &format!("{p}.self_attention.layer_norm"));
+        let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"));
+        let mut kv_all = Vec::with_capacity(2);
+        for (part, cache) in [(1, format!("self_k.{l}")), (2, format!("self_v.{l}"))] {
+            let new = ctx.cont(ctx.view_2d_rows(qkv, d as i64, n_new, part * d));
+            let cache = self.c(&cache);
+            graph.expand(ctx.cpy(new, ctx.view_2d_rows(cache, d as i64, n_new, n_past * d)));
+            kv_all.push(if n_past == 0 {
+                new
+            } else {
+                ctx.concat(ctx.view_2d_rows(cache, d as i64, n_past as i64, 0), new, 1)
+            });
+        }
+        let split = |t: Tensor<'a>| self.heads(ctx, t, 0, 1, d, h);
+        let att = self.attention(
+            ctx,
+            self.heads(ctx, qkv, 0, 3, d, h),
+            split(kv_all[0]),
+            split(kv_all[1]),
+            Mask::Causal(n_past as i32),
+        );
+        let x = ctx.add(
+            x,
+            self.linear(ctx, att, &format!("{p}.self_attention.linear_1")),
+        );
+        // Cross-attention over the encoder output (keys/values cached by `encode`).
+        let n = self.layer_norm(ctx, x, &format!("{p}.attention.layer_norm"));
+        let q = self.linear(ctx, n, &format!("{p}.attention.linear_0"));
+        let att = self.attention(
+            ctx,
+            split(q),
+            split(self.c(&format!("cross_k.{l}"))),
+            split(self.c(&format!("cross_v.{l}"))),
+            Mask::None,
+        );
+        let x = ctx.add(x, self.linear(ctx, att, &format!("{p}.attention.linear_2")));
+        self.ffn(ctx, x, &p)
+    }
+
+    /// Feeds `tokens` after `n_past` cached positions; returns the logits of the last
+    /// `n_logits` positions (n_vocab values each).
+    pub fn decode(
+        &self,
+        sched: &mut Scheduler,
+        tokens: &[u32],
+        n_past: usize,
+        n_logits: usize,
+    ) -> Result<Vec<f32>> {
+        let hp = self.hp;
+        let ctx = Context::new(GRAPH_NODES, GRAPH_NODES)?;
+        let n = tokens.len() as i64;
+        let ids = ctx.new_i32_tensor(&[n], "tokens");
+        ids.mark_input();
+        let mut graph = ctx.new_graph(GRAPH_NODES);
+        let d = hp.n_text_state;
+        let emb = self.w("decoder.embeddings.weight");
+        let pos = ctx.view_2d_rows(
+            self.w("decoder.position_encodings.encodings"),
+            d as i64,
+            n,
+            n_past * d,
+        );
+        let mut x = ctx.add(ctx.get_rows(emb, ids), pos);
+        for l in 0..hp.n_text_layer {
+            x = self.decoder_layer(&ctx, &mut graph, x, l, n_past);
+        }
+        let x = self.layer_norm(&ctx, x, "decoder.layer_norm");
+        let k = n_logits.clamp(1, tokens.len());
+        let last = ctx.view_2d_rows(x, d as i64, k as i64, (tokens.len() - k) * d);
+        let logits = ctx.mul_mat(emb, last);
+        logits.mark_output();
+        graph.expand(logits);
+        let ids_i32: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        sched.compute_with(&mut graph, &[], &[(ids, &ids_i32)])?;
+        Ok(logits.read_f32()?)
+    }
+}

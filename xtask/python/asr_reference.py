@@ -1,0 +1,78 @@
+"""Reference Whisper results for the Rust tests: faster-whisper (CTranslate2 on the CPU)
+on the same CTranslate2 model the converter reads, greedy (beam_size=1, temperature 0),
+without timestamps, each 30 s window decoded on its own (no previous-text prompt).
+
+Writes, for every clip, the transcript, the token ids of every window, and the log-mel
+features faster-whisper's own front end computed (raw little-endian f32, n_mels rows of
+n_frames, in `<out dir>/mel/<clip>.f32`), plus the token suppression list it used.
+
+Usage: asr_reference.py --model DIR --out JSON CLIP.wav [CLIP.wav ...]
+"""
+import argparse
+import json
+import os
+import wave
+
+import numpy as np
+from faster_whisper import WhisperModel
+from faster_whisper.transcribe import get_suppressed_tokens
+
+RATE = 16000
+
+
+def read_wav16k(path):
+    with wave.open(path) as w:
+        assert w.getframerate() == RATE and w.getnchannels() == 1 and w.getsampwidth() == 2, path
+        return np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32) / 32768.0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("clips", nargs="+")
+    a = ap.parse_args()
+
+    model = WhisperModel(a.model, device="cpu", compute_type="float32", cpu_threads=2)
+    mel_dir = os.path.join(os.path.dirname(os.path.abspath(a.out)), "mel")
+    os.makedirs(mel_dir, exist_ok=True)
+    result = {"clips": {}}
+    for clip in a.clips:
+        audio = read_wav16k(clip)
+        segments, _ = model.transcribe(
+            audio,
+            language="en",
+            beam_size=1,
+            best_of=1,
+            temperature=0.0,
+            without_timestamps=True,
+            condition_on_previous_text=False,
+            vad_filter=False,
+        )
+        segments = list(segments)
+        features = model.feature_extractor(audio)[:, :-1].astype(np.float32)
+        name = os.path.splitext(os.path.basename(clip))[0]
+        mel_path = os.path.join(mel_dir, name + ".f32")
+        np.ascontiguousarray(features).tofile(mel_path)
+        result["clips"][clip] = {
+            "text": "".join(s.text for s in segments).strip(),
+            "segments": [
+                {"start": s.start, "end": s.end, "text": s.text, "tokens": list(s.tokens)}
+                for s in segments
+            ],
+            "mel": mel_path,
+            "mel_shape": list(features.shape),
+        }
+    tok = model.hf_tokenizer
+    from faster_whisper.tokenizer import Tokenizer
+
+    t = Tokenizer(tok, model.model.is_multilingual, task="transcribe", language="en")
+    result["suppress_tokens"] = list(get_suppressed_tokens(t, [-1]))
+    result["sot_sequence"] = list(t.sot_sequence)
+    result["no_timestamps"] = t.no_timestamps
+    with open(a.out, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -37,11 +37,16 @@ pub fn load(path: &Path, target_rate: u32) -> Result<Audio> {
         path: path.to_path_buf(),
         source,
     })?;
-    let audio = decode(&bytes).map_err(|reason| audio_err(path, reason))?;
+    from_bytes(&bytes, target_rate).map_err(|reason| audio_err(path, reason))
+}
+
+/// Decodes an in-memory audio file (an upload) to mono at `target_rate`.
+pub fn from_bytes(bytes: &[u8], target_rate: u32) -> std::result::Result<Audio, String> {
+    let audio = decode(bytes)?;
     if audio.samples.is_empty() {
-        return Err(audio_err(path, "the file holds no samples"));
+        return Err("the file holds no samples".into());
     }
-    let mut audio = resample(audio, target_rate).map_err(|reason| audio_err(path, reason))?;
+    let mut audio = resample(audio, target_rate)?;
     flush_denormals(&mut audio.samples);
     Ok(audio)
 }
@@ -158,18 +163,11 @@ pub fn downmix(interleaved: &[f32], channels: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Resamples mono audio to `target_rate` (no-op when the rate already matches).
-pub fn resample(audio: Audio, target_rate: u32) -> std::result::Result<Audio, String> {
-    use rubato::{
-        Resampler, SincFixedIn, SincInterpolationParameters, SincInterpolationType, WindowFunction,
-    };
-    if audio.sample_rate == target_rate {
-        return Ok(audio);
-    }
-    if audio.sample_rate == 0 {
-        return Err("sample rate is 0".into());
-    }
-    let ratio = target_rate as f64 / audio.sample_rate as f64;
+fn sinc_resampler(
+    ratio: f64,
+    chunk: usize,
+) -> std::result::Result<rubato::SincFixedIn<f32>, String> {
+    use rubato::{SincInterpolationParameters, SincInterpolationType, WindowFunction};
     let params = SincInterpolationParameters {
         sinc_len: 256,
         f_cutoff: 0.95,
@@ -177,19 +175,54 @@ pub fn resample(audio: Audio, target_rate: u32) -> std::result::Result<Audio, St
         oversampling_factor: 256,
         window: WindowFunction::BlackmanHarris2,
     };
-    let n_in = audio.samples.len();
-    let mut resampler =
-        SincFixedIn::<f32>::new(ratio, 1.0, params, n_in, 1).map_err(|e| e.to_string())?;
-    let delay = resampler.output_delay();
-    let mut out = resampler
-        .process(&[audio.samples], None)
+    rubato::SincFixedIn::<f32>::new(ratio, 1.0, params, chunk, 1).map_err(|e| e.to_string())
+}
+
+/// Runs the resampler over the whole input plus a flush of zeros.
+fn run_resampler(input: Vec<f32>, ratio: f64) -> std::result::Result<Vec<f32>, String> {
+    use rubato::Resampler;
+    let mut r = sinc_resampler(ratio, input.len())?;
+    let mut out = r
+        .process(&[input], None)
         .map_err(|e| e.to_string())?
         .remove(0);
-    let tail = resampler
+    let tail = r
         .process_partial(None::<&[Vec<f32>]>, None)
         .map_err(|e| e.to_string())?
         .remove(0);
     out.extend(tail);
+    Ok(out)
+}
+
+/// The resampler's delay in output samples, measured with an impulse (its reported
+/// `output_delay` is off by several samples for downsampling).
+fn measured_delay(ratio: f64) -> std::result::Result<usize, String> {
+    let at = 2048usize;
+    let mut impulse = vec![0f32; 4096];
+    impulse[at] = 1.0;
+    let out = run_resampler(impulse, ratio)?;
+    let peak = out
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
+        .map(|(i, _)| i)
+        .unwrap_or(0);
+    Ok(peak.saturating_sub((at as f64 * ratio).round() as usize))
+}
+
+/// Resamples mono audio to `target_rate` (no-op when the rate already matches), with
+/// the resampler's delay removed so output sample `i` is input time `i / target_rate`.
+pub fn resample(audio: Audio, target_rate: u32) -> std::result::Result<Audio, String> {
+    if audio.sample_rate == target_rate {
+        return Ok(audio);
+    }
+    if audio.sample_rate == 0 {
+        return Err("sample rate is 0".into());
+    }
+    let ratio = target_rate as f64 / audio.sample_rate as f64;
+    let n_in = audio.samples.len();
+    let delay = measured_delay(ratio)?;
+    let out = run_resampler(audio.samples, ratio)?;
     let expected = (n_in as f64 * ratio).round() as usize;
     let samples: Vec<f32> = out.into_iter().skip(delay).take(expected).collect();
     Ok(Audio {
@@ -274,6 +307,12 @@ mod tests {
             .filter(|w| w[0] < 0.0 && w[1] >= 0.0)
             .count();
         assert!((438..=441).contains(&crossings), "{crossings}");
+        // No shift beyond a sample: the output starts where the input does (sin 0 = 0, rising).
+        assert!(
+            y.samples[0].abs() < 0.15 && y.samples[2] > y.samples[0],
+            "{:?}",
+            &y.samples[..4]
+        );
         let peak = y.samples[1000..15000]
             .iter()
             .fold(0f32, |m, v| m.max(v.abs()));

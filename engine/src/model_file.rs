@@ -109,12 +109,12 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<ModelFile> {
             })
         }
         b"lmgg" => crate::families::silero_vad::parse_legacy(bytes)
-            .map(|(format, metadata, tensors)| ModelFile {
+            .map(|m| ModelFile {
                 path: path.to_path_buf(),
-                format,
+                format: m.format,
                 family: Some("silero_vad".into()),
-                metadata,
-                tensors,
+                metadata: m.metadata,
+                tensors: m.tensors,
             })
             .map_err(bad),
         _ => Err(bad(

@@ -21,11 +21,19 @@ const CHUNK_WINDOWS: usize = 256;
 /// Upper bound of graph nodes per LSTM step (views, gates, head).
 const NODES_PER_STEP: usize = 24;
 
+/// What a legacy container holds once parsed.
+pub struct LegacyModel {
+    /// Format with model type and version.
+    pub format: ModelFormat,
+    /// Header fields as metadata.
+    pub metadata: Vec<(String, GgufValue)>,
+    /// Tensor records.
+    pub tensors: Vec<HostTensor>,
+}
+
 /// Parses whisper.cpp's legacy Silero container (magic, model-type string, version,
 /// hyper-parameters, then tensor records until EOF).
-pub fn parse_legacy(
-    bytes: &[u8],
-) -> std::result::Result<(ModelFormat, Vec<(String, GgufValue)>, Vec<HostTensor>), String> {
+pub fn parse_legacy(bytes: &[u8]) -> std::result::Result<LegacyModel, String> {
     let mut r = ByteReader::new(bytes, 4);
     let type_len = r.i32()?;
     if !(1..=64).contains(&type_len) {
@@ -114,14 +122,14 @@ pub fn parse_legacy(
     if tensors.is_empty() {
         return Err("the file has a header but no tensors (truncated?)".into());
     }
-    Ok((
-        ModelFormat::GgmlLegacy {
+    Ok(LegacyModel {
+        format: ModelFormat::GgmlLegacy {
             model_type,
             version,
         },
-        meta,
+        metadata: meta,
         tensors,
-    ))
+    })
 }
 
 fn squeeze(ne: &[i64]) -> Vec<i64> {
@@ -444,11 +452,11 @@ mod tests {
         let mut b = b"lmgg".to_vec();
         b.extend(6i32.to_le_bytes());
         b.extend(b"whisp!");
-        assert!(parse_legacy(&b).unwrap_err().contains("not supported"));
+        assert!(parse_legacy(&b).err().unwrap().contains("not supported"));
         let mut b = b"lmgg".to_vec();
         b.extend(10i32.to_le_bytes());
         b.extend(b"silero-16k");
         b.extend(6i32.to_le_bytes());
-        assert!(parse_legacy(&b).unwrap_err().contains("truncated"));
+        assert!(parse_legacy(&b).err().unwrap().contains("truncated"));
     }
 }

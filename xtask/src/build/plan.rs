@@ -1,0 +1,936 @@
+//! [`plan`]: a pure function from a [`BuildRequest`] and [`HostFacts`] to a [`BuildPlan`]
+//! (DESIGN.md section 4, rule 1). Every environment variable carries the reason it is
+//! there; `--dry-run` prints them and the tests snapshot them.
+//!
+//! How the environment reaches ggml: llama-cpp-sys-2 forwards every `GGML_*` and
+//! `CMAKE_*` variable to CMake as a cache entry (its own options win), the cmake crate
+//! reads `CMAKE_GENERATOR` and `CMAKE_PREFIX_PATH`, and cargo reads
+//! `CARGO_ENCODED_RUSTFLAGS`. `GPU_TARGETS` is not forwarded: on Windows, where ggml-hip
+//! compiles its `.cu` files as C++ through `hip::device` (whose `--offload-arch` list comes
+//! from `GPU_TARGETS`), the plan writes a small CMake file that sets it and names it in
+//! `CMAKE_PROJECT_INCLUDE_BEFORE`.
+
+use std::fmt::Write as _;
+
+use anyhow::{bail, Context, Result};
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::facts::HostFacts;
+use super::request::{Bins, BuildRequest, GpuTargets, Link};
+use crate::toolset::msvc;
+use crate::toolset::rocm::{self, RocmSdk, SdkOrigin};
+use crate::tracks::{Backend, Os};
+
+/// CUDA architectures when neither a track nor `--gpu-targets` names them: PTX for
+/// Turing and Ampere (JIT-compiled by any newer driver, Blackwell included), SASS for the
+/// common consumer parts (Ampere 8.6, Ada 8.9) and PTX for Hopper.
+pub const DEFAULT_CUDA_ARCHITECTURES: &[&str] = &[
+    "75-virtual",
+    "80-virtual",
+    "86-real",
+    "89-real",
+    "90-virtual",
+];
+
+/// ggml's x86 instruction-set options, all turned off in a portable static build.
+pub const X86_ISA_OPTIONS: &[&str] = &[
+    "GGML_SSE42",
+    "GGML_AVX",
+    "GGML_AVX2",
+    "GGML_BMI2",
+    "GGML_FMA",
+    "GGML_F16C",
+    "GGML_AVX_VNNI",
+    "GGML_AVX512",
+    "GGML_AVX512_VBMI",
+    "GGML_AVX512_VNNI",
+    "GGML_AVX512_BF16",
+    "GGML_AMX_TILE",
+    "GGML_AMX_INT8",
+    "GGML_AMX_BF16",
+];
+
+/// The flags the plan puts in `CMAKE_C_FLAGS` for GNU-style ROCm clang on Windows.
+pub const HIP_WINDOWS_C_FLAGS: &str = "-Wno-ignored-attributes";
+/// The flags the plan puts in `CMAKE_CXX_FLAGS` for GNU-style ROCm clang on Windows.
+pub const HIP_WINDOWS_CXX_FLAGS: &str = "-Wno-ignored-attributes -Wno-nested-anon-types";
+/// The flags the plan puts in `CMAKE_ASM_FLAGS` for GNU-style ROCm clang on Windows.
+pub const HIP_WINDOWS_ASM_FLAGS: &str = "-Wno-unused-command-line-argument";
+
+/// Why the three flag variables above are set at all.
+pub const WHY_FLAGS: &str = "defined so the cmake crate does not write CMAKE_<LANG>_FLAGS itself: \
+     for an MSVC target it fills them with cc's cl.exe flags (-nologo -MD -Brepro) and \
+     llama-cpp-sys-2's `/O2 /DNDEBUG /Ob2` (added on MSVC release profiles), which \
+     GNU-style ROCm clang takes for input files; optimisation still comes from \
+     CMAKE_<LANG>_FLAGS_RELEASE (-O3 -DNDEBUG)";
+
+/// One environment variable of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvVar {
+    /// Name.
+    pub name: String,
+    /// Value.
+    pub value: String,
+    /// Why it is set.
+    pub why: String,
+}
+
+/// A file the plan writes before the commands run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedFile {
+    /// Absolute path (on the build machine).
+    pub path: String,
+    /// Contents.
+    pub contents: String,
+    /// Why.
+    pub why: String,
+}
+
+/// A command the plan runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedCommand {
+    /// Program (`cargo`).
+    pub program: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Working folder.
+    pub cwd: String,
+    /// Why.
+    pub why: String,
+}
+
+impl PlannedCommand {
+    /// The command line as a shell would show it (arguments with spaces quoted).
+    pub fn display(&self) -> String {
+        std::iter::once(self.program.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .map(|a| {
+                if a.contains(' ') {
+                    format!("\"{a}\"")
+                } else {
+                    a.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// The MSVC toolset a plan builds with (recorded in the package manifest).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolsetRecord {
+    /// The toolset asked for (`14.44`).
+    pub requested: String,
+    /// `VCToolsVersion` as captured (`14.44.35207`).
+    pub vc_tools_version: String,
+    /// Visual Studio instance name and version.
+    pub instance: String,
+    /// Its install folder.
+    pub installation_path: String,
+    /// The vcvarsall.bat that was run.
+    pub vcvarsall: String,
+}
+
+/// The GPU SDK a plan builds against (recorded in the package manifest).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SdkRecord {
+    /// `rocm` or `cuda`.
+    pub kind: String,
+    /// Version read from the SDK.
+    pub version: String,
+    /// Root folder.
+    pub root: String,
+    /// Where the version was read (ROCm) or `version.json` (CUDA).
+    pub version_source: String,
+}
+
+/// Everything one build does, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildPlan {
+    /// `hip-rocm6`, `cpu`, ...: the track name, or the backend.
+    pub label: String,
+    /// The backend.
+    pub backend: Backend,
+    /// The track, when one was given.
+    pub track: Option<String>,
+    /// The OS the build runs on (and the binaries are for).
+    pub os: Os,
+    /// `--target` passed to cargo, if any.
+    pub target: Option<String>,
+    /// The cargo target folder of this configuration.
+    pub target_dir: String,
+    /// Packages built.
+    pub packages: Vec<String>,
+    /// Cargo features, `package/feature`.
+    pub features: Vec<String>,
+    /// Static or dynamic ggml backends.
+    pub link: Link,
+    /// Whether ggml is built for the build machine's own CPU.
+    pub native_cpu: bool,
+    /// GPU targets (HIP `gfx*`, CUDA architectures).
+    pub gpu_targets: Vec<String>,
+    /// The MSVC toolset (Windows MSVC targets).
+    pub toolset: Option<ToolsetRecord>,
+    /// The GPU SDK.
+    pub sdk: Option<SdkRecord>,
+    /// Environment for every command, in order.
+    pub env: Vec<EnvVar>,
+    /// Files written first.
+    pub files: Vec<PlannedFile>,
+    /// Commands, in order.
+    pub commands: Vec<PlannedCommand>,
+    /// Executables the build must produce.
+    pub executables: Vec<String>,
+    /// Where ggml's shared libraries and backend plugins land (dynamic builds): folders
+    /// and file-name globs, searched after the build.
+    pub library_globs: Vec<String>,
+    /// Remarks worth reading (decisions taken, risks handled).
+    pub notes: Vec<String>,
+}
+
+impl BuildPlan {
+    /// The value of an environment variable of the plan.
+    pub fn env_value(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|e| e.name.eq_ignore_ascii_case(name))
+            .map(|e| e.value.as_str())
+    }
+}
+
+fn join(root: &str, rel: &str, os: Os) -> String {
+    rocm::join(root, rel, os)
+}
+
+struct Env(Vec<EnvVar>);
+
+impl Env {
+    fn set(&mut self, name: &str, value: impl Into<String>, why: &str) {
+        self.0.push(EnvVar {
+            name: name.to_string(),
+            value: value.into(),
+            why: why.to_string(),
+        });
+    }
+}
+
+/// The target triple a track's binaries are built for.
+pub fn default_triple(os: Os, arch: crate::tracks::Arch) -> String {
+    let cpu = match arch {
+        crate::tracks::Arch::X64 => "x86_64",
+        crate::tracks::Arch::Arm64 => "aarch64",
+    };
+    match os {
+        Os::Windows => format!("{cpu}-pc-windows-msvc"),
+        Os::Linux => format!("{cpu}-unknown-linux-gnu"),
+    }
+}
+
+/// Plans a build. Pure: reads only its arguments.
+pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
+    if let Some(t) = &req.track {
+        if t.track.backend != req.backend {
+            bail!(
+                "track {} builds the {} backend, not {}; use --backend {}",
+                t.name,
+                backend_name(t.track.backend),
+                backend_name(req.backend),
+                backend_name(t.track.backend)
+            );
+        }
+    }
+    if req.backend == Backend::Vulkan {
+        bail!("`cargo xtask build` builds cpu, cuda and hip; vulkan has no build recipe yet");
+    }
+    let triple = match (&req.target, &req.track) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(t)) => Some(default_triple(t.track.os, t.track.arch)),
+        (None, None) => None,
+    };
+    let effective_triple = triple.clone().unwrap_or_else(|| host.host_triple.clone());
+    let target_os = if effective_triple.contains("windows") {
+        Os::Windows
+    } else {
+        Os::Linux
+    };
+    let msvc_target = effective_triple.ends_with("-windows-msvc");
+    if msvc_target && host.os != Os::Windows {
+        bail!(
+            "{effective_triple} builds on Windows with MSVC and these facts are from a {} machine; \
+             run this on the Windows build box, or print its plan here from facts recorded there \
+             (`cargo xtask doctor --save-facts facts.json` on Windows, then `--facts facts.json --dry-run`)",
+            os_name(host.os)
+        );
+    }
+    let os = host.os;
+    let mut env = Env(Vec::new());
+    let mut notes: Vec<String> = Vec::new();
+
+    // Static builds for the host with no track get ggml for this very CPU unless told
+    // otherwise; anything meant to be shipped stays portable.
+    let dynamic = req.link == Link::Dynamic;
+    let native_cpu = !req.no_native_cpu && !dynamic && req.track.is_none() && req.target.is_none();
+
+    // MSVC toolset (rule 3).
+    let mut toolset = None;
+    if msvc_target {
+        let requested = req.effective_msvc_toolset();
+        if req.backend == Backend::Hip {
+            msvc::refuse_for_hip(&requested)?;
+        }
+        if let Some(crt) = req.track.as_ref().and_then(|t| t.track.crt.as_ref()) {
+            if let (Some(want), Some(have)) = (
+                msvc::major_minor(&requested),
+                msvc::major_minor(&crt.toolset),
+            ) {
+                if want > have {
+                    bail!(
+                        "track {} bundles the CRT of MSVC {}, older than the requested toolset {requested}: \
+                         binaries linked by a newer toolset need its newer CRT; build with --msvc-toolset {}",
+                        req.track.as_ref().map(|t| t.name.as_str()).unwrap_or(""),
+                        crt.toolset,
+                        crt.toolset
+                    );
+                }
+            }
+        }
+        let facts = host
+            .msvc
+            .as_ref()
+            .context("no Visual Studio facts: vswhere was not run on this machine")?;
+        let sel = msvc::select(&facts.instances, &requested)
+            .with_context(|| format!("selecting the MSVC toolset (vswhere: {})", facts.vswhere))?;
+        let cap = facts.capture.as_ref().with_context(|| {
+            format!(
+                "{sel} was selected but vcvarsall was never captured for it; run discovery again"
+            )
+        })?;
+        if !cap.vcvarsall.eq_ignore_ascii_case(&sel.vcvarsall()) || cap.requested != requested {
+            bail!(
+                "the recorded vcvarsall capture ({} -vcvars_ver={}) is not the selected one ({} -vcvars_ver={requested}); \
+                 record the facts again",
+                cap.vcvarsall,
+                cap.requested,
+                sel.vcvarsall()
+            );
+        }
+        let what = format!("\"{}\" x64 -vcvars_ver={requested}", cap.vcvarsall);
+        let parsed = msvc::parse_vcvars(&cap.output).with_context(|| format!("running {what}"))?;
+        let version =
+            msvc::check_toolset(&parsed, &requested).with_context(|| format!("running {what}"))?;
+        if req.backend == Backend::Hip {
+            msvc::refuse_for_hip(&version)?;
+        }
+        let why = format!("MSVC {version} environment captured from {what} (passed to every child: cargo, cmake, clang, link)");
+        for (k, v) in parsed.toolset_env() {
+            env.set(&k, v, &why);
+        }
+        toolset = Some(ToolsetRecord {
+            requested: requested.clone(),
+            vc_tools_version: version,
+            instance: format!(
+                "{} {}",
+                sel.instance.display_name, sel.instance.installation_version
+            ),
+            installation_path: sel.instance.installation_path.clone(),
+            vcvarsall: cap.vcvarsall.clone(),
+        });
+    }
+
+    let label = match &req.track {
+        Some(t) => t.name.clone(),
+        None => backend_name(req.backend).to_string(),
+    };
+    let mut gpu_targets: Vec<String> = Vec::new();
+    let mut sdk_record = None;
+    let mut files_pending: Option<String> = None;
+
+    env.set(
+        "CMAKE_GENERATOR",
+        "Ninja",
+        "Ninja on every OS: for an MSVC target the cmake crate would otherwise pick the Visual Studio generator, which cannot drive ROCm clang and sets per-config flags behind our back",
+    );
+
+    match req.backend {
+        Backend::Hip => {
+            let sdk = select_rocm(req, host)?;
+            let v = &sdk.version;
+            gpu_targets = hip_targets(req, host)?;
+            let root = sdk.root_trimmed().to_string();
+            let sdk_why = format!(
+                "ROCm {v} ({}, version read from {}): ggml-hip finds hip/hipblas/rocblas through ROCM_PATH, and the binding links from ROCM_PATH/HIP_PATH",
+                origin_name(sdk.origin),
+                sdk.version_source
+            );
+            if root == "/usr" {
+                notes.push("ROCm is the distribution's (/usr): ROCM_PATH stays unset, since clang then cannot find its device libraries".into());
+            } else {
+                env.set("HIP_PATH", &root, &sdk_why);
+                env.set("ROCM_PATH", &root, &sdk_why);
+            }
+            let clangxx = sdk
+                .clangxx
+                .as_ref()
+                .map(|r| sdk.tool_path(r, os))
+                .with_context(|| format!("ROCm SDK at {root} has no clang++ (looked in llvm/bin, lib/llvm/bin, lib/llvm-*/bin, bin)"))?;
+            if os == Os::Windows {
+                let clang = sdk
+                    .clang
+                    .as_ref()
+                    .map(|r| sdk.tool_path(r, os))
+                    .with_context(|| format!("ROCm SDK at {root} has no clang.exe"))?;
+                env.set("CMAKE_PREFIX_PATH", &root, "find_package(hip/hipblas/rocblas) looks here (ggml-hip reads ROCM_PATH only when that folder exists)");
+                let why_cc = "ROCm clang compiles all of ggml (C, C++, and the HIP .cu files, which ggml-hip builds as C++ on Windows since CMake has no HIP language there)";
+                env.set("CMAKE_C_COMPILER", &clang, why_cc);
+                env.set("CMAKE_CXX_COMPILER", &clangxx, why_cc);
+                env.set(
+                    "CMAKE_ASM_COMPILER",
+                    &clang,
+                    "ggml declares ASM; without this the cmake crate names cl.exe as the assembler",
+                );
+                env.set("CMAKE_C_FLAGS", HIP_WINDOWS_C_FLAGS, WHY_FLAGS);
+                env.set("CMAKE_CXX_FLAGS", HIP_WINDOWS_CXX_FLAGS, WHY_FLAGS);
+                env.set("CMAKE_ASM_FLAGS", HIP_WINDOWS_ASM_FLAGS, WHY_FLAGS);
+                env.set(
+                    "CMAKE_POLICY_DEFAULT_CMP0091",
+                    "NEW",
+                    "let CMAKE_MSVC_RUNTIME_LIBRARY pick the CRT",
+                );
+                env.set(
+                    "CMAKE_MSVC_RUNTIME_LIBRARY",
+                    "MultiThreadedDLL",
+                    "release CRT as a DLL (/MD), as Rust links it; never the debug CRT",
+                );
+                notes.push("MSVC-style flags: llama-cpp-sys-2 adds `/O2 /DNDEBUG /Ob2` through the cmake crate on MSVC release profiles; they only reach CMake through the CMAKE_<LANG>_FLAGS the cmake crate writes when those are undefined, so defining them (above) keeps them away from GNU-style ROCm clang++".into());
+            } else {
+                env.set(
+                    "CMAKE_HIP_COMPILER",
+                    &clangxx,
+                    "ROCm clang++ compiles the HIP .cu files (CMake's HIP language); C and C++ stay with the host compiler",
+                );
+            }
+            if let Some(dir) = &sdk.libclang_dir {
+                env.set("LIBCLANG_PATH", sdk.tool_path(dir, os), "bindgen (in llama-cpp-sys-2's build script) loads libclang from the SDK's LLVM");
+            }
+            env.set(
+                "CMAKE_HIP_ARCHITECTURES",
+                gpu_targets.join(";"),
+                "GPU targets of the HIP kernels (ggml-hip copies it; GPU_TARGETS itself is not forwarded by the binding)",
+            );
+            if os == Os::Windows {
+                files_pending = Some(format!(
+                    "# Written by `cargo xtask build`: the GPU targets of hip::device (--offload-arch).\nset(GPU_TARGETS \"{t}\" CACHE STRING \"GPU targets\" FORCE)\nset(AMDGPU_TARGETS \"{t}\" CACHE STRING \"GPU targets\" FORCE)\n",
+                    t = gpu_targets.join(";")
+                ));
+            }
+            env.set("GGML_HIP_NO_VMM", "ON", "no HIP virtual memory management: it fails on Windows drivers and on many consumer GPUs");
+            env.set(
+                "GGML_HIP_GRAPHS",
+                "OFF",
+                "HIP graphs off (distribution default; immature on consumer drivers)",
+            );
+            env.set(
+                "GGML_CUDA_GRAPHS",
+                "OFF",
+                "the shared CUDA/HIP code keeps graphs off",
+            );
+            sdk_record = Some(SdkRecord {
+                kind: "rocm".into(),
+                version: v.to_string(),
+                root,
+                version_source: sdk.version_source.clone(),
+            });
+            notes.push("GGML_HIP=ON comes from the cargo feature `hip` (the binding's `rocm`), not from the environment".into());
+        }
+        Backend::Cuda => {
+            let cuda = host
+                .cuda
+                .as_ref()
+                .context("no CUDA toolkit found (CUDA_PATH, /usr/local/cuda*, C:\\Program Files\\NVIDIA GPU Computing Toolkit\\CUDA\\v*); install one or set CUDA_PATH")?;
+            gpu_targets = cuda_targets(req)?;
+            env.set(
+                "CUDA_PATH",
+                &cuda.root,
+                "the CUDA toolkit CMake's FindCUDAToolkit uses",
+            );
+            if let Some(nvcc) = &cuda.nvcc {
+                env.set(
+                    "CMAKE_CUDA_COMPILER",
+                    join(&cuda.root, nvcc, os),
+                    "nvcc of that toolkit, not whichever is first on PATH",
+                );
+            }
+            env.set(
+                "CMAKE_CUDA_ARCHITECTURES",
+                gpu_targets.join(";"),
+                "CUDA architectures of the kernels",
+            );
+            env.set(
+                "GGML_CUDA_GRAPHS",
+                "OFF",
+                "CUDA graphs off (distribution default)",
+            );
+            notes.push("CUDA keeps ggml's default VMM (NVIDIA drivers support it; there is no HIP-style failure to avoid)".into());
+            notes.push("GGML_CUDA=ON comes from the cargo feature `cuda`".into());
+            sdk_record = Some(SdkRecord {
+                kind: "cuda".into(),
+                version: cuda.version.clone(),
+                root: cuda.root.clone(),
+                version_source: "version.json".into(),
+            });
+        }
+        Backend::Cpu => {
+            if !matches!(req.gpu_targets, GpuTargets::Default) {
+                bail!("--gpu-targets applies to the hip and cuda backends, not cpu");
+            }
+        }
+        Backend::Vulkan => unreachable!("refused above"),
+    }
+
+    env.set(
+        "GGML_OPENMP",
+        "OFF",
+        "no OpenMP runtime to ship (libomp140/vcomp140/libgomp are forbidden in packages)",
+    );
+    if native_cpu {
+        env.set(
+            "GGML_NATIVE",
+            "ON",
+            "developer build for this machine's CPU",
+        );
+        env.set("CARGO_ENCODED_RUSTFLAGS", "-Ctarget-cpu=native", "Rust code for this CPU too; the binding turns GGML_NATIVE on only with target-cpu=native");
+    } else {
+        env.set(
+            "GGML_NATIVE",
+            "OFF",
+            "portable CPU code: nothing from the build machine's CPU",
+        );
+        env.set(
+            "CARGO_ENCODED_RUSTFLAGS",
+            "",
+            "no target-cpu: x86-64 baseline for Rust and ggml (the binding maps target features to GGML_AVX*); also overrides any rustflags in cargo config",
+        );
+        if dynamic {
+            notes.push("dynamic backends: ggml builds every CPU variant (GGML_CPU_ALL_VARIANTS) and picks the best at start".into());
+        } else if effective_triple.starts_with("x86_64") {
+            // With GGML_NATIVE=OFF on a non-cross build, ggml turns SSE4.2, AVX, AVX2, BMI2,
+            // FMA and F16C *on* by default (INS_ENB): that is Haswell, not portable. The
+            // binding only ever turns these on (from target features), so OFF here holds.
+            let why = "ggml's defaults with GGML_NATIVE=OFF are Haswell-level (AVX2/FMA/F16C); a portable static build turns them off: x86-64 baseline (SSE2)";
+            for opt in X86_ISA_OPTIONS {
+                env.set(opt, "OFF", why);
+            }
+        }
+    }
+    if let Some(j) = req.jobs {
+        env.set(
+            "CMAKE_BUILD_PARALLEL_LEVEL",
+            j.to_string(),
+            "--jobs for ggml's CMake build too",
+        );
+    }
+
+    // Features and packages.
+    let packages: Vec<String> = match req.bins {
+        Bins::Cli => vec!["audiocpp-cli".into()],
+        Bins::Server => vec!["audiocpp-server".into()],
+        Bins::All => vec!["audiocpp-cli".into(), "audiocpp-server".into()],
+    };
+    let mut feats: Vec<&str> = Vec::new();
+    match req.backend {
+        Backend::Hip => feats.push("hip"),
+        Backend::Cuda => feats.push("cuda"),
+        _ => {}
+    }
+    if dynamic {
+        feats.push("dynamic-backends");
+    }
+    if req.deployment {
+        feats.push("deployment");
+    }
+    let features: Vec<String> = packages
+        .iter()
+        .flat_map(|p| feats.iter().map(move |f| format!("{p}/{f}")))
+        .collect();
+
+    // A target folder per configuration: the binding never reconfigures an existing CMake
+    // cache, so two configurations must never share one.
+    let fingerprint = fingerprint(
+        &label,
+        &effective_triple,
+        &env.0,
+        dynamic,
+        &toolset,
+        &sdk_record,
+    );
+    let target_dir = join(
+        &host.target_root,
+        &format!("build/{label}-{fingerprint}"),
+        os,
+    );
+
+    let mut files = Vec::new();
+    if let Some(contents) = files_pending {
+        let path = join(&target_dir, "audiocpp-gpu-targets.cmake", os);
+        env.set(
+            "CMAKE_PROJECT_INCLUDE_BEFORE",
+            &path,
+            "sets GPU_TARGETS before ggml's project(): on Windows hip::device takes its --offload-arch list from it",
+        );
+        files.push(PlannedFile {
+            path,
+            contents,
+            why: "the GPU targets for hip::device (the binding forwards only CMAKE_* and GGML_* variables)".into(),
+        });
+    }
+
+    let mut args: Vec<String> = vec!["build".into(), "--release".into(), "--locked".into()];
+    for p in &packages {
+        args.push("-p".into());
+        args.push(p.clone());
+    }
+    if !features.is_empty() {
+        args.push("--features".into());
+        args.push(features.join(","));
+    }
+    args.push("--target-dir".into());
+    args.push(target_dir.clone());
+    if let Some(t) = &triple {
+        args.push("--target".into());
+        args.push(t.clone());
+    }
+    if let Some(j) = req.jobs {
+        args.push("--jobs".into());
+        args.push(j.to_string());
+    }
+    let commands = vec![PlannedCommand {
+        program: "cargo".into(),
+        args,
+        cwd: host.workspace.clone(),
+        why: "builds ggml (CMake, through llama-cpp-sys-2) and the executables".into(),
+    }];
+
+    let profile_dir = match &triple {
+        Some(t) => join(&target_dir, &format!("{t}/release"), os),
+        None => join(&target_dir, "release", os),
+    };
+    let exe = if target_os == Os::Windows { ".exe" } else { "" };
+    let executables: Vec<String> = packages
+        .iter()
+        .map(|p| join(&profile_dir, &format!("{}{exe}", p.replace('-', "_")), os))
+        .collect();
+    let library_globs = if dynamic {
+        let (lib, plugin) = match target_os {
+            Os::Windows => ("ggml*.dll", "*.dll"),
+            Os::Linux => ("libggml*.so*", "*.so*"),
+        };
+        vec![
+            join(&profile_dir, lib, os),
+            join(
+                &profile_dir,
+                &format!("build/llama-cpp-sys-2-*/out/backends/{plugin}"),
+                os,
+            ),
+        ]
+    } else {
+        Vec::new()
+    };
+
+    Ok(BuildPlan {
+        label,
+        backend: req.backend,
+        track: req.track.as_ref().map(|t| t.name.clone()),
+        os,
+        target: triple,
+        target_dir,
+        packages,
+        features,
+        link: req.link,
+        native_cpu,
+        gpu_targets,
+        toolset,
+        sdk: sdk_record,
+        env: env.0,
+        files,
+        commands,
+        executables,
+        library_globs,
+        notes,
+    })
+}
+
+fn fingerprint(
+    label: &str,
+    triple: &str,
+    env: &[EnvVar],
+    dynamic: bool,
+    toolset: &Option<ToolsetRecord>,
+    sdk: &Option<SdkRecord>,
+) -> String {
+    // Settings only, never paths: the same configuration maps to the same folder on every
+    // machine, and a dry run elsewhere names the folder the build box uses.
+    let mut h = Sha256::new();
+    let mut line = |s: &str| {
+        h.update(s.as_bytes());
+        h.update(b"\n");
+    };
+    line(label);
+    line(triple);
+    line(if dynamic { "dynamic" } else { "static" });
+    if let Some(t) = toolset {
+        line(&t.vc_tools_version);
+    }
+    if let Some(s) = sdk {
+        line(&format!("{}-{}", s.kind, s.version));
+    }
+    for e in env {
+        let path_like = e.name.ends_with("_COMPILER")
+            || e.name.ends_with("_PATH")
+            || e.name == "CMAKE_PROJECT_INCLUDE_BEFORE"
+            || e.name == "CMAKE_BUILD_PARALLEL_LEVEL";
+        if (e.name.starts_with("GGML_")
+            || e.name.starts_with("CMAKE_")
+            || e.name == "CARGO_ENCODED_RUSTFLAGS")
+            && !path_like
+        {
+            line(&format!("{}={}", e.name, e.value));
+        }
+    }
+    let digest = h.finalize();
+    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn select_rocm(req: &BuildRequest, host: &HostFacts) -> Result<RocmSdk> {
+    let want = req
+        .track
+        .as_ref()
+        .and_then(|t| t.track.sdk.as_ref())
+        .map(|s| s.version.clone());
+    let found = || {
+        if host.rocm.sdks.is_empty() {
+            "none".to_string()
+        } else {
+            host.rocm
+                .sdks
+                .iter()
+                .map(|s| {
+                    format!(
+                        "ROCm {} at {} ({})",
+                        s.version,
+                        s.root,
+                        origin_name(s.origin)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        }
+    };
+    let pool: Vec<&RocmSdk> = if req.rocm_path.is_some() {
+        let flagged: Vec<&RocmSdk> = host
+            .rocm
+            .sdks
+            .iter()
+            .filter(|s| s.origin == SdkOrigin::Flag)
+            .collect();
+        if flagged.is_empty() {
+            let why = host
+                .rocm
+                .rejected
+                .first()
+                .map(|(p, w)| format!("{p}: {w}"))
+                .unwrap_or_else(|| "it was not inspected".into());
+            bail!("--rocm-path is not a ROCm SDK ({why})");
+        }
+        flagged
+    } else {
+        host.rocm.sdks.iter().collect()
+    };
+    let pick = match &want {
+        Some(v) => pool.into_iter().find(|s| &s.version.major_minor() == v),
+        None => pool.into_iter().next(),
+    };
+    match (pick, want) {
+        (Some(s), _) => Ok(s.clone()),
+        (None, Some(v)) => bail!(
+            "track {} needs ROCm {v} and none was found (found: {}); install the AMD HIP SDK {v} \
+             (Windows) or ROCm {v} (Linux), or point --rocm-path at it",
+            req.track.as_ref().map(|t| t.name.as_str()).unwrap_or(""),
+            found()
+        ),
+        (None, None) => bail!(
+            "no ROCm SDK found (HIP_PATH, ROCM_PATH, C:\\Program Files\\AMD\\ROCm\\*, /opt/rocm*, /usr); \
+             install the AMD HIP SDK or ROCm, or pass --rocm-path"
+        ),
+    }
+}
+
+fn gpu_name_ok(t: &str) -> bool {
+    // gfx1100, gfx90a, gfx90a:xnack-, gfx942:sramecc+:xnack-
+    Regex::new(r"^gfx[0-9a-f]{3,4}(:(xnack|sramecc)[+-])*$")
+        .expect("static regex")
+        .is_match(t)
+}
+
+fn hip_targets(req: &BuildRequest, host: &HostFacts) -> Result<Vec<String>> {
+    let list = match &req.gpu_targets {
+        GpuTargets::Default => match &req.track {
+            Some(t) if !t.track.gpu_targets.is_empty() => t.track.gpu_targets.clone(),
+            _ => rocm::gpus_from_probe(host.gpus.as_ref()).context(
+                "no --gpu-targets and no --track, so the targets come from this machine's GPUs",
+            )?,
+        },
+        GpuTargets::Auto => rocm::gpus_from_probe(host.gpus.as_ref())?,
+        GpuTargets::List(v) => v.clone(),
+    };
+    for t in &list {
+        if !gpu_name_ok(t) {
+            bail!("--gpu-targets: '{t}' is not an AMD GPU target (gfx1100, gfx1151, gfx90a:xnack-, ...)");
+        }
+    }
+    Ok(list)
+}
+
+fn cuda_targets(req: &BuildRequest) -> Result<Vec<String>> {
+    let re = Regex::new(r"^[0-9]{2,3}[a-z]?(-real|-virtual)?$").expect("static regex");
+    let list = match &req.gpu_targets {
+        GpuTargets::Default => match &req.track {
+            Some(t) if !t.track.gpu_targets.is_empty() => t.track.gpu_targets.clone(),
+            _ => DEFAULT_CUDA_ARCHITECTURES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        },
+        GpuTargets::Auto => vec!["native".to_string()],
+        GpuTargets::List(v) => v.clone(),
+    };
+    for t in &list {
+        if t != "native" && !re.is_match(t) {
+            bail!(
+                "--gpu-targets: '{t}' is not a CUDA architecture (86, 89-real, 90-virtual, native)"
+            );
+        }
+    }
+    Ok(list)
+}
+
+/// The backend as typed on the command line.
+pub fn backend_name(b: Backend) -> &'static str {
+    match b {
+        Backend::Cpu => "cpu",
+        Backend::Hip => "hip",
+        Backend::Cuda => "cuda",
+        Backend::Vulkan => "vulkan",
+    }
+}
+
+fn os_name(os: Os) -> &'static str {
+    match os {
+        Os::Windows => "Windows",
+        Os::Linux => "Linux",
+    }
+}
+
+fn origin_name(o: SdkOrigin) -> &'static str {
+    match o {
+        SdkOrigin::Flag => "from --rocm-path",
+        SdkOrigin::HipPath => "from HIP_PATH",
+        SdkOrigin::RocmPath => "from ROCM_PATH",
+        SdkOrigin::Scan => "found by scanning",
+    }
+}
+
+/// The plan as `--dry-run` prints it: header, environment with reasons, files, commands,
+/// expected outputs and notes.
+pub fn render(plan: &BuildPlan) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "build plan: {} ({} backend, {} build on {})",
+        plan.label,
+        backend_name(plan.backend),
+        match plan.link {
+            Link::Dynamic => "dynamic-backends",
+            Link::Static => "static",
+        },
+        os_name(plan.os)
+    );
+    if let Some(t) = &plan.target {
+        let _ = writeln!(s, "  target:      {t}");
+    }
+    let _ = writeln!(s, "  target dir:  {}", plan.target_dir);
+    let _ = writeln!(s, "  packages:    {}", plan.packages.join(", "));
+    let _ = writeln!(
+        s,
+        "  features:    {}",
+        if plan.features.is_empty() {
+            "(none)".to_string()
+        } else {
+            plan.features.join(", ")
+        }
+    );
+    let _ = writeln!(
+        s,
+        "  cpu:         {}",
+        if plan.native_cpu {
+            "native (this machine's CPU)"
+        } else {
+            "portable (no native ISA)"
+        }
+    );
+    if !plan.gpu_targets.is_empty() {
+        let _ = writeln!(s, "  gpu targets: {}", plan.gpu_targets.join(", "));
+    }
+    if let Some(t) = &plan.toolset {
+        let _ = writeln!(
+            s,
+            "  toolset:     MSVC {} from {} ({})",
+            t.vc_tools_version, t.instance, t.installation_path
+        );
+    }
+    if let Some(sdk) = &plan.sdk {
+        let _ = writeln!(
+            s,
+            "  sdk:         {} {} at {} (version from {})",
+            sdk.kind, sdk.version, sdk.root, sdk.version_source
+        );
+    }
+    let _ = writeln!(s, "\nenvironment:");
+    let mut last_why = "";
+    for e in &plan.env {
+        if e.why != last_why {
+            let _ = writeln!(s, "  # {}", e.why);
+            last_why = &e.why;
+        }
+        let _ = writeln!(s, "  {}={}", e.name, e.value);
+    }
+    if !plan.files.is_empty() {
+        let _ = writeln!(s, "\nfiles:");
+        for f in &plan.files {
+            let _ = writeln!(s, "  # {}\n  write {}", f.why, f.path);
+            for l in f.contents.lines() {
+                let _ = writeln!(s, "    | {l}");
+            }
+        }
+    }
+    let _ = writeln!(s, "\ncommands:");
+    for c in &plan.commands {
+        let _ = writeln!(s, "  # {}\n  (in {}) {}", c.why, c.cwd, c.display());
+    }
+    let _ = writeln!(s, "\noutputs:");
+    for e in &plan.executables {
+        let _ = writeln!(s, "  {e}");
+    }
+    for g in &plan.library_globs {
+        let _ = writeln!(s, "  {g}");
+    }
+    if !plan.notes.is_empty() {
+        let _ = writeln!(s, "\nnotes:");
+        for n in &plan.notes {
+            let _ = writeln!(s, "  - {n}");
+        }
+    }
+    s
+}

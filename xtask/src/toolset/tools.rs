@@ -1,0 +1,124 @@
+//! Generic tools a build or a cross test needs (cmake, ninja, libclang, objdump, mingw,
+//! wine), found on PATH and asked for their version.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+/// A tool as found on this machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolFact {
+    /// Where it is (`None`: not found).
+    pub path: Option<String>,
+    /// First line of its version output, when it printed one.
+    pub version: Option<String>,
+}
+
+impl ToolFact {
+    /// A tool that was not found.
+    pub fn missing() -> ToolFact {
+        ToolFact {
+            path: None,
+            version: None,
+        }
+    }
+
+    /// Whether it was found.
+    pub fn found(&self) -> bool {
+        self.path.is_some()
+    }
+}
+
+/// Finds `name` on PATH (with the Windows executable suffixes on Windows).
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    let exts: Vec<String> = if cfg!(windows) {
+        vec![".exe".into(), ".cmd".into(), ".bat".into(), String::new()]
+    } else {
+        vec![String::new()]
+    };
+    std::env::split_paths(&path).find_map(|dir| {
+        exts.iter()
+            .map(|e| dir.join(format!("{name}{e}")))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Runs `tool args` and returns the first non-empty line of its output.
+pub fn first_line(tool: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new(tool).args(args).output().ok()?;
+    let text = if out.stdout.is_empty() {
+        out.stderr
+    } else {
+        out.stdout
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+}
+
+/// A tool on PATH with its version line (`--version` unless `args` says otherwise).
+pub fn probe(name: &str, args: &[&str]) -> ToolFact {
+    match which(name) {
+        Some(p) => ToolFact {
+            version: first_line(&p, args),
+            path: Some(p.display().to_string()),
+        },
+        None => ToolFact::missing(),
+    }
+}
+
+/// A tool at a fixed path (Debian's `/usr/lib/wine/wine64` is not on PATH).
+pub fn probe_at(path: &Path, args: &[&str]) -> ToolFact {
+    if path.is_file() {
+        ToolFact {
+            version: first_line(path, args),
+            path: Some(path.display().to_string()),
+        }
+    } else {
+        ToolFact::missing()
+    }
+}
+
+/// The folder holding libclang for bindgen: `LIBCLANG_PATH`, then `llvm-config --libdir`,
+/// then the newest `/usr/lib/llvm-*/lib`.
+pub fn libclang() -> ToolFact {
+    let has_lib = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                let n = e.file_name().to_string_lossy().to_ascii_lowercase();
+                n == "libclang.dll" || n.starts_with("libclang.so") || n.starts_with("libclang-")
+            })
+    };
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("LIBCLANG_PATH").filter(|p| !p.is_empty()) {
+        dirs.push(PathBuf::from(p));
+    }
+    if let Some(cfg) = which("llvm-config") {
+        if let Some(dir) = first_line(&cfg, &["--libdir"]) {
+            dirs.push(PathBuf::from(dir));
+        }
+    }
+    let mut llvm = crate::toolset::rocm::children(Path::new("/usr/lib"), "llvm-");
+    llvm.sort_by_key(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("llvm-"))
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    dirs.extend(llvm.into_iter().rev().map(|p| p.join("lib")));
+    match dirs.into_iter().find(|d| has_lib(d)) {
+        Some(d) => ToolFact {
+            path: Some(d.display().to_string()),
+            version: None,
+        },
+        None => ToolFact::missing(),
+    }
+}

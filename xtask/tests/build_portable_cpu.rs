@@ -1,0 +1,161 @@
+//! `cargo xtask build --backend cpu --no-native-cpu` really builds portable binaries: the
+//! test runs the plan for this machine (cargo makes it a no-op once built) and then
+//! disassembles the executables: no instruction may touch an AVX-512 `zmm` register, and
+//! ggml's own functions may not touch AVX `ymm` registers either (ggml's defaults with
+//! GGML_NATIVE=OFF are AVX2; the plan turns them off). Rust crates that pick AVX code at
+//! run time after a CPU check (rustfft, memchr) may keep their `ymm` paths.
+//! A second test proves the check would see AVX-512 code if there were any.
+
+use std::path::Path;
+use std::process::Command;
+
+use xtask::build::{execute, plan, BuildRequest, DiscoverOptions, HostFacts};
+use xtask::tracks::Backend;
+
+/// What the disassembly holds.
+struct Scan {
+    /// Instructions naming a zmm register.
+    zmm: usize,
+    /// Instructions naming a ymm register inside a ggml function.
+    ggml_ymm: usize,
+    /// Instructions in all.
+    insns: usize,
+    /// The first offending line, for the message.
+    first: String,
+}
+
+/// Scans `objdump -d` output of a binary.
+fn scan(binary: &Path) -> Scan {
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(binary)
+        .output()
+        .expect("objdump (binutils) is needed for this test: apt-get install -y binutils");
+    assert!(
+        out.status.success(),
+        "objdump failed on {}",
+        binary.display()
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut s = Scan {
+        zmm: 0,
+        ggml_ymm: 0,
+        insns: 0,
+        first: String::new(),
+    };
+    let mut in_ggml = false;
+    for line in text.lines() {
+        if line.ends_with(">:") && !line.starts_with(' ') {
+            in_ggml = line.contains("ggml");
+            continue;
+        }
+        if !(line.starts_with(' ') && line.contains(":\t")) {
+            continue;
+        }
+        s.insns += 1;
+        let bad_zmm = line.contains("%zmm");
+        let bad_ymm = in_ggml && line.contains("%ymm");
+        if bad_zmm {
+            s.zmm += 1;
+        }
+        if bad_ymm {
+            s.ggml_ymm += 1;
+        }
+        if (bad_zmm || bad_ymm) && s.first.is_empty() {
+            s.first = line.trim().to_string();
+        }
+    }
+    s
+}
+
+#[test]
+fn portable_cpu_build_has_no_avx512() {
+    let mut req = BuildRequest::new(Backend::Cpu);
+    req.no_native_cpu = true;
+    let host = HostFacts::discover(&DiscoverOptions::default());
+    let p = plan(&req, &host).unwrap();
+    assert_eq!(p.env_value("GGML_NATIVE"), Some("OFF"));
+    let outputs = execute(&p).unwrap_or_else(|e| {
+        panic!("building the portable CPU binaries failed (cargo xtask build --backend cpu --no-native-cpu): {e:#}")
+    });
+    assert!(!outputs.is_empty());
+    let mut with_ggml = 0;
+    for exe in &p.executables {
+        let exe = Path::new(exe);
+        assert!(
+            exe.is_file(),
+            "missing {}: the build did not produce it",
+            exe.display()
+        );
+        let s = scan(exe);
+        assert!(
+            s.insns > 10_000,
+            "{} has only {} instructions: not the real binary?",
+            exe.display(),
+            s.insns
+        );
+        assert_eq!(
+            s.zmm,
+            0,
+            "{} uses AVX-512 registers ({} instructions, first: {})",
+            exe.display(),
+            s.zmm,
+            s.first
+        );
+        assert_eq!(
+            s.ggml_ymm,
+            0,
+            "ggml code in {} uses AVX registers ({} instructions, first: {})",
+            exe.display(),
+            s.ggml_ymm,
+            s.first
+        );
+        let syms = Command::new("nm").arg(exe).output().expect("nm (binutils)");
+        if String::from_utf8_lossy(&syms.stdout).contains("ggml_graph_compute") {
+            with_ggml += 1;
+        }
+    }
+    // ggml is linked statically into the CLI at least, so its CPU kernels were checked too.
+    assert!(
+        with_ggml > 0,
+        "no executable contains ggml's CPU backend (ggml_graph_compute)"
+    );
+}
+
+#[test]
+fn the_zmm_check_sees_avx512_code() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("v.c");
+    std::fs::write(
+        &src,
+        "void ggml_like_add(float *restrict a, const float *restrict b, int n) { for (int i = 0; i < n; i++) a[i] += b[i]; }\n",
+    )
+    .unwrap();
+    let obj = tmp.path().join("v.o");
+    let status = Command::new("cc")
+        .args(["-O3", "-mavx512f", "-mprefer-vector-width=512", "-c"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .status()
+        .expect("a C compiler");
+    assert!(status.success());
+    let s = scan(&obj);
+    assert!(s.zmm > 0, "the detector missed AVX-512 code");
+    assert!(s.first.contains("zmm"));
+    // AVX2 code in a ggml function is seen too.
+    let status = Command::new("cc")
+        .args(["-O3", "-mavx2", "-c"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .status()
+        .expect("a C compiler");
+    assert!(status.success());
+    let s = scan(&obj);
+    assert_eq!(s.zmm, 0);
+    assert!(
+        s.ggml_ymm > 0,
+        "the detector missed AVX code in a ggml function"
+    );
+}

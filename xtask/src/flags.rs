@@ -20,12 +20,20 @@ pub struct Cli {
 /// The verbs of the toolchain, one module each.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Build the executables for one backend/track with a pinned, recorded toolchain.
+    Build(crate::build::Args),
+    /// Report what is installed and what is missing for each track, with fixes.
+    Doctor(crate::doctor::Args),
+    /// Build (or take prebuilt) binaries and make a verified, reproducible package.
+    Dist(crate::dist::Args),
     /// Measure speed and memory against peers in the same run.
     Bench(crate::bench::Args),
     /// Fetch the pinned test assets and run every test.
     Test(crate::test::Args),
     /// Check the dependency closure of binaries, a staged package or a zip.
     VerifyDeps(crate::verify_deps::Args),
+    /// Re-check a package zip against its manifest, layout and dependency rules.
+    VerifyPackage(crate::verify_package::Args),
     /// Report on and filter rocBLAS/hipBLASLt kernel libraries by GPU architecture.
     Kernels(crate::kernels::Args),
 }

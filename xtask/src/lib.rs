@@ -1,11 +1,18 @@
 //! The audiocpp-rs toolchain as a library, so the binary, integration tests, benches and
 //! the fuzz targets share one implementation. `main.rs` is only the dispatcher.
 
+pub mod actionlint;
 pub mod assets;
 pub mod bench;
+pub mod build;
+pub mod dist;
+pub mod doctor;
 pub mod flags;
 pub mod kernels;
 pub mod project;
 pub mod test;
+pub mod toolset;
 pub mod tracks;
 pub mod verify_deps;
+pub mod verify_package;
+pub mod wine;

@@ -5,14 +5,18 @@
 
 use std::process::ExitCode;
 
-use xtask::{bench, flags, kernels, test, verify_deps};
+use xtask::{bench, dist, flags, kernels, test, verify_deps, verify_package};
 
 fn main() -> ExitCode {
     let cli = flags::parse();
     let result = match cli.command {
         flags::Command::Bench(args) => bench::run(args),
+        flags::Command::Build(args) => xtask::build::run(args),
+        flags::Command::Doctor(args) => xtask::doctor::run(args),
+        flags::Command::Dist(args) => dist::run(args),
         flags::Command::Test(args) => test::run(args),
         flags::Command::VerifyDeps(args) => verify_deps::run(args),
+        flags::Command::VerifyPackage(args) => verify_package::run(args),
         flags::Command::Kernels(args) => kernels::run(args),
     };
     match result {

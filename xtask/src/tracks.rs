@@ -194,13 +194,47 @@ pub struct KernelLibrary {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Crt {
-    /// MSVC toolset `MAJOR.MINOR` the binaries are built with (DESIGN rule 3): a bundled
-    /// CRT older than the binaries' linker is an error.
+    /// Which toolchain's runtime this is.
+    #[serde(default)]
+    pub kind: CrtKind,
+    /// Toolset `MAJOR.MINOR` the binaries are built with (MSVC: DESIGN rule 3, a bundled
+    /// CRT older than the binaries' linker is an error; MinGW: the GCC version).
     pub toolset: String,
-    /// Folder relative to the Visual Studio install root holding the redistributable DLLs.
+    /// Where the DLLs come from: for MSVC the folder relative to the Visual Studio
+    /// install root; for MinGW a description.
     pub source: String,
+    /// Absolute folders searched for `files` when `dist` gets no `--crt-dir` (the
+    /// cross toolchain's runtime folders on a Linux build host).
+    #[serde(default)]
+    pub search: Vec<String>,
     /// The DLL names to bundle; each must be imported by something in the package.
     pub files: Vec<String>,
+}
+
+/// The toolchain a bundled C/C++ runtime belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CrtKind {
+    /// The Visual C++ redistributable (MSVCP140, VCRUNTIME140...).
+    #[default]
+    Msvc,
+    /// MinGW-w64's GCC runtime (libstdc++, libgcc_s, winpthread).
+    Mingw,
+}
+
+/// How a track's binaries are built when `dist` builds them.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildSpec {
+    /// Rust target triple to cross-build for (default: the host's).
+    #[serde(default)]
+    pub target: Option<String>,
+    /// Cargo features of audiocpp-cli/audiocpp-server to enable.
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// Environment for the build (cross compilers, CMake and ggml options).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// One package: everything `dist` builds and `verify-deps` checks for it.
@@ -252,6 +286,9 @@ pub struct Track {
     /// Lines `dist` writes into the package README.
     #[serde(default)]
     pub readme_notes: Vec<String>,
+    /// How `dist` builds the binaries (when no `--bin-dir` is given).
+    #[serde(default)]
+    pub build: BuildSpec,
 }
 
 impl Track {

@@ -265,6 +265,10 @@ fn track_rules(name: &str, t: &Track) -> anyhow::Result<TrackRules> {
             };
             (runtime.to_string(), s.major())
         }),
-        crt_toolset: t.crt.as_ref().and_then(|c| parse_version(&c.toolset)),
+        crt_toolset: t
+            .crt
+            .as_ref()
+            .filter(|c| c.kind == crate::tracks::CrtKind::Msvc)
+            .and_then(|c| parse_version(&c.toolset)),
     })
 }

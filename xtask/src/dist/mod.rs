@@ -1,0 +1,319 @@
+//! `cargo xtask dist`: build (or take prebuilt) binaries, collect the track's runtime
+//! files and filtered kernel libraries, verify the dependency closure, and write a
+//! reproducible zip with its checksums, README, manifest and size table.
+//!
+//! Deciding and doing are apart: [`plan::plan`] is pure; this module gathers facts from
+//! the disk and [`package`] performs the plan.
+
+pub mod archive;
+pub mod package;
+pub mod plan;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+
+use crate::kernels::filter::{self as kfilter, CoverageNotes};
+use crate::project::{project_root, target_dir};
+use crate::tracks::{Os, Track, TracksFile};
+use plan::{DistFacts, FoundFile};
+
+/// Flags of `cargo xtask dist`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Track to package (see packaging/tracks.toml); default: this host's CPU track.
+    #[arg(long)]
+    pub track: Option<String>,
+    /// Package prebuilt binaries from this folder instead of building.
+    #[arg(long)]
+    pub bin_dir: Option<PathBuf>,
+    /// SDK root for GPU tracks (default: HIP_PATH / ROCM_PATH).
+    #[arg(long)]
+    pub rocm_path: Option<PathBuf>,
+    /// Folder with the toolchain runtime files the track declares (MSVC CRT redist folder).
+    #[arg(long)]
+    pub crt_dir: Option<PathBuf>,
+    /// Where packages go.
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
+    /// Ship targets whose GEMM kernels are missing (recorded in the manifest).
+    #[arg(long)]
+    pub allow_uncovered: bool,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Tracks file (default: packaging/tracks.toml).
+    #[arg(long)]
+    pub tracks_file: Option<PathBuf>,
+}
+
+/// This host's default track.
+pub fn host_track() -> &'static str {
+    if cfg!(windows) {
+        "windows-cpu"
+    } else {
+        "linux-cpu"
+    }
+}
+
+/// Runs the verb.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let tracks_path = args
+        .tracks_file
+        .clone()
+        .unwrap_or_else(TracksFile::default_path);
+    let tracks = TracksFile::load(&tracks_path)?;
+    let track_name = args
+        .track
+        .clone()
+        .unwrap_or_else(|| host_track().to_string());
+    let track = tracks.track(&track_name)?;
+    let out_dir = args
+        .out_dir
+        .clone()
+        .unwrap_or_else(|| target_dir().join("dist"));
+    let bin_dirs = match &args.bin_dir {
+        Some(d) => {
+            if !d.is_dir() {
+                bail!("--bin-dir {} is not a folder", d.display());
+            }
+            vec![d.clone()]
+        }
+        None if args.dry_run => Vec::new(),
+        None => build_binaries(&track_name, track)?,
+    };
+    let facts = gather(&track_name, track, &bin_dirs, &args)?;
+    let plan = plan::plan(&track_name, track, &facts)?;
+    if let Some(k) = &facts.kernels {
+        if !k.uncovered.is_empty() && !args.allow_uncovered {
+            let expected: Vec<&str> = track.uncovered_targets.iter().map(String::as_str).collect();
+            let unexpected: Vec<_> = k
+                .uncovered
+                .iter()
+                .filter(|u| !expected.contains(&u.target.as_str()))
+                .cloned()
+                .collect();
+            if !unexpected.is_empty() {
+                return Err(kfilter::UncoveredError(unexpected).into());
+            }
+        }
+    }
+    if args.dry_run {
+        print!("{}", plan.to_text());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let ctx = package::PackageContext {
+        tracks_path: &tracks_path,
+        tracks: &tracks,
+        track,
+        out_dir: &out_dir,
+        kernels: facts.kernels.as_ref(),
+        allow_uncovered: args.allow_uncovered,
+    };
+    let result = package::execute(&plan, &ctx)?;
+    print!("{}", result.size_table);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Lists the regular files of `dir` (symlinks followed, dangling ones skipped). ELF
+/// shared libraries are listed once, under their SONAME (the name the loader looks for),
+/// however many symlinks and versioned names a build left for them.
+fn list_dir(dir: &Path, into: &mut BTreeMap<String, FoundFile>) -> Result<()> {
+    let mut by_target: BTreeMap<PathBuf, String> = BTreeMap::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        let Ok(meta) = std::fs::metadata(e.path()) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        let mut name = e.file_name().to_string_lossy().into_owned();
+        let real = std::fs::canonicalize(e.path())?;
+        if name.contains(".so") {
+            if let Some(soname) = elf_soname(&real) {
+                name = soname;
+            }
+            if let Some(prev) = by_target.get(&real) {
+                if *prev == name {
+                    continue;
+                }
+            }
+            by_target.insert(real.clone(), name.clone());
+        }
+        into.insert(
+            name,
+            FoundFile {
+                path: real,
+                size: meta.len(),
+            },
+        );
+    }
+    Ok(())
+}
+
+fn elf_soname(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    crate::verify_deps::parse(&bytes).ok()?.soname
+}
+
+fn sdk_root(args: &Args) -> Option<PathBuf> {
+    args.rocm_path
+        .clone()
+        .or_else(|| std::env::var_os("HIP_PATH").map(PathBuf::from))
+        .or_else(|| std::env::var_os("ROCM_PATH").map(PathBuf::from))
+}
+
+/// Collects the facts `plan` decides on: binaries, runtime files, CRT, kernel plan.
+fn gather(track_name: &str, track: &Track, bin_dirs: &[PathBuf], args: &Args) -> Result<DistFacts> {
+    let mut facts = DistFacts::default();
+    for d in bin_dirs {
+        list_dir(d, &mut facts.binaries)?;
+    }
+    let needs_sdk = !track.runtime.is_empty() || !track.kernel_libraries.is_empty();
+    if needs_sdk {
+        let root = sdk_root(args).with_context(|| {
+            format!("track {track_name} needs the ROCm SDK: pass --rocm-path or set HIP_PATH / ROCM_PATH")
+        })?;
+        if !root.is_dir() {
+            bail!("--rocm-path {} is not a folder", root.display());
+        }
+        if let Some(sdk) = &track.sdk {
+            let (found, from) = crate::toolset::rocm::read_version(&root)
+                .with_context(|| format!("reading the SDK version of {}", root.display()))?;
+            if found.major_minor() != sdk.version {
+                bail!(
+                    "the SDK at {} is version {} (from {from}); track {track_name} needs {}: pass that SDK with --rocm-path",
+                    root.display(),
+                    found.major_minor(),
+                    sdk.version
+                );
+            }
+        }
+        for r in &track.runtime {
+            let p = root.join(&r.source).join(&r.name);
+            if let Ok(m) = std::fs::metadata(&p) {
+                facts.runtime.insert(
+                    r.name.clone(),
+                    FoundFile {
+                        path: p,
+                        size: m.len(),
+                    },
+                );
+            }
+        }
+        if !track.kernel_libraries.is_empty() {
+            let targets = kfilter::parse_targets(&track.gpu_targets)?;
+            let plan = kfilter::plan(&root, &targets, &CoverageNotes::default())?;
+            facts.kernels = Some(plan);
+        }
+    }
+    if let Some(crt) = &track.crt {
+        let dirs: Vec<PathBuf> = match &args.crt_dir {
+            Some(dir) => vec![dir.clone()],
+            None => crt.search.iter().map(PathBuf::from).collect(),
+        };
+        for name in &crt.files {
+            if let Some(p) = dirs.iter().map(|d| d.join(name)).find(|p| p.is_file()) {
+                let size = std::fs::metadata(&p)?.len();
+                facts.crt.insert(name.clone(), FoundFile { path: p, size });
+            }
+        }
+    }
+    Ok(facts)
+}
+
+/// Builds the engine's executables for a track into `target/build/<track>` (its own
+/// target dir, so CMake caches of different tracks never mix) with the track's build
+/// spec (target triple, features, environment: data in tracks.toml), and returns the
+/// folders holding the executables, the ggml libraries and the backend plugins.
+fn build_binaries(track_name: &str, track: &Track) -> Result<Vec<PathBuf>> {
+    let host_os = if cfg!(windows) {
+        Os::Windows
+    } else {
+        Os::Linux
+    };
+    if track.os != host_os && track.build.target.is_none() {
+        bail!(
+            "track {track_name} is for {:?} and has no cross target; build on a matching host and pass --bin-dir",
+            track.os
+        );
+    }
+    let tdir = target_dir().join("build").join(track_name);
+    let features: Vec<String> = track
+        .build
+        .features
+        .iter()
+        .flat_map(|f| [format!("audiocpp-cli/{f}"), format!("audiocpp-server/{f}")])
+        .collect();
+    eprintln!(
+        "dist: building {track_name} into {} (features {})",
+        tdir.display(),
+        features.join(",")
+    );
+    let mut cmd = crate::test::cargo();
+    cmd.current_dir(project_root())
+        .env("CARGO_TARGET_DIR", &tdir)
+        .envs(&track.build.env)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "audiocpp-cli",
+            "-p",
+            "audiocpp-server",
+        ]);
+    if !features.is_empty() {
+        cmd.arg("--features").arg(features.join(","));
+    }
+    if let Some(t) = &track.build.target {
+        cmd.args(["--target", t]);
+    }
+    let status = cmd.status().context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build for track {track_name} failed");
+    }
+    let release = match &track.build.target {
+        Some(t) => tdir.join(t).join("release"),
+        None => tdir.join("release"),
+    };
+    let mut dirs = vec![release.clone()];
+    if let Some(out) = newest_binding_out(&release.join("build"))? {
+        dirs.push(out.join("lib"));
+        dirs.push(out.join("backends"));
+    }
+    Ok(dirs)
+}
+
+/// The binding's `out` folder of the most recent dynamic-backends build (its `lib/`
+/// holds the ggml shared libraries, `backends/` the backend plugins).
+fn newest_binding_out(build: &Path) -> Result<Option<PathBuf>> {
+    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
+    if !build.is_dir() {
+        return Ok(None);
+    }
+    for e in std::fs::read_dir(build)? {
+        let e = e?;
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .starts_with("llama-cpp-sys-2-")
+        {
+            continue;
+        }
+        let out = e.path().join("out");
+        let backends = out.join("backends");
+        if let Ok(m) = std::fs::metadata(&backends) {
+            let has_files = std::fs::read_dir(&backends)
+                .map(|mut r| r.next().is_some())
+                .unwrap_or(false);
+            let t = m.modified()?;
+            if has_files && best.as_ref().is_none_or(|(bt, _)| t > *bt) {
+                best = Some((t, out));
+            }
+        }
+    }
+    Ok(best.map(|(_, d)| d))
+}

@@ -1,0 +1,398 @@
+//! The doing half of `dist`: stage the planned files atomically under the output folder,
+//! write README.md, verify the dependency closure (a violation means no zip), write
+//! manifest.json, the reproducible zip, `<zip>.sha256`, SHA256SUMS and the size table.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use super::archive::{self, ZipEntry};
+use super::plan::{DistPlan, Role};
+use crate::assets::sha256_file;
+use crate::kernels::filter::FilterPlan;
+use crate::project::project_root;
+use crate::tracks::{Os, Track, TracksFile};
+use crate::verify_deps::{self, Policy};
+
+/// What `execute` needs besides the plan.
+pub struct PackageContext<'a> {
+    /// The tracks file (for the dependency policy).
+    pub tracks_path: &'a Path,
+    /// Its contents.
+    pub tracks: &'a TracksFile,
+    /// The track being packaged.
+    pub track: &'a Track,
+    /// Output folder (`target/dist`).
+    pub out_dir: &'a Path,
+    /// The kernel filter decision, if any.
+    pub kernels: Option<&'a FilterPlan>,
+    /// `--allow-uncovered` was given.
+    pub allow_uncovered: bool,
+}
+
+/// One file in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestFile {
+    /// Path inside the package root.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256, lower-case hex.
+    pub sha256: String,
+    /// What it is.
+    pub role: String,
+}
+
+/// `manifest.json`: what was built, from what, and every file with its hash.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Schema version of this file.
+    pub schema: u32,
+    /// Package name (and root folder).
+    pub package: String,
+    /// Track name.
+    pub track: String,
+    /// audiocpp version.
+    pub version: String,
+    /// Git commit of the sources.
+    pub git_commit: String,
+    /// Timestamp used for every zip entry.
+    pub source_date_epoch: i64,
+    /// SDK kind and version, for GPU tracks.
+    pub sdk: Option<String>,
+    /// C/C++ toolset the track pins.
+    pub toolset: Option<String>,
+    /// GPU targets.
+    pub gpu_targets: Vec<String>,
+    /// Targets without GEMM kernels that were shipped anyway, with why.
+    pub uncovered: Vec<String>,
+    /// `--allow-uncovered` was given.
+    pub allow_uncovered: bool,
+    /// Every file but the manifest itself.
+    pub files: Vec<ManifestFile>,
+    /// The verified dependency report (tree and findings).
+    pub dependencies: serde_json::Value,
+}
+
+/// What `execute` made.
+pub struct PackageResult {
+    /// The unpacked package folder.
+    pub dir: PathBuf,
+    /// The zip.
+    pub zip: PathBuf,
+    /// The printed size table.
+    pub size_table: String,
+}
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .current_dir(project_root())
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// SOURCE_DATE_EPOCH, else the commit time, else 1980-01-01.
+pub fn source_date_epoch() -> i64 {
+    std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .or_else(|| git(&["log", "-1", "--format=%ct"]).and_then(|v| v.parse().ok()))
+        .unwrap_or(315_532_800)
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+fn is_executable_entry(role: Role, os: Os) -> bool {
+    os == Os::Linux
+        && matches!(
+            role,
+            Role::Executable | Role::GgmlLibrary | Role::Runtime | Role::RuntimeLoaded | Role::Crt
+        )
+}
+
+/// Renders README.md from `packaging/readme/package.md`.
+pub fn render_readme(track: &Track, plan: &DistPlan, commit: &str) -> Result<String> {
+    let template_path = project_root().join("packaging/readme/package.md");
+    let template = std::fs::read_to_string(&template_path)
+        .with_context(|| format!("reading {}", template_path.display()))?;
+    let cli = match track.os {
+        Os::Windows => "audiocpp_cli.exe".to_string(),
+        Os::Linux => "./audiocpp_cli".to_string(),
+    };
+    let backend = serde_json::to_value(track.backend)?
+        .as_str()
+        .unwrap_or("cpu")
+        .to_string();
+    let backend_note = if track.gpu_targets.is_empty() {
+        "This package runs on the CPU; the best CPU code for the machine is picked at start."
+            .to_string()
+    } else {
+        format!(
+            "`--backend {backend}` runs on the GPU (`--backend rocm` is the same); GPU targets: {}. \
+             If the GPU runtime cannot start (old driver, unsupported GPU), `--backend cpu` still works.",
+            track.gpu_targets.join(", ")
+        )
+    };
+    let notes = if track.readme_notes.is_empty() {
+        "- None.".to_string()
+    } else {
+        track
+            .readme_notes
+            .iter()
+            .map(|n| format!("- {n}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let rows = plan
+        .bytes_by_role()
+        .iter()
+        .filter(|(r, _)| **r != Role::Document)
+        .map(|(r, (n, b))| format!("| {} | {n} | {} |", r.label(), mb(*b)))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok(template
+        .replace("{{package}}", &plan.package)
+        .replace("{{description}}", &track.description)
+        .replace("{{version}}", env!("CARGO_PKG_VERSION"))
+        .replace("{{commit}}", commit)
+        .replace("{{cli}}", &cli)
+        .replace("{{backend}}", &backend)
+        .replace("{{backend_note}}", &backend_note)
+        .replace("{{notes}}", &notes)
+        .replace("{{size_rows}}", &rows))
+}
+
+fn place(src: &Path, dst: &Path) -> Result<()> {
+    if let Some(p) = dst.parent() {
+        std::fs::create_dir_all(p)?;
+    }
+    if std::fs::hard_link(src, dst).is_err() {
+        std::fs::copy(src, dst)
+            .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    }
+    Ok(())
+}
+
+fn bar(len: u64, what: &str) -> ProgressBar {
+    let pb = if std::env::var_os("CI").is_some() {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(len)
+    };
+    pb.set_style(
+        ProgressStyle::with_template("{msg:>10} [{bar:40}] {bytes}/{total_bytes} ({eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// Performs the plan. Nothing is written outside `out_dir`; on failure the staging
+/// folder is removed and a previous package of the same name is left as it was.
+pub fn execute(plan: &DistPlan, ctx: &PackageContext<'_>) -> Result<PackageResult> {
+    std::fs::create_dir_all(ctx.out_dir)
+        .with_context(|| format!("creating {}", ctx.out_dir.display()))?;
+    let staging_root = ctx.out_dir.join(format!(".staging-{}", plan.package));
+    let _ = std::fs::remove_dir_all(&staging_root);
+    let result = stage_verify_zip(plan, ctx, &staging_root);
+    let _ = std::fs::remove_dir_all(&staging_root);
+    result
+}
+
+fn stage_verify_zip(
+    plan: &DistPlan,
+    ctx: &PackageContext<'_>,
+    staging_root: &Path,
+) -> Result<PackageResult> {
+    let stage = staging_root.join(&plan.package);
+    let total: u64 = plan.files.iter().map(|f| f.size).sum();
+    let pb = bar(total, "copy");
+    for f in &plan.files {
+        place(&f.src, &stage.join(&f.dest))?;
+        pb.inc(f.size);
+    }
+    pb.finish_and_clear();
+
+    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let readme = render_readme(ctx.track, plan, &commit)?;
+    std::fs::write(stage.join("README.md"), &readme)?;
+
+    let policy = Policy::new(ctx.tracks, ctx.tracks_path, Some(&plan.track))
+        .with_context(|| format!("loading the dependency policy for {}", plan.track))?;
+    let reports = verify_deps::verify(std::slice::from_ref(&stage), &policy)?;
+    let report = reports.first().context("verify-deps gave no report")?;
+    if !report.passed() {
+        eprint!("{}", report.render_text());
+        bail!(
+            "the staged package of track {} fails the dependency check; nothing was zipped",
+            plan.track
+        );
+    }
+
+    let mut files: Vec<ManifestFile> = Vec::new();
+    for f in &plan.files {
+        files.push(ManifestFile {
+            path: f.dest.clone(),
+            size: f.size,
+            sha256: sha256_file(&stage.join(&f.dest))?,
+            role: serde_json::to_value(f.role)?
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        });
+    }
+    files.push(ManifestFile {
+        path: "README.md".into(),
+        size: readme.len() as u64,
+        sha256: sha256_file(&stage.join("README.md"))?,
+        role: "document".into(),
+    });
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let epoch = source_date_epoch();
+    let manifest = Manifest {
+        schema: 1,
+        package: plan.package.clone(),
+        track: plan.track.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        git_commit: commit,
+        source_date_epoch: epoch,
+        sdk: ctx
+            .track
+            .sdk
+            .as_ref()
+            .map(|s| format!("{:?} {}", s.kind, s.version).to_lowercase()),
+        toolset: ctx
+            .track
+            .crt
+            .as_ref()
+            .map(|c| format!("{:?} {}", c.kind, c.toolset)),
+        gpu_targets: ctx.track.gpu_targets.clone(),
+        uncovered: ctx
+            .kernels
+            .map(|k| {
+                k.uncovered
+                    .iter()
+                    .map(|u| format!("{} ({}): {}", u.target, u.library, u.reason))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        allow_uncovered: ctx.allow_uncovered,
+        files,
+        dependencies: serde_json::to_value(report)?,
+    };
+    std::fs::write(
+        stage.join("manifest.json"),
+        serde_json::to_string_pretty(&manifest)? + "\n",
+    )?;
+
+    let mut entries: Vec<ZipEntry> = plan
+        .files
+        .iter()
+        .map(|f| ZipEntry {
+            name: format!("{}/{}", plan.package, f.dest),
+            src: stage.join(&f.dest),
+            executable: is_executable_entry(f.role, ctx.track.os),
+        })
+        .collect();
+    for doc in ["README.md", "manifest.json"] {
+        entries.push(ZipEntry {
+            name: format!("{}/{doc}", plan.package),
+            src: stage.join(doc),
+            executable: false,
+        });
+    }
+    let zip_path = ctx.out_dir.join(format!("{}.zip", plan.package));
+    let staged_bytes: u64 = entries
+        .iter()
+        .map(|e| std::fs::metadata(&e.src).map(|m| m.len()).unwrap_or(0))
+        .sum();
+    let pb = bar(staged_bytes, "zip");
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    archive::write_zip(
+        &entries,
+        &zip_path,
+        archive::zip_time(epoch),
+        threads,
+        &|n| pb.inc(n),
+    )?;
+    pb.finish_and_clear();
+    let zip_sha = sha256_file(&zip_path)?;
+    let zip_name = format!("{}.zip", plan.package);
+    std::fs::write(
+        ctx.out_dir.join(format!("{zip_name}.sha256")),
+        format!("{zip_sha}  {zip_name}\n"),
+    )?;
+    write_sha256sums(ctx.out_dir)?;
+
+    let final_dir = ctx.out_dir.join(&plan.package);
+    let _ = std::fs::remove_dir_all(&final_dir);
+    std::fs::rename(&stage, &final_dir)
+        .with_context(|| format!("moving the package to {}", final_dir.display()))?;
+
+    let zip_size = std::fs::metadata(&zip_path)?.len();
+    let mut table = format!(
+        "\n{} ({})\n{:<40} {:>6} {:>12}\n",
+        zip_path.display(),
+        plan.track,
+        "part",
+        "files",
+        "size"
+    );
+    let mut by_role = plan.bytes_by_role();
+    let doc_bytes = readme.len() as u64 + std::fs::metadata(final_dir.join("manifest.json"))?.len();
+    by_role.insert(Role::Document, (2, doc_bytes));
+    let (mut n_all, mut b_all) = (0, 0);
+    for (role, (n, b)) in &by_role {
+        table.push_str(&format!("{:<40} {:>6} {:>12}\n", role.label(), n, mb(*b)));
+        n_all += n;
+        b_all += b;
+    }
+    table.push_str(&format!("{:<40} {:>6} {:>12}\n", "total", n_all, mb(b_all)));
+    table.push_str(&format!("{:<40} {:>6} {:>12}\n", "zip", "", mb(zip_size)));
+    if plan.kernels_dropped.0 > 0 {
+        table.push_str(&format!(
+            "{:<40} {:>6} {:>12}\n",
+            "kernel files left out (other GPUs)",
+            plan.kernels_dropped.0,
+            mb(plan.kernels_dropped.1)
+        ));
+    }
+    table.push_str(&format!("sha256 {zip_sha}\n"));
+    Ok(PackageResult {
+        dir: final_dir,
+        zip: zip_path,
+        size_table: table,
+    })
+}
+
+/// Rewrites SHA256SUMS from every `*.zip.sha256` in the output folder.
+fn write_sha256sums(out_dir: &Path) -> Result<()> {
+    let mut lines = BTreeMap::new();
+    for e in std::fs::read_dir(out_dir)? {
+        let p = e?.path();
+        let name = p
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if name.ends_with(".zip.sha256") {
+            lines.insert(name, std::fs::read_to_string(&p)?);
+        }
+    }
+    let text: String = lines.into_values().collect();
+    std::fs::write(out_dir.join("SHA256SUMS"), text)?;
+    Ok(())
+}

@@ -1,0 +1,369 @@
+//! The pure half of `dist`: from a track and the facts found on disk, decide every file
+//! of the package (source, destination, role, size). Nothing here touches the disk, so
+//! every track's plan is testable with invented facts.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+
+use crate::kernels::filter::FilterPlan;
+use crate::kernels::layout::LibraryKind;
+use crate::tracks::{Glob, Load, Os, Track};
+
+/// What a packaged file is, for the size table and the manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// `audiocpp_cli`, `audiocpp_server`.
+    Executable,
+    /// ggml core libraries and backend plugins.
+    GgmlLibrary,
+    /// SDK runtime imported by the binaries.
+    Runtime,
+    /// SDK runtime opened at run time (`amd_comgr_*`).
+    RuntimeLoaded,
+    /// Toolchain runtime (MSVC CRT, MinGW runtime).
+    Crt,
+    /// rocBLAS kernel library.
+    RocblasKernels,
+    /// hipBLASLt kernel library.
+    HipblasltKernels,
+    /// README and manifest.
+    Document,
+}
+
+impl Role {
+    /// The size table's row label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::Executable => "executables",
+            Role::GgmlLibrary => "ggml libraries and backends",
+            Role::Runtime => "runtime libraries",
+            Role::RuntimeLoaded => "runtime libraries (loaded at run time)",
+            Role::Crt => "C/C++ runtime",
+            Role::RocblasKernels => "rocBLAS library",
+            Role::HipblasltKernels => "hipBLASLt library",
+            Role::Document => "README and manifest",
+        }
+    }
+}
+
+/// A file found on disk: where it is and how big.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FoundFile {
+    /// Absolute source path.
+    pub path: PathBuf,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// Everything `plan` needs to know about the disk, gathered by the I/O layer.
+#[derive(Debug, Clone, Default)]
+pub struct DistFacts {
+    /// Files in the binaries folder(s), by file name.
+    pub binaries: BTreeMap<String, FoundFile>,
+    /// Runtime files the track declares, by name, where they were found.
+    pub runtime: BTreeMap<String, FoundFile>,
+    /// Toolchain runtime files, by name.
+    pub crt: BTreeMap<String, FoundFile>,
+    /// The kernel filter decision, for tracks with kernel libraries.
+    pub kernels: Option<FilterPlan>,
+}
+
+/// One file of the package.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlannedFile {
+    /// Source path.
+    pub src: PathBuf,
+    /// Path inside the package root, with `/` separators.
+    pub dest: String,
+    /// What it is.
+    pub role: Role,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// The whole package, decided.
+#[derive(Debug, Clone, Serialize)]
+pub struct DistPlan {
+    /// Track name.
+    pub track: String,
+    /// Package (and root folder) name.
+    pub package: String,
+    /// Files to copy, sorted by destination.
+    pub files: Vec<PlannedFile>,
+    /// Kernel files left out (count and bytes), when kernels are filtered.
+    pub kernels_dropped: (usize, u64),
+}
+
+impl DistPlan {
+    /// Bytes per role, in role order.
+    pub fn bytes_by_role(&self) -> BTreeMap<Role, (usize, u64)> {
+        let mut m = BTreeMap::new();
+        for f in &self.files {
+            let e = m.entry(f.role).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += f.size;
+        }
+        m
+    }
+
+    /// Human-readable listing for `--dry-run`.
+    pub fn to_text(&self) -> String {
+        let mut out = format!("package {} (track {})\n", self.package, self.track);
+        for f in &self.files {
+            out.push_str(&format!(
+                "  {:<52} {:>12}  {:<18} <- {}\n",
+                f.dest,
+                f.size,
+                format!("{:?}", f.role),
+                f.src.display()
+            ));
+        }
+        if self.kernels_dropped.0 > 0 {
+            out.push_str(&format!(
+                "  (kernel files left out: {} files, {:.1} MB)\n",
+                self.kernels_dropped.0,
+                self.kernels_dropped.1 as f64 / 1e6
+            ));
+        }
+        out
+    }
+}
+
+/// Where runtime files go inside the package: next to the executables on Windows (the
+/// DLL search starts there), `lib/` on Linux (reached through the `$ORIGIN` run path).
+fn runtime_dir(os: Os) -> &'static str {
+    match os {
+        Os::Windows => "",
+        Os::Linux => "lib/",
+    }
+}
+
+/// Decides every file of the package for `track` from `facts`.
+pub fn plan(track_name: &str, track: &Track, facts: &DistFacts) -> Result<DistPlan> {
+    let mut files = Vec::new();
+    let mut missing = Vec::new();
+    for exe in &track.executables {
+        match facts.binaries.get(exe) {
+            Some(f) => files.push(PlannedFile {
+                src: f.path.clone(),
+                dest: exe.clone(),
+                role: Role::Executable,
+                size: f.size,
+            }),
+            None => missing.push(format!("executable {exe}")),
+        }
+    }
+    let lib_globs: Vec<Glob> = track
+        .libraries
+        .iter()
+        .chain(&track.plugins)
+        .map(|p| Glob::new(p))
+        .collect::<Result<_>>()?;
+    let mut libs = 0;
+    for (name, f) in &facts.binaries {
+        if track.executables.contains(name) {
+            continue;
+        }
+        if lib_globs.iter().any(|g| g.matches(name)) && !is_excluded_library(name) {
+            files.push(PlannedFile {
+                src: f.path.clone(),
+                dest: name.clone(),
+                role: Role::GgmlLibrary,
+                size: f.size,
+            });
+            libs += 1;
+        }
+    }
+    if libs == 0
+        && !track.libraries.is_empty()
+        && facts
+            .binaries
+            .keys()
+            .any(|n| lib_globs.iter().any(|g| g.matches(n)))
+    {
+        missing.push("ggml libraries".into());
+    }
+    let rt_dir = runtime_dir(track.os);
+    for r in &track.runtime {
+        match facts.runtime.get(&r.name) {
+            Some(f) => files.push(PlannedFile {
+                src: f.path.clone(),
+                dest: format!("{rt_dir}{}", r.name),
+                role: if r.load == Load::RuntimeLoaded {
+                    Role::RuntimeLoaded
+                } else {
+                    Role::Runtime
+                },
+                size: f.size,
+            }),
+            None if r.optional => {}
+            None => missing.push(format!(
+                "runtime file {} (from the SDK's {}/)",
+                r.name, r.source
+            )),
+        }
+    }
+    if let Some(crt) = &track.crt {
+        for name in &crt.files {
+            match facts.crt.get(name) {
+                Some(f) => files.push(PlannedFile {
+                    src: f.path.clone(),
+                    dest: name.clone(),
+                    role: Role::Crt,
+                    size: f.size,
+                }),
+                None => missing.push(format!("C runtime file {name} (from {})", crt.source)),
+            }
+        }
+    }
+    for (name, f) in &facts.crt {
+        if track.crt.as_ref().is_some_and(|c| c.files.contains(name)) {
+            continue;
+        }
+        files.push(PlannedFile {
+            src: f.path.clone(),
+            dest: name.clone(),
+            role: Role::Crt,
+            size: f.size,
+        });
+    }
+    let mut kernels_dropped = (0usize, 0u64);
+    if !track.kernel_libraries.is_empty() {
+        let Some(k) = &facts.kernels else {
+            bail!("track {track_name} ships kernel libraries but no kernel plan was made (is --rocm-path set?)");
+        };
+        for lib in &k.libraries {
+            let Some(declared) = track
+                .kernel_libraries
+                .iter()
+                .find(|d| d.name == lib.kind.dir_name())
+            else {
+                continue;
+            };
+            let role = match lib.kind {
+                LibraryKind::Rocblas => Role::RocblasKernels,
+                LibraryKind::Hipblaslt => Role::HipblasltKernels,
+            };
+            for kf in &lib.kept {
+                files.push(PlannedFile {
+                    src: k.src_root.join(&lib.source_dir).join(&kf.rel_path),
+                    dest: format!(
+                        "{}/{}",
+                        declared.dest.trim_end_matches('/'),
+                        kf.rel_path.to_string_lossy().replace('\\', "/")
+                    ),
+                    role,
+                    size: kf.size,
+                });
+            }
+            kernels_dropped.0 += lib.dropped.len();
+            kernels_dropped.1 += lib.dropped.iter().map(|f| f.size).sum::<u64>();
+        }
+        for declared in &track.kernel_libraries {
+            let present = files.iter().any(|f| {
+                f.dest
+                    .starts_with(&format!("{}/", declared.dest.trim_end_matches('/')))
+            });
+            if !present && !declared.optional {
+                missing.push(format!(
+                    "kernel library {} (SDK folder {})",
+                    declared.name, declared.source
+                ));
+            }
+        }
+    }
+    if !missing.is_empty() {
+        bail!(
+            "track {track_name} cannot be packaged; missing: {}",
+            missing.join(", ")
+        );
+    }
+    files.sort_by(|a, b| a.dest.cmp(&b.dest));
+    if let Some(w) = files.windows(2).find(|w| w[0].dest == w[1].dest) {
+        bail!("two files would land at {} in the package", w[0].dest);
+    }
+    Ok(DistPlan {
+        track: track_name.to_string(),
+        package: track.package.clone(),
+        files,
+        kernels_dropped,
+    })
+}
+
+/// Libraries a build leaves next to the binaries that a package must not carry: the
+/// llama library of the binding (we use only ggml) and test-only shims.
+fn is_excluded_library(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.starts_with("libllama") || n.starts_with("llama.") || n.starts_with("bcryptprimitives")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracks::TracksFile;
+
+    fn found(name: &str, size: u64) -> (String, FoundFile) {
+        (
+            name.to_string(),
+            FoundFile {
+                path: PathBuf::from(format!("/src/{name}")),
+                size,
+            },
+        )
+    }
+
+    fn tracks() -> TracksFile {
+        TracksFile::load(&TracksFile::default_path()).unwrap()
+    }
+
+    #[test]
+    fn linux_cpu_takes_executables_and_ggml_libraries_only() {
+        let t = tracks();
+        let track = t.track("linux-cpu").unwrap();
+        let facts = DistFacts {
+            binaries: [
+                found("audiocpp_cli", 10),
+                found("audiocpp_server", 11),
+                found("libggml-base.so", 5),
+                found("libggml.so", 4),
+                found("libggml-cpu-haswell.so", 3),
+                found("libllama.so", 99),
+                found("xtask", 1),
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        let p = plan("linux-cpu", track, &facts).unwrap();
+        let dests: Vec<&str> = p.files.iter().map(|f| f.dest.as_str()).collect();
+        assert_eq!(
+            dests,
+            vec![
+                "audiocpp_cli",
+                "audiocpp_server",
+                "libggml-base.so",
+                "libggml-cpu-haswell.so",
+                "libggml.so"
+            ]
+        );
+        assert_eq!(p.bytes_by_role()[&Role::GgmlLibrary], (3, 12));
+    }
+
+    #[test]
+    fn missing_executable_and_runtime_are_named() {
+        let t = tracks();
+        let track = t.track("rocm6").unwrap();
+        let facts = DistFacts {
+            binaries: [found("audiocpp_cli.exe", 1)].into_iter().collect(),
+            ..Default::default()
+        };
+        let err = plan("rocm6", track, &facts).unwrap_err().to_string();
+        assert!(err.contains("executable audiocpp_server.exe"), "{err}");
+        assert!(err.contains("runtime file amdhip64_6.dll"), "{err}");
+        assert!(err.contains("msvcp140.dll"), "{err}");
+    }
+}

@@ -1,0 +1,173 @@
+//! `cargo xtask verify-package X.zip`: re-checks a released zip on its own: one root
+//! folder, README present, every file's size and SHA-256 against manifest.json (nothing
+//! missing, nothing extra), kernel folders next to the executables, the `.sha256` file
+//! beside the zip, and the dependency closure (verify-deps on the zip, in memory).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+
+use crate::dist::package::Manifest;
+use crate::tracks::TracksFile;
+use crate::verify_deps::{self, Policy};
+
+/// Flags of `cargo xtask verify-package`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The package zip.
+    pub zip: PathBuf,
+    /// Track to check against (default: the one in manifest.json).
+    #[arg(long)]
+    pub track: Option<String>,
+    /// Tracks file (default: packaging/tracks.toml).
+    #[arg(long)]
+    pub tracks_file: Option<PathBuf>,
+}
+
+/// Runs the verb: exit 0 when the package is intact, 1 with the list of problems.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let problems = verify(
+        &args.zip,
+        args.track.as_deref(),
+        args.tracks_file.as_deref(),
+    )?;
+    if problems.is_empty() {
+        println!("{}: OK", args.zip.display());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for p in &problems {
+            println!("  error: {p}");
+        }
+        println!(
+            "{}: FAILED, {} problem(s)",
+            args.zip.display(),
+            problems.len()
+        );
+        Ok(ExitCode::from(1))
+    }
+}
+
+/// Checks a package zip; returns the problems found (empty when intact). I/O and
+/// format errors that stop the check are `Err`.
+pub fn verify(
+    zip_path: &Path,
+    track: Option<&str>,
+    tracks_file: Option<&Path>,
+) -> Result<Vec<String>> {
+    let file =
+        std::fs::File::open(zip_path).with_context(|| format!("opening {}", zip_path.display()))?;
+    let mut zip = zip::ZipArchive::new(file)
+        .with_context(|| format!("{} is not a zip", zip_path.display()))?;
+    let mut problems = Vec::new();
+    let mut entries: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    let mut roots = std::collections::BTreeSet::new();
+    for i in 0..zip.len() {
+        let mut f = zip.by_index(i)?;
+        if f.is_dir() {
+            continue;
+        }
+        let name = f.name().to_string();
+        let root = name.split('/').next().unwrap_or_default().to_string();
+        roots.insert(root);
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+        entries.insert(name, (f.size(), format!("{:x}", h.finalize())));
+    }
+    if roots.len() != 1 {
+        problems.push(format!(
+            "expected one root folder, found {}: {:?}",
+            roots.len(),
+            roots
+        ));
+    }
+    let root = roots.into_iter().next().unwrap_or_default();
+    let manifest_name = format!("{root}/manifest.json");
+    let manifest: Manifest = {
+        let mut text = String::new();
+        zip.by_name(&manifest_name)
+            .with_context(|| format!("{manifest_name} is missing"))?
+            .read_to_string(&mut text)?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {manifest_name}"))?
+    };
+    if manifest.package != root {
+        problems.push(format!(
+            "manifest names package {} but the root folder is {root}",
+            manifest.package
+        ));
+    }
+    if !entries.contains_key(&format!("{root}/README.md")) {
+        problems.push("README.md is missing".into());
+    }
+    let mut listed = std::collections::BTreeSet::new();
+    for f in &manifest.files {
+        let name = format!("{root}/{}", f.path);
+        listed.insert(name.clone());
+        match entries.get(&name) {
+            None => problems.push(format!("{}: listed in manifest.json but missing from the zip", f.path)),
+            Some((size, sha)) if *size != f.size || *sha != f.sha256 => {
+                problems.push(format!("{}: size/SHA-256 differ from manifest.json (zip {size} bytes {sha}, manifest {} bytes {})", f.path, f.size, f.sha256))
+            }
+            Some(_) => {}
+        }
+    }
+    for name in entries.keys() {
+        if *name != manifest_name && !listed.contains(name) {
+            problems.push(format!(
+                "{}: in the zip but not in manifest.json",
+                name.trim_start_matches(&format!("{root}/"))
+            ));
+        }
+    }
+    let tracks_path = tracks_file
+        .map(Path::to_path_buf)
+        .unwrap_or_else(TracksFile::default_path);
+    let tracks = TracksFile::load(&tracks_path)?;
+    let track_name = track.unwrap_or(&manifest.track).to_string();
+    let t = tracks.track(&track_name)?;
+    for exe in &t.executables {
+        if !entries.contains_key(&format!("{root}/{exe}")) {
+            problems.push(format!("{exe} is not at the package root"));
+        }
+    }
+    for k in &t.kernel_libraries {
+        let prefix = format!("{root}/{}/", k.dest.trim_end_matches('/'));
+        if !k.optional && !entries.keys().any(|n| n.starts_with(&prefix)) {
+            problems.push(format!(
+                "{} is missing: {} must sit next to the executables",
+                k.dest, k.name
+            ));
+        }
+    }
+    let sha_file = zip_path.with_file_name(format!(
+        "{}.sha256",
+        zip_path.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    if sha_file.is_file() {
+        let want = std::fs::read_to_string(&sha_file)?;
+        let got = crate::assets::sha256_file(zip_path)?;
+        if want.split_whitespace().next() != Some(got.as_str()) {
+            problems.push(format!(
+                "{} does not match the zip (zip is {got})",
+                sha_file.display()
+            ));
+        }
+    }
+    let policy = Policy::new(&tracks, &tracks_path, Some(&track_name))?;
+    for report in verify_deps::verify(&[zip_path.to_path_buf()], &policy)? {
+        for f in &report.findings {
+            problems.push(format!("dependency check: {f}"));
+        }
+    }
+    Ok(problems)
+}

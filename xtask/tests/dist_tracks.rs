@@ -1,0 +1,393 @@
+//! `dist` for the Windows HIP tracks, end to end on generated SDK trees: PE DLLs with the
+//! real ROCm 6.4 / 7.1 names and import chains (written by verify-deps' PE writer), kernel
+//! folders from the kernels fixtures, a fake MSVC CRT and stand-in executables. The
+//! packages must verify, carry exactly the track's DLLs and filtered kernels, say the
+//! track's README notes, and come out byte-identical twice.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use xtask::kernels::fixtures::{self, Fill};
+use xtask::verify_deps::synth::{self, PeSpec};
+
+fn write_pe(path: &Path, dll: bool, imports: &[&str]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, synth::pe(&PeSpec::new(dll, imports))).unwrap();
+}
+
+const CRT: &[&str] = &[
+    "MSVCP140.dll",
+    "VCRUNTIME140.dll",
+    "VCRUNTIME140_1.dll",
+    "KERNEL32.dll",
+];
+
+struct Fake {
+    sdk: PathBuf,
+    crt: PathBuf,
+    bin: PathBuf,
+}
+
+/// Lays out a fake HIP SDK (`major` 6 or 7), its CRT and stand-in binaries under `dir`.
+fn fake(dir: &Path, major: u32) -> Fake {
+    let sdk = dir.join(format!("sdk{major}"));
+    let (hip, comgr, hipblas, hipblaslt, version) = if major == 6 {
+        (
+            "amdhip64_6.dll",
+            "amd_comgr_2.dll",
+            "hipblas.dll",
+            "hipblaslt.dll",
+            "6.4.1-83",
+        )
+    } else {
+        (
+            "amdhip64_7.dll",
+            "amd_comgr_3.dll",
+            "libhipblas.dll",
+            "libhipblaslt.dll",
+            "7.1.0",
+        )
+    };
+    std::fs::create_dir_all(sdk.join(".info")).unwrap();
+    std::fs::write(sdk.join(".info/version"), version).unwrap();
+    let bin = sdk.join("bin");
+    write_pe(&bin.join(hip), true, &[CRT, &["ADVAPI32.dll"]].concat());
+    write_pe(&bin.join(comgr), true, CRT);
+    let atomic_wait: &[&str] = if major == 7 {
+        &["MSVCP140_ATOMIC_WAIT.dll"]
+    } else {
+        &[]
+    };
+    write_pe(
+        &bin.join("rocblas.dll"),
+        true,
+        &[CRT, &[hip], atomic_wait].concat(),
+    );
+    write_pe(&bin.join(hipblaslt), true, &[CRT, &[hip]].concat());
+    write_pe(
+        &bin.join(hipblas),
+        true,
+        &[CRT, &["rocblas.dll", hipblaslt, hip]].concat(),
+    );
+    write_pe(&bin.join("hipInfo.exe"), false, &[hip]);
+    // Real names, sizes scaled down 1000x: the zip step reads every byte.
+    let tree = if major == 6 {
+        fixtures::rocm64_windows()
+    } else {
+        fixtures::rocm71_windows()
+    }
+    .scaled(0.001);
+    fixtures::write_tree(&tree, &sdk, Fill::Sparse).unwrap();
+
+    let crt = dir.join("crt");
+    for f in [
+        "msvcp140.dll",
+        "vcruntime140.dll",
+        "vcruntime140_1.dll",
+        "msvcp140_atomic_wait.dll",
+    ] {
+        write_pe(
+            &crt.join(f),
+            true,
+            &["KERNEL32.dll", "api-ms-win-crt-runtime-l1-1-0.dll"],
+        );
+    }
+    let out = dir.join(format!("bin{major}"));
+    let base = ["ggml-base.dll", "ggml.dll"];
+    write_pe(&out.join("audiocpp_cli.exe"), false, &[CRT, &base].concat());
+    write_pe(
+        &out.join("audiocpp_server.exe"),
+        false,
+        &[CRT, &base, &["WS2_32.dll"]].concat(),
+    );
+    write_pe(&out.join("ggml-base.dll"), true, CRT);
+    write_pe(
+        &out.join("ggml.dll"),
+        true,
+        &[CRT, &["ggml-base.dll"]].concat(),
+    );
+    write_pe(
+        &out.join("ggml-cpu-haswell.dll"),
+        true,
+        &[CRT, &["ggml-base.dll"]].concat(),
+    );
+    write_pe(
+        &out.join("ggml-hip.dll"),
+        true,
+        &[CRT, &["ggml-base.dll", hip, hipblas, "rocblas.dll"]].concat(),
+    );
+    Fake { sdk, crt, bin: out }
+}
+
+fn xtask(args: &[&str], out_dir: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .arg("--out-dir")
+        .arg(out_dir)
+        .env("SOURCE_DATE_EPOCH", "1700000000")
+        .env("CI", "1")
+        .output()
+        .unwrap()
+}
+
+fn dist(track: &str, f: &Fake, out: &Path, extra: &[&str]) -> std::process::Output {
+    let args = [
+        &[
+            "dist",
+            "--track",
+            track,
+            "--rocm-path",
+            f.sdk.to_str().unwrap(),
+            "--crt-dir",
+            f.crt.to_str().unwrap(),
+            "--bin-dir",
+            f.bin.to_str().unwrap(),
+        ][..],
+        extra,
+    ]
+    .concat();
+    xtask(&args, out)
+}
+
+fn zip_names(zip: &Path) -> Vec<String> {
+    let mut z = zip::ZipArchive::new(std::fs::File::open(zip).unwrap()).unwrap();
+    (0..z.len())
+        .map(|i| z.by_index(i).unwrap().name().to_string())
+        .collect()
+}
+
+fn verify_package(zip: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("verify-package")
+        .arg(zip)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn rocm6_package_is_verified_filtered_and_reproducible() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fake(dir.path(), 6);
+    let out = dir.path().join("dist");
+    let o = dist("rocm6", &f, &out, &[]);
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    for row in [
+        "executables",
+        "runtime libraries",
+        "rocBLAS library",
+        "C/C++ runtime",
+        "total",
+        "zip",
+    ] {
+        assert!(stdout.contains(row), "size table lacks {row}: {stdout}");
+    }
+    let zip = out.join("audiocpp-windows-hip-rocm6.zip");
+    let names = zip_names(&zip);
+    let root = "audiocpp-windows-hip-rocm6/";
+    for must in [
+        "audiocpp_cli.exe",
+        "amdhip64_6.dll",
+        "amd_comgr_2.dll",
+        "hipblas.dll",
+        "rocblas.dll",
+        "msvcp140.dll",
+        "ggml-hip.dll",
+        "README.md",
+        "manifest.json",
+    ] {
+        assert!(names.contains(&format!("{root}{must}")), "{must} missing");
+    }
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("hipInfo") || n.contains("amdhip64_7")),
+        "only the track's files"
+    );
+    assert!(names.iter().all(|n| n.starts_with(root)), "one root folder");
+    let kernels: Vec<&String> = names
+        .iter()
+        .filter(|n| n.contains("/rocblas/library/"))
+        .collect();
+    assert!(kernels.iter().any(|n| n.contains("gfx1100")));
+    assert!(
+        !kernels
+            .iter()
+            .any(|n| n.contains("gfx906") || n.contains("gfx90a")),
+        "other GPUs' kernels are dropped"
+    );
+    assert!(
+        kernels.iter().any(|n| n.ends_with("_fallback.dat")),
+        "arch-independent files are kept"
+    );
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "entries sorted");
+
+    let vp = verify_package(&zip);
+    assert!(
+        vp.status.success(),
+        "{}",
+        String::from_utf8_lossy(&vp.stdout)
+    );
+    let first = std::fs::read(&zip).unwrap();
+    let sums = std::fs::read_to_string(out.join("SHA256SUMS")).unwrap();
+    assert!(sums.contains("audiocpp-windows-hip-rocm6.zip"));
+    let o = dist("rocm6", &f, &out, &[]);
+    assert!(o.status.success());
+    assert_eq!(
+        first,
+        std::fs::read(&zip).unwrap(),
+        "two runs give byte-identical zips"
+    );
+}
+
+#[test]
+fn rocm7_package_has_its_own_names_and_the_rx7600_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fake(dir.path(), 7);
+    let out = dir.path().join("dist");
+    let o = dist("rocm7", &f, &out, &[]);
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let pkg = out.join("audiocpp-windows-hip-rocm7");
+    for must in [
+        "amdhip64_7.dll",
+        "amd_comgr_3.dll",
+        "libhipblas.dll",
+        "libhipblaslt.dll",
+        "msvcp140_atomic_wait.dll",
+    ] {
+        assert!(pkg.join(must).is_file(), "{must} missing");
+    }
+    assert!(
+        pkg.join("hipblaslt/library").is_dir(),
+        "hipBLASLt kernels next to the executables"
+    );
+    let readme = std::fs::read_to_string(pkg.join("README.md")).unwrap();
+    assert!(
+        readme.contains("RX 7600 series users: use the ROCm 6 package."),
+        "{readme}"
+    );
+    assert!(readme.contains("--backend hip"));
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(pkg.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["track"], "rocm7");
+    assert!(manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["sha256"].as_str().unwrap().len() == 64));
+}
+
+#[test]
+fn wrong_sdk_version_and_missing_dll_are_refused_and_leave_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let f7 = fake(dir.path(), 7);
+    let out = dir.path().join("dist");
+    let o = dist("rocm6", &f7, &out, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("is version 7.1") && err.contains("needs 6.4"),
+        "{err}"
+    );
+    assert!(!out.join("audiocpp-windows-hip-rocm6.zip").exists());
+
+    let f6 = fake(dir.path(), 6);
+    std::fs::remove_file(f6.sdk.join("bin/rocblas.dll")).unwrap();
+    let o = dist("rocm6", &f6, &out, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("runtime file rocblas.dll"));
+    assert!(!out.join("audiocpp-windows-hip-rocm6.zip").exists());
+}
+
+#[test]
+fn planted_openmp_import_fails_the_package_with_the_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fake(dir.path(), 6);
+    write_pe(
+        &f.bin.join("ggml-cpu-haswell.dll"),
+        true,
+        &[CRT, &["ggml-base.dll", "libomp140.x86_64.dll"]].concat(),
+    );
+    let out = dir.path().join("dist");
+    let o = dist("rocm6", &f, &out, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("ggml-cpu-haswell.dll -> libomp140.x86_64.dll: forbidden"),
+        "{err}"
+    );
+    assert!(
+        !out.join("audiocpp-windows-hip-rocm6.zip").exists(),
+        "a violation means no zip"
+    );
+    assert!(std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .all(|e| !e.file_name().to_string_lossy().starts_with(".staging")));
+}
+
+#[test]
+fn tampered_zip_fails_verify_package() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fake(dir.path(), 6);
+    let out = dir.path().join("dist");
+    assert!(dist("rocm6", &f, &out, &[]).status.success());
+    let zip = out.join("audiocpp-windows-hip-rocm6.zip");
+    // Rewrite the zip without one DLL: the manifest, the sha256 file and the dependency
+    // walk must all notice.
+    let mut src = zip::ZipArchive::new(std::fs::File::open(&zip).unwrap()).unwrap();
+    let bad = dir.path().join("bad.zip");
+    let mut w = zip::ZipWriter::new(std::fs::File::create(&bad).unwrap());
+    for i in 0..src.len() {
+        let e = src.by_index(i).unwrap();
+        if e.name().ends_with("/rocblas.dll") {
+            continue;
+        }
+        w.raw_copy_file(e).unwrap();
+    }
+    w.finish().unwrap();
+    let vp = verify_package(&bad);
+    assert_eq!(vp.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&vp.stdout);
+    assert!(
+        text.contains("rocblas.dll: listed in manifest.json but missing"),
+        "{text}"
+    );
+    assert!(text.contains("dependency check"), "{text}");
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fake(dir.path(), 6);
+    let out = dir.path().join("dist");
+    let o = dist("rocm6", &f, &out, &["--dry-run"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for line in [
+        "package audiocpp-windows-hip-rocm6 (track rocm6)",
+        "amdhip64_6.dll",
+        "RuntimeLoaded",
+        "rocblas/library/",
+        "kernel files left out",
+    ] {
+        assert!(text.contains(line), "{line} missing in:\n{text}");
+    }
+    assert!(
+        !text.contains("gfx906"),
+        "dropped kernels are not listed as files"
+    );
+    assert!(!out.exists(), "a dry run writes nothing");
+}

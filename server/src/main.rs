@@ -1,1 +1,596 @@
-fn main() {}
+//! `audiocpp_server`: a local HTTP server over the engine with OpenAI-style endpoints.
+//!
+//! Thin by design: configuration, routing, limits and error bodies live here; all audio
+//! work is the engine's, run off the async workers on blocking threads, one request at
+//! a time per model (a busy model answers 503 `server_busy` after `busy_timeout_ms`).
+
+mod config;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use audiocpp_engine::backend::{BackendKind, RuntimeOptions};
+use audiocpp_engine::tasks::{VadModel, VadOutput};
+use audiocpp_engine::vad::VadParams;
+use axum::extract::{DefaultBodyLimit, Multipart, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine as _;
+use clap::Parser;
+use config::{Config, ModelEntry};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::Mutex;
+
+/// Command-line flags (each overrides the config file's value).
+#[derive(Debug, Parser)]
+#[command(name = "audiocpp_server", version = audiocpp_engine::VERSION, about = "OpenAI-compatible audio server on the audiocpp engine")]
+struct Flags {
+    /// Configuration file (host, port, backend, models...).
+    #[arg(long)]
+    config: PathBuf,
+    /// Address to bind.
+    #[arg(long)]
+    host: Option<String>,
+    /// Port to bind (0: any free port).
+    #[arg(long)]
+    port: Option<u32>,
+    /// Backend: cpu, cuda, hip (rocm), vulkan, metal, best.
+    #[arg(long)]
+    backend: Option<String>,
+    /// Device index among the backend's devices.
+    #[arg(long)]
+    device: Option<usize>,
+    /// CPU threads per inference.
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+/// A served model: its config entry and, once loaded, the engine model.
+struct Slot {
+    entry: ModelEntry,
+    model: Arc<Mutex<Option<VadModel>>>,
+}
+
+/// Shared server state.
+struct AppState {
+    cfg: Config,
+    slots: BTreeMap<String, Slot>,
+    api_key: Option<String>,
+    runtime: RuntimeOptions,
+}
+
+/// An OpenAI-style error response.
+struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let kind = match self.status {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::SERVICE_UNAVAILABLE => "server_busy",
+            s if s.is_server_error() => "server_error",
+            _ => "invalid_request_error",
+        };
+        let body = json!({ "error": { "message": self.message, "type": kind, "param": null, "code": self.code } });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    let mut cfg = match Config::load(&flags.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(h) = flags.host {
+        cfg.host = h;
+    }
+    if let Some(p) = flags.port {
+        cfg.port = p;
+    }
+    if let Some(b) = flags.backend {
+        cfg.backend = b;
+    }
+    if flags.device.is_some() {
+        cfg.device = flags.device;
+    }
+    if let Some(t) = flags.threads {
+        cfg.threads = t;
+    }
+    if let Err(e) = cfg.validate() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(serve(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn serve(cfg: Config) -> Result<(), String> {
+    let runtime = RuntimeOptions {
+        backend: cfg
+            .backend
+            .parse::<BackendKind>()
+            .map_err(|e| e.to_string())?,
+        device: cfg.device,
+        threads: cfg.threads,
+    };
+    let mut slots = BTreeMap::new();
+    for entry in &cfg.models {
+        let model = if entry.lazy {
+            None
+        } else {
+            Some(load(entry, &runtime).await?)
+        };
+        slots.insert(
+            entry.id.clone(),
+            Slot {
+                entry: entry.clone(),
+                model: Arc::new(Mutex::new(model)),
+            },
+        );
+    }
+    let api_key = cfg
+        .api_key
+        .clone()
+        .or_else(|| std::env::var("AUDIOCPP_API_KEY").ok())
+        .filter(|k| !k.is_empty());
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let local: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
+    let state = Arc::new(AppState {
+        cfg,
+        slots,
+        api_key,
+        runtime,
+    });
+    let app = router(state.clone());
+    println!("audiocpp_server listening on http://{local}");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())?;
+    eprintln!("audiocpp_server stopped");
+    Ok(())
+}
+
+async fn load(entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<VadModel, String> {
+    let (entry, runtime) = (entry.clone(), runtime.clone());
+    tokio::task::spawn_blocking(move || {
+        VadModel::load(
+            &entry.family,
+            &entry.path,
+            entry.model_spec_override.as_deref(),
+            &runtime,
+        )
+        .map_err(|e| format!("model '{}': {e}", entry.id))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+fn router(state: Arc<AppState>) -> Router {
+    let v1 = Router::new()
+        .route("/v1/models", get(list_models))
+        .route("/v1/tasks/run", post(run_task))
+        .route("/v1/audio/transcriptions", post(transcriptions))
+        .route("/v1/audio/speech", post(speech))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_api_key,
+        ));
+    let mut app = Router::new()
+        .route("/health", get(health))
+        .merge(v1)
+        .layer(DefaultBodyLimit::max(state.cfg.max_body_bytes))
+        .with_state(state.clone());
+    if !state.cfg.cors_origins.is_empty() {
+        let origins: Vec<HeaderValue> = state
+            .cfg
+            .cors_origins
+            .iter()
+            .filter_map(|o| o.parse().ok())
+            .collect();
+        app = app.layer(
+            tower_http::cors::CorsLayer::new()
+                .allow_origin(origins)
+                .allow_methods([Method::GET, Method::POST])
+                .allow_headers([
+                    axum::http::header::CONTENT_TYPE,
+                    axum::http::header::AUTHORIZATION,
+                ]),
+        );
+    }
+    app
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    eprintln!("audiocpp_server: shutting down, finishing in-flight requests");
+}
+
+async fn require_api_key(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    req: Request,
+    next: Next,
+) -> Response {
+    if let Some(key) = &state.api_key {
+        let given = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(key.as_str()) {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_api_key",
+                "missing or wrong API key (send Authorization: Bearer <key>)",
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    Json(
+        json!({ "status": "ok", "version": audiocpp_engine::VERSION, "models": state.slots.len() }),
+    )
+}
+
+async fn list_models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let data: Vec<serde_json::Value> = state
+        .slots
+        .values()
+        .map(|s| json!({ "id": s.entry.id, "object": "model", "owned_by": "audiocpp", "family": s.entry.family, "task": s.entry.task }))
+        .collect();
+    Json(json!({ "object": "list", "data": data }))
+}
+
+/// A request's audio and options, from multipart or JSON.
+#[derive(Default)]
+struct AudioRequest {
+    model: Option<String>,
+    audio: Option<Vec<u8>>,
+    response_format: Option<String>,
+    language: Option<String>,
+    params: VadParamsPatch,
+    probabilities: bool,
+}
+
+/// VAD parameters a request may override.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VadParamsPatch {
+    threshold: Option<f32>,
+    min_speech_duration_ms: Option<u32>,
+    min_silence_duration_ms: Option<u32>,
+    speech_pad_ms: Option<u32>,
+    max_speech_duration_s: Option<f32>,
+}
+
+/// JSON form of a request: audio as base64.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonRequest {
+    model: String,
+    audio_base64: String,
+    #[serde(default)]
+    task: Option<String>,
+    #[serde(default)]
+    response_format: Option<String>,
+    #[serde(default)]
+    language: Option<String>,
+    #[serde(default)]
+    params: Option<VadParamsPatch>,
+    #[serde(default)]
+    return_probabilities: bool,
+}
+
+async fn read_request(
+    headers: &HeaderMap,
+    req: Request,
+    limit: usize,
+) -> Result<AudioRequest, ApiError> {
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    if content_type.starts_with("multipart/form-data") {
+        let mut mp = Multipart::from_request(req, &())
+            .await
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let mut out = AudioRequest::default();
+        while let Some(field) = mp.next_field().await.map_err(multipart_error)? {
+            let name = field.name().unwrap_or_default().to_string();
+            match name.as_str() {
+                "file" => out.audio = Some(field.bytes().await.map_err(multipart_error)?.to_vec()),
+                "model" => out.model = Some(field.text().await.map_err(multipart_error)?),
+                "response_format" => {
+                    out.response_format = Some(field.text().await.map_err(multipart_error)?)
+                }
+                "language" => out.language = Some(field.text().await.map_err(multipart_error)?),
+                "return_probabilities" => {
+                    out.probabilities = field.text().await.map_err(multipart_error)? == "true"
+                }
+                "threshold" => {
+                    let t = field.text().await.map_err(multipart_error)?;
+                    out.params.threshold = Some(t.parse().map_err(|_| {
+                        ApiError::bad_request(format!("threshold '{t}' is not a number"))
+                    })?);
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    } else if content_type.starts_with("application/json") {
+        let bytes = axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map_err(|_| too_large())?;
+        let j: JsonRequest = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+        if let Some(t) = &j.task {
+            if t != "vad" && t != "asr" {
+                return Err(ApiError::bad_request(format!(
+                    "unknown task '{t}' (expected vad or asr)"
+                )));
+            }
+        }
+        let audio = base64::engine::general_purpose::STANDARD
+            .decode(j.audio_base64.as_bytes())
+            .map_err(|e| ApiError::bad_request(format!("audio_base64 is not base64: {e}")))?;
+        Ok(AudioRequest {
+            model: Some(j.model),
+            audio: Some(audio),
+            response_format: j.response_format,
+            language: j.language,
+            params: j.params.unwrap_or_default(),
+            probabilities: j.return_probabilities,
+        })
+    } else {
+        Err(ApiError::bad_request(
+            "send multipart/form-data (file, model) or application/json (model, audio_base64)",
+        ))
+    }
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "request body is larger than max_body_bytes",
+    )
+}
+
+fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        too_large()
+    } else {
+        ApiError::bad_request(e.body_text())
+    }
+}
+
+use axum::extract::FromRequest;
+
+fn slot<'a>(state: &'a AppState, req: &AudioRequest, task: &str) -> Result<&'a Slot, ApiError> {
+    let id = req
+        .model
+        .as_deref()
+        .ok_or_else(|| ApiError::bad_request("the 'model' field is required"))?;
+    let slot = state.slots.get(id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "model_not_found",
+            format!("model '{id}' is not served here (see GET /v1/models)"),
+        )
+    })?;
+    if slot.entry.task != task {
+        return Err(ApiError::bad_request(format!(
+            "model '{id}' does task '{}', not '{task}'",
+            slot.entry.task
+        )));
+    }
+    Ok(slot)
+}
+
+/// Runs VAD on a slot's model, waiting at most `busy_timeout_ms` for it.
+async fn run_vad(
+    state: &Arc<AppState>,
+    slot: &Slot,
+    audio: Vec<u8>,
+    patch: VadParamsPatch,
+) -> Result<(VadOutput, f64), ApiError> {
+    let busy = Duration::from_millis(state.cfg.busy_timeout_ms);
+    let mut guard = tokio::time::timeout(busy, slot.model.clone().lock_owned())
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_busy",
+                format!("model '{}' is busy; retry later", slot.entry.id),
+            )
+        })?;
+    if guard.is_none() {
+        *guard = Some(load(&slot.entry, &state.runtime).await.map_err(|e| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "model_load_failed", e)
+        })?);
+    }
+    let started = Instant::now();
+    let result = tokio::task::spawn_blocking(move || {
+        let model = guard.as_mut().expect("loaded above");
+        let d = model.default_params();
+        let params = VadParams {
+            threshold: patch.threshold.unwrap_or(d.threshold),
+            min_speech_duration_ms: patch
+                .min_speech_duration_ms
+                .unwrap_or(d.min_speech_duration_ms),
+            min_silence_duration_ms: patch
+                .min_silence_duration_ms
+                .unwrap_or(d.min_silence_duration_ms),
+            speech_pad_ms: patch.speech_pad_ms.unwrap_or(d.speech_pad_ms),
+            max_speech_duration_s: patch.max_speech_duration_s.or(d.max_speech_duration_s),
+            neg_threshold: d.neg_threshold,
+        };
+        let audio =
+            audiocpp_engine::audio::from_bytes(&audio, model.sample_rate()).map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_audio",
+                    format!("cannot decode audio: {e}"),
+                )
+            })?;
+        model.run_samples(&audio.samples, &params).map_err(|e| {
+            if e.is_user_error() {
+                ApiError::bad_request(e.to_string())
+            } else {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "inference_failed",
+                    e.to_string(),
+                )
+            }
+        })
+    })
+    .await
+    .map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "inference_failed",
+            e.to_string(),
+        )
+    })??;
+    Ok((result, started.elapsed().as_secs_f64() * 1000.0))
+}
+
+fn with_timing(mut resp: Response, wall_ms: f64, audio_s: f64) -> Response {
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&format!("{wall_ms:.2}")) {
+        h.insert("x-audiocpp-wall-ms", v);
+    }
+    if audio_s > 0.0 {
+        if let Ok(v) = HeaderValue::from_str(&format!("{:.5}", wall_ms / 1000.0 / audio_s)) {
+            h.insert("x-audiocpp-rtf", v);
+        }
+    }
+    resp
+}
+
+async fn run_task(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let r = read_request(&headers, req, state.cfg.max_body_bytes).await?;
+    let slot = slot(&state, &r, "vad")?;
+    let audio = r
+        .audio
+        .ok_or_else(|| ApiError::bad_request("no audio: send a 'file' part or 'audio_base64'"))?;
+    let (out, wall) = run_vad(&state, slot, audio, r.params).await?;
+    let rate = out.sample_rate as f64;
+    let segments: Vec<serde_json::Value> = out
+        .segments
+        .iter()
+        .map(|s| json!({ "start": s.start as f64 / rate, "end": s.end as f64 / rate, "start_sample": s.start, "end_sample": s.end }))
+        .collect();
+    let mut body = json!({
+        "model": slot.entry.id, "task": "vad", "family": out.family, "device": out.device,
+        "duration": out.audio_seconds, "windows": out.probabilities.len(), "segments": segments,
+    });
+    if r.probabilities {
+        body["probabilities"] = json!(out.probabilities);
+    }
+    Ok(with_timing(
+        Json(body).into_response(),
+        wall,
+        out.audio_seconds,
+    ))
+}
+
+async fn transcriptions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let r = read_request(&headers, req, state.cfg.max_body_bytes).await?;
+    if let Some(f) = &r.response_format {
+        if !["json", "text", "verbose_json", "srt", "vtt"].contains(&f.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "response_format '{f}' is not one of json, text, verbose_json, srt, vtt"
+            )));
+        }
+    }
+    let _ = &r.language;
+    slot(&state, &r, "asr")?;
+    Err(ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "asr_unavailable",
+        "this build has no speech-recognition family yet; /v1/tasks/run serves VAD",
+    ))
+}
+
+async fn speech() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "tts_unavailable",
+        "this build has no text-to-speech family yet",
+    )
+}

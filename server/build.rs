@@ -1,0 +1,11 @@
+//! With dynamic ggml backends on Linux, the executable finds libggml*.so and the backend
+//! plugins next to itself: give it an `$ORIGIN` run path so an unpacked package runs
+//! from any working directory without LD_LIBRARY_PATH.
+
+fn main() {
+    let dynamic = std::env::var_os("CARGO_FEATURE_DYNAMIC_BACKENDS").is_some();
+    let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    if dynamic && os == "linux" {
+        println!("cargo:rustc-link-arg-bins=-Wl,-rpath,$ORIGIN");
+    }
+}

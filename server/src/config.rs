@@ -1,0 +1,144 @@
+//! `server.json`: typed, validated, with paths resolved against the config's folder.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address to bind (default 127.0.0.1: local only).
+    #[serde(default = "default_host")]
+    pub host: String,
+    /// Port (0 picks a free one).
+    #[serde(default = "default_port")]
+    pub port: u32,
+    /// Backend for every model: cpu, cuda, hip (rocm), vulkan, metal, best.
+    #[serde(default = "default_backend")]
+    pub backend: String,
+    /// Device index among the backend's devices.
+    #[serde(default)]
+    pub device: Option<usize>,
+    /// CPU threads per inference (0: all cores).
+    #[serde(default)]
+    pub threads: usize,
+    /// The models served.
+    pub models: Vec<ModelEntry>,
+    /// How long a request waits for a busy model before 503 `server_busy`.
+    #[serde(default = "default_busy_timeout_ms")]
+    pub busy_timeout_ms: u64,
+    /// Origins allowed by CORS; empty means no CORS headers at all.
+    #[serde(default)]
+    pub cors_origins: Vec<String>,
+    /// Bearer token required on /v1 routes (also from AUDIOCPP_API_KEY).
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// Largest request body accepted (413 above it).
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
+}
+
+/// One served model.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    /// Name clients use in the `model` field.
+    pub id: String,
+    /// Model file (relative paths are relative to the config file's folder).
+    pub path: PathBuf,
+    /// Family (see `audiocpp_cli --list-loaders`).
+    pub family: String,
+    /// Task: `vad` (or `asr` once an ASR family exists).
+    pub task: String,
+    /// Load on first request instead of at start.
+    #[serde(default)]
+    pub lazy: bool,
+    /// Model spec file or folder, as `--model-spec-override`.
+    #[serde(default)]
+    pub model_spec_override: Option<PathBuf>,
+}
+
+fn default_host() -> String {
+    "127.0.0.1".into()
+}
+fn default_port() -> u32 {
+    8080
+}
+fn default_backend() -> String {
+    "cpu".into()
+}
+fn default_busy_timeout_ms() -> u64 {
+    30_000
+}
+fn default_max_body_bytes() -> usize {
+    64 << 20
+}
+
+impl Config {
+    /// Reads, parses and validates a config file; every error names the file and field.
+    pub fn load(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config '{}': {e}", path.display()))?;
+        let mut cfg: Config = serde_json::from_str(&text)
+            .map_err(|e| format!("invalid config '{}': {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for m in &mut cfg.models {
+            if m.path.is_relative() {
+                m.path = base.join(&m.path);
+            }
+            if let Some(o) = &m.model_spec_override {
+                if o.is_relative() {
+                    m.model_spec_override = Some(base.join(o));
+                }
+            }
+        }
+        cfg.validate()
+            .map_err(|e| format!("invalid config '{}': {e}", path.display()))?;
+        Ok(cfg)
+    }
+
+    /// Checks values that parse but make no sense.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.port > 65_535 {
+            return Err(format!("port {} is out of range (0-65535)", self.port));
+        }
+        if self.models.is_empty() {
+            return Err("models is empty: serve at least one model".into());
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for m in &self.models {
+            if !ids.insert(&m.id) {
+                return Err(format!("model id '{}' is used twice", m.id));
+            }
+            let loader = audiocpp_engine::families::find(&m.family)
+                .map_err(|e| format!("model '{}': {e}", m.id))?;
+            if !["vad", "asr"].contains(&m.task.as_str()) {
+                return Err(format!(
+                    "model '{}': unknown task '{}' (expected vad or asr)",
+                    m.id, m.task
+                ));
+            }
+            if !loader.tasks.contains(&m.task.as_str()) {
+                return Err(format!(
+                    "model '{}': family '{}' does not do task '{}' (it does: {})",
+                    m.id,
+                    m.family,
+                    m.task,
+                    loader.tasks.join(", ")
+                ));
+            }
+            if !m.path.is_file() {
+                return Err(format!(
+                    "model '{}': file '{}' does not exist",
+                    m.id,
+                    m.path.display()
+                ));
+            }
+        }
+        self.backend
+            .parse::<audiocpp_engine::backend::BackendKind>()
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}

@@ -253,6 +253,11 @@ fn build_binaries(track_name: &str, track: &Track) -> Result<Vec<PathBuf>> {
         tdir.display(),
         features.join(",")
     );
+    let release = match &track.build.target {
+        Some(t) => tdir.join(t).join("release"),
+        None => tdir.join("release"),
+    };
+    remove_dangling_links(&release)?;
     let mut cmd = crate::test::cargo();
     cmd.current_dir(project_root())
         .env("CARGO_TARGET_DIR", &tdir)
@@ -275,16 +280,32 @@ fn build_binaries(track_name: &str, track: &Track) -> Result<Vec<PathBuf>> {
     if !status.success() {
         bail!("cargo build for track {track_name} failed");
     }
-    let release = match &track.build.target {
-        Some(t) => tdir.join(t).join("release"),
-        None => tdir.join("release"),
-    };
     let mut dirs = vec![release.clone()];
     if let Some(out) = newest_binding_out(&release.join("build"))? {
         dirs.push(out.join("lib"));
         dirs.push(out.join("backends"));
     }
     Ok(dirs)
+}
+
+/// The binding hard-links its shared libraries into the profile folder, and on a rebuild
+/// panics on the (dangling) symlinks it left there the first time; remove them first.
+/// Only this track's own target folder is touched.
+fn remove_dangling_links(release: &Path) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(release) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let is_link = std::fs::symlink_metadata(&p)
+            .map(|m| m.file_type().is_symlink())
+            .unwrap_or(false);
+        if is_link && std::fs::metadata(&p).is_err() {
+            std::fs::remove_file(&p)
+                .with_context(|| format!("removing the dangling link {}", p.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// The binding's `out` folder of the most recent dynamic-backends build (its `lib/`

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use audiocpp_engine::backend::{BackendKind, RuntimeOptions};
-use audiocpp_engine::tasks::{VadModel, VadOutput};
+use audiocpp_engine::tasks::{AsrModel, AsrOutput, VadModel, VadOutput};
 use audiocpp_engine::vad::VadParams;
 use axum::extract::{DefaultBodyLimit, Multipart, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
@@ -53,10 +53,18 @@ struct Flags {
     threads: Option<usize>,
 }
 
+/// An engine model of either task.
+enum Loaded {
+    /// Voice activity detection.
+    Vad(Box<VadModel>),
+    /// Speech recognition.
+    Asr(Box<AsrModel>),
+}
+
 /// A served model: its config entry and, once loaded, the engine model.
 struct Slot {
     entry: ModelEntry,
-    model: Arc<Mutex<Option<VadModel>>>,
+    model: Arc<Mutex<Option<Loaded>>>,
 }
 
 /// Shared server state.
@@ -197,16 +205,17 @@ async fn serve(cfg: Config) -> Result<(), String> {
     Ok(())
 }
 
-async fn load(entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<VadModel, String> {
+async fn load(entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<Loaded, String> {
     let (entry, runtime) = (entry.clone(), runtime.clone());
     tokio::task::spawn_blocking(move || {
-        VadModel::load(
-            &entry.family,
-            &entry.path,
-            entry.model_spec_override.as_deref(),
-            &runtime,
-        )
-        .map_err(|e| format!("model '{}': {e}", entry.id))
+        let spec = entry.model_spec_override.as_deref();
+        let loaded = match entry.task.as_str() {
+            "asr" => AsrModel::load(&entry.family, &entry.path, spec, &runtime)
+                .map(|m| Loaded::Asr(Box::new(m))),
+            _ => VadModel::load(&entry.family, &entry.path, spec, &runtime)
+                .map(|m| Loaded::Vad(Box::new(m))),
+        };
+        loaded.map_err(|e| format!("model '{}': {e}", entry.id))
     })
     .await
     .map_err(|e| e.to_string())?
@@ -452,13 +461,38 @@ fn slot<'a>(state: &'a AppState, req: &AudioRequest, task: &str) -> Result<&'a S
     Ok(slot)
 }
 
-/// Runs VAD on a slot's model, waiting at most `busy_timeout_ms` for it.
-async fn run_vad(
-    state: &Arc<AppState>,
-    slot: &Slot,
-    audio: Vec<u8>,
-    patch: VadParamsPatch,
-) -> Result<(VadOutput, f64), ApiError> {
+fn engine_error(e: audiocpp_engine::EngineError) -> ApiError {
+    if e.is_user_error() {
+        ApiError::bad_request(e.to_string())
+    } else {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "inference_failed",
+            e.to_string(),
+        )
+    }
+}
+
+fn decode_upload(audio: &[u8], rate: u32) -> Result<Vec<f32>, ApiError> {
+    audiocpp_engine::audio::from_bytes(audio, rate)
+        .map(|a| a.samples)
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_audio",
+                format!("cannot decode audio: {e}"),
+            )
+        })
+}
+
+/// Runs `work` on a slot's model on a blocking thread, waiting at most
+/// `busy_timeout_ms` for the model (503 `server_busy`) and loading it first if lazy.
+/// Returns the result and the wall time in milliseconds.
+async fn with_model<T, F>(state: &Arc<AppState>, slot: &Slot, work: F) -> Result<(T, f64), ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Loaded) -> Result<T, ApiError> + Send + 'static,
+{
     let busy = Duration::from_millis(state.cfg.busy_timeout_ms);
     let mut guard = tokio::time::timeout(busy, slot.model.clone().lock_owned())
         .await
@@ -470,13 +504,35 @@ async fn run_vad(
             )
         })?;
     if guard.is_none() {
-        *guard = Some(load(&slot.entry, &state.runtime).await.map_err(|e| {
+        let loaded = load(&slot.entry, &state.runtime).await.map_err(|e| {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "model_load_failed", e)
-        })?);
+        })?;
+        *guard = Some(loaded);
     }
     let started = Instant::now();
-    let result = tokio::task::spawn_blocking(move || {
-        let model = guard.as_mut().expect("loaded above");
+    let result = tokio::task::spawn_blocking(move || work(guard.as_mut().expect("loaded above")))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "inference_failed",
+                e.to_string(),
+            )
+        })??;
+    Ok((result, started.elapsed().as_secs_f64() * 1000.0))
+}
+
+/// Runs VAD on a slot's model.
+async fn run_vad(
+    state: &Arc<AppState>,
+    slot: &Slot,
+    audio: Vec<u8>,
+    patch: VadParamsPatch,
+) -> Result<(VadOutput, f64), ApiError> {
+    with_model(state, slot, move |loaded| {
+        let Loaded::Vad(model) = loaded else {
+            return Err(ApiError::bad_request("this model does not do vad"));
+        };
         let d = model.default_params();
         let params = VadParams {
             threshold: patch.threshold.unwrap_or(d.threshold),
@@ -490,35 +546,31 @@ async fn run_vad(
             max_speech_duration_s: patch.max_speech_duration_s.or(d.max_speech_duration_s),
             neg_threshold: d.neg_threshold,
         };
-        let audio =
-            audiocpp_engine::audio::from_bytes(&audio, model.sample_rate()).map_err(|e| {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_audio",
-                    format!("cannot decode audio: {e}"),
-                )
-            })?;
-        model.run_samples(&audio.samples, &params).map_err(|e| {
-            if e.is_user_error() {
-                ApiError::bad_request(e.to_string())
-            } else {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "inference_failed",
-                    e.to_string(),
-                )
-            }
-        })
+        let samples = decode_upload(&audio, model.sample_rate())?;
+        model.run_samples(&samples, &params).map_err(engine_error)
     })
     .await
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "inference_failed",
-            e.to_string(),
-        )
-    })??;
-    Ok((result, started.elapsed().as_secs_f64() * 1000.0))
+}
+
+/// Runs speech recognition on a slot's model.
+async fn run_asr(
+    state: &Arc<AppState>,
+    slot: &Slot,
+    audio: Vec<u8>,
+    language: Option<String>,
+) -> Result<(AsrOutput, f64), ApiError> {
+    with_model(state, slot, move |loaded| {
+        let Loaded::Asr(model) = loaded else {
+            return Err(ApiError::bad_request("this model does not do asr"));
+        };
+        let mut opts = model.default_options();
+        if let Some(l) = language.filter(|l| !l.is_empty()) {
+            opts.language = l;
+        }
+        let samples = decode_upload(&audio, model.sample_rate())?;
+        model.run_samples(&samples, &opts).map_err(engine_error)
+    })
+    .await
 }
 
 fn with_timing(mut resp: Response, wall_ms: f64, audio_s: f64) -> Response {
@@ -571,20 +623,81 @@ async fn transcriptions(
     req: Request,
 ) -> Result<Response, ApiError> {
     let r = read_request(&headers, req, state.cfg.max_body_bytes).await?;
-    if let Some(f) = &r.response_format {
-        if !["json", "text", "verbose_json", "srt", "vtt"].contains(&f.as_str()) {
-            return Err(ApiError::bad_request(format!(
-                "response_format '{f}' is not one of json, text, verbose_json, srt, vtt"
-            )));
-        }
+    let format = r.response_format.clone().unwrap_or_else(|| "json".into());
+    if !["json", "text", "verbose_json", "srt", "vtt"].contains(&format.as_str()) {
+        return Err(ApiError::bad_request(format!(
+            "response_format '{format}' is not one of json, text, verbose_json, srt, vtt"
+        )));
     }
-    let _ = &r.language;
-    slot(&state, &r, "asr")?;
-    Err(ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "asr_unavailable",
-        "this build has no speech-recognition family yet; /v1/tasks/run serves VAD",
-    ))
+    let slot = slot(&state, &r, "asr")?;
+    let audio = r
+        .audio
+        .ok_or_else(|| ApiError::bad_request("no audio: send a 'file' part or 'audio_base64'"))?;
+    let language = r.language.clone();
+    let (out, wall) = run_asr(&state, slot, audio, language.clone()).await?;
+    let resp = match format.as_str() {
+        "text" => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; charset=utf-8",
+            )],
+            format!("{}\n", out.text),
+        )
+            .into_response(),
+        "srt" | "vtt" => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; charset=utf-8",
+            )],
+            subtitles(&out, format == "vtt"),
+        )
+            .into_response(),
+        "verbose_json" => {
+            let segments: Vec<serde_json::Value> = out
+                .segments
+                .iter()
+                .enumerate()
+                .map(|(i, s)| json!({ "id": i, "start": s.start, "end": s.end, "text": s.text, "tokens": s.tokens }))
+                .collect();
+            Json(json!({
+                "task": "transcribe", "language": language.unwrap_or_else(|| "en".into()),
+                "duration": out.audio_seconds, "text": out.text, "segments": segments,
+            }))
+            .into_response()
+        }
+        _ => Json(json!({ "text": out.text })).into_response(),
+    };
+    Ok(with_timing(resp, wall, out.audio_seconds))
+}
+
+/// SRT or WebVTT cues, one per segment.
+fn subtitles(out: &AsrOutput, vtt: bool) -> String {
+    let stamp = |t: f64| {
+        let ms = (t * 1000.0).round() as u64;
+        let (h, m, s, f) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+        if vtt {
+            format!("{h:02}:{m:02}:{s:02}.{f:03}")
+        } else {
+            format!("{h:02}:{m:02}:{s:02},{f:03}")
+        }
+    };
+    let mut text = if vtt {
+        "WEBVTT\n\n".to_string()
+    } else {
+        String::new()
+    };
+    for (i, seg) in out.segments.iter().enumerate() {
+        if !vtt {
+            text.push_str(&format!("{}\n", i + 1));
+        }
+        text.push_str(&format!(
+            "{} --> {}\n{}\n\n",
+            stamp(seg.start),
+            stamp(seg.end),
+            seg.text.trim()
+        ));
+    }
+    text
 }
 
 async fn speech() -> ApiError {

@@ -65,7 +65,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     eprintln!("test: assets ready in {}", assets.dir.display());
     let status = cargo()
         .current_dir(project_root())
-        .args(["test", "--workspace", "--release"])
+        .args(["test", "--workspace", "--release", "--no-fail-fast"])
         .args(&args.cargo_args)
         .env("AUDIOCPP_TEST_ASSETS", &assets.dir)
         .env("AUDIOCPP_TEST_PYTHON", &assets.python)

@@ -233,10 +233,16 @@ pub fn plan(track_name: &str, track: &Track, facts: &DistFacts) -> Result<DistPl
     }
     let mut kernels_dropped = (0usize, 0u64);
     if !track.kernel_libraries.is_empty() {
-        let Some(k) = &facts.kernels else {
-            bail!("track {track_name} ships kernel libraries but no kernel plan was made (is --rocm-path set?)");
+        let libraries = match &facts.kernels {
+            Some(k) => k.libraries.as_slice(),
+            None => {
+                missing.push(
+                    "the kernel libraries (no SDK to take them from: pass --rocm-path)".into(),
+                );
+                &[]
+            }
         };
-        for lib in &k.libraries {
+        for lib in libraries {
             let Some(declared) = track
                 .kernel_libraries
                 .iter()
@@ -249,8 +255,13 @@ pub fn plan(track_name: &str, track: &Track, facts: &DistFacts) -> Result<DistPl
                 LibraryKind::Hipblaslt => Role::HipblasltKernels,
             };
             for kf in &lib.kept {
+                let src_root = &facts
+                    .kernels
+                    .as_ref()
+                    .expect("libraries come from the plan")
+                    .src_root;
                 files.push(PlannedFile {
-                    src: k.src_root.join(&lib.source_dir).join(&kf.rel_path),
+                    src: src_root.join(&lib.source_dir).join(&kf.rel_path),
                     dest: format!(
                         "{}/{}",
                         declared.dest.trim_end_matches('/'),
@@ -263,7 +274,11 @@ pub fn plan(track_name: &str, track: &Track, facts: &DistFacts) -> Result<DistPl
             kernels_dropped.0 += lib.dropped.len();
             kernels_dropped.1 += lib.dropped.iter().map(|f| f.size).sum::<u64>();
         }
-        for declared in &track.kernel_libraries {
+        for declared in track
+            .kernel_libraries
+            .iter()
+            .filter(|_| facts.kernels.is_some())
+        {
             let present = files.iter().any(|f| {
                 f.dest
                     .starts_with(&format!("{}/", declared.dest.trim_end_matches('/')))

@@ -288,6 +288,9 @@ async fn require_api_key(
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         if given != Some(key.as_str()) {
+            // Read (and drop) the body first, up to the size limit, so the client gets
+            // the 401 instead of a connection reset while it is still sending.
+            let _ = axum::body::to_bytes(req.into_body(), state.cfg.max_body_bytes).await;
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_api_key",

@@ -58,6 +58,24 @@ pub fn resolve_model(
     })
 }
 
+/// Checks that `family` does `task`, then reads the model and resolves its spec.
+fn resolve_for_task(
+    family: &str,
+    task: &str,
+    model: &Path,
+    spec_override: Option<&Path>,
+) -> Result<ResolvedModel> {
+    let info = families::find(family)?;
+    if !info.tasks.contains(&task) {
+        return Err(EngineError::WrongTask {
+            family: family.into(),
+            task: task.into(),
+            supported: info.tasks.join(", "),
+        });
+    }
+    resolve_model(family, model, spec_override)
+}
+
 /// What a VAD run produced.
 #[derive(Debug, Clone, Serialize)]
 pub struct VadOutput {
@@ -98,15 +116,7 @@ impl VadModel {
         spec_override: Option<&Path>,
         opts: &RuntimeOptions,
     ) -> Result<Self> {
-        let info = families::find(family)?;
-        if !info.tasks.contains(&"vad") {
-            return Err(EngineError::WrongTask {
-                family: family.into(),
-                task: "vad".into(),
-                supported: info.tasks.join(", "),
-            });
-        }
-        let resolved = resolve_model(family, model, spec_override)?;
+        let resolved = resolve_for_task(family, "vad", model, spec_override)?;
         let runtime = Runtime::new(opts)?;
         let defaults = vad_defaults(&resolved.spec);
         let model = SileroVad::load(&resolved.file, &resolved.spec, runtime)?;
@@ -314,15 +324,7 @@ impl AsrModel {
         spec_override: Option<&Path>,
         opts: &RuntimeOptions,
     ) -> Result<Self> {
-        let info = families::find(family)?;
-        if !info.tasks.contains(&"asr") {
-            return Err(EngineError::WrongTask {
-                family: family.into(),
-                task: "asr".into(),
-                supported: info.tasks.join(", "),
-            });
-        }
-        let resolved = resolve_model(family, model, spec_override)?;
+        let resolved = resolve_for_task(family, "asr", model, spec_override)?;
         let runtime = Runtime::new(opts)?;
         let spec = &resolved.spec;
         let defaults = DecodeOptions {

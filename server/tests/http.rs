@@ -6,23 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+mod common;
+use common::root;
 
 fn assets() -> PathBuf {
-    let dir = std::env::var_os("AUDIOCPP_TEST_ASSETS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target/test-assets"));
-    assert!(
-        dir.join("ggml-silero-v6.2.0.bin").is_file(),
-        "test assets missing in {}: run `cargo xtask test`",
-        dir.display()
-    );
-    dir
+    common::assets("ggml-silero-v6.2.0.bin")
 }
 
 struct Server {

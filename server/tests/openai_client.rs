@@ -3,28 +3,16 @@
 //! VAD, and `client.audio.transcriptions.create` in three response formats.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 const PHRASE: &str = "Speech recognition in Rust is working today.";
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+mod common;
+use common::root;
 
 fn assets() -> PathBuf {
-    let dir = std::env::var_os("AUDIOCPP_TEST_ASSETS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target/test-assets"));
-    assert!(
-        dir.join("whisper-tiny.en-ct2/model.bin").is_file(),
-        "test assets missing in {}: run `cargo xtask test`",
-        dir.display()
-    );
-    dir
+    common::assets("whisper-tiny.en-ct2/model.bin")
 }
 
 fn python() -> PathBuf {

@@ -362,6 +362,16 @@ async fn read_request(
     req: Request,
     limit: usize,
 ) -> Result<AudioRequest, ApiError> {
+    let declared = headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        // Read what the client is sending (bounded) before answering, so it sees the 413
+        // instead of a connection reset in the middle of its upload.
+        let _ = axum::body::to_bytes(req.into_body(), limit.saturating_mul(4)).await;
+        return Err(too_large());
+    }
     let content_type = headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())

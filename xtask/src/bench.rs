@@ -18,6 +18,10 @@ pub enum Suite {
     Deps,
     /// Kernel-name classification and a 1.3 GB kernel-tree filter vs `cp -r`.
     Kernels,
+    /// audiocpp_server's per-request overhead for VAD and ASR vs direct CLI runs.
+    Server,
+    /// `dist` of a 1.3 GB rocm6-sized SDK vs `zip -r -6` and `7z a -tzip`.
+    Dist,
     /// Everything above.
     All,
 }
@@ -45,21 +49,39 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if all || matches!(args.suite, Suite::Kernels) {
         crate::kernels::bench::bench()?;
     }
+    if all || matches!(args.suite, Suite::Server) {
+        bench_server(args.repeat)?;
+    }
+    if all || matches!(args.suite, Suite::Dist) {
+        crate::dist::bench::bench()?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Builds the release binaries and returns the path of `name` among them.
+fn release_binary(name: &str) -> Result<std::path::PathBuf> {
+    let status = cargo()
+        .current_dir(project_root())
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "audiocpp-cli",
+            "-p",
+            "audiocpp-server",
+        ])
+        .status()
+        .context("building the release binaries")?;
+    anyhow::ensure!(status.success(), "building the release binaries failed");
+    Ok(crate::project::target_dir()
+        .join("release")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX)))
 }
 
 fn bench_vad(repeat: u32) -> Result<()> {
     let a = assets::ensure()?;
     let root = project_root();
-    let status = cargo()
-        .current_dir(&root)
-        .args(["build", "--release", "-p", "audiocpp-cli"])
-        .status()
-        .context("building audiocpp_cli")?;
-    anyhow::ensure!(status.success(), "building audiocpp_cli failed");
-    let cli = crate::project::target_dir()
-        .join("release")
-        .join(format!("audiocpp_cli{}", std::env::consts::EXE_SUFFIX));
+    let cli = release_binary("audiocpp_cli")?;
     println!("== bench vad: audiocpp (ggml) vs onnxruntime (official Silero ONNX)");
     let status = Command::new(&a.python)
         .arg(root.join("xtask/python/vad_bench.py"))
@@ -78,5 +100,34 @@ fn bench_vad(repeat: u32) -> Result<()> {
         .status()
         .context("running the VAD bench")?;
     anyhow::ensure!(status.success(), "the VAD bench failed");
+    Ok(())
+}
+
+fn bench_server(repeat: u32) -> Result<()> {
+    let a = assets::ensure()?;
+    let root = project_root();
+    let cli = release_binary("audiocpp_cli")?;
+    let server = release_binary("audiocpp_server")?;
+    let status = Command::new(&a.python)
+        .arg(root.join("xtask/python/server_bench.py"))
+        .arg("--server")
+        .arg(&server)
+        .arg("--cli")
+        .arg(&cli)
+        .arg("--vad-model")
+        .arg(a.dir.join("ggml-silero-v6.2.0.bin"))
+        .arg("--specs")
+        .arg(root.join("model_specs"))
+        .arg("--asr-ct2")
+        .arg(a.dir.join(assets::WHISPER_CT2_DIR))
+        .arg("--vad-audio")
+        .arg(a.dir.join("clips/long.wav"))
+        .arg("--asr-audio")
+        .arg(a.dir.join("clips-asr/phrase_en_us.wav"))
+        .arg("--repeat")
+        .arg(repeat.to_string())
+        .status()
+        .context("running the server bench")?;
+    anyhow::ensure!(status.success(), "the server bench failed");
     Ok(())
 }

@@ -1,0 +1,180 @@
+"""Measures what audiocpp_server adds on top of inference, for VAD and ASR requests, next to
+direct audiocpp_cli runs of the same models on the same audio, in one run.
+
+For each task it prints:
+- the direct CLI run: whole process (start, model load, inference) and the inference time
+  the CLI reports;
+- the server, one keep-alive client sending requests back to back: client latency, the
+  server's own `X-AudioCPP-Wall-Ms` (decode + inference on the model thread), the
+  overhead (latency minus that wall time: HTTP, multipart, JSON, scheduling, the client),
+  and requests/s;
+- the server with several concurrent clients: requests/s (one model runs one request at
+  a time, so this shows queueing, not parallel inference).
+
+Usage: server_bench.py --server BIN --cli BIN --vad-model BIN --specs DIR --asr-ct2 DIR
+                       --vad-audio WAV --asr-audio WAV [--repeat N] [--threads N]
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import http.client
+import uuid
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cli_runs(args, task, model, audio, repeat):
+    """Whole-process wall times and the CLI's reported inference times (ms)."""
+    family = "silero_vad" if task == "vad" else "whisper"
+    cmd = [args.cli, "--task", task, "--family", family, "--model", model, "--audio", audio,
+           "--threads", str(args.threads), "--json"]
+    walls, inference = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        walls.append((time.perf_counter() - t0) * 1000)
+        inference.append(json.loads(out)["inference_ms"])
+    return walls, inference
+
+
+def multipart(fields, audio_bytes):
+    boundary = uuid.uuid4().hex
+    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+             for k, v in fields.items()]
+    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+                 f'Content-Type: audio/wav\r\n\r\n'.encode() + audio_bytes + b"\r\n")
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+
+
+def request(conn, task, audio_bytes):
+    """One request on a kept-alive connection: (latency ms, server wall ms, body)."""
+    if task == "vad":
+        path, fields = "/v1/tasks/run", {"model": "vad"}
+    else:
+        path, fields = "/v1/audio/transcriptions", {"model": "asr", "response_format": "json"}
+    body, ctype = multipart(fields, audio_bytes)
+    t0 = time.perf_counter()
+    conn.request("POST", path, body=body, headers={"Content-Type": ctype})
+    r = conn.getresponse()
+    data = r.read()
+    latency = (time.perf_counter() - t0) * 1000
+    if r.status != 200:
+        raise SystemExit(f"server answered {r.status} for {task}: {data.decode(errors='replace')}")
+    return latency, float(r.getheader("x-audiocpp-wall-ms")), json.loads(data)
+
+
+def serve(args, config):
+    port = free_port()
+    proc = subprocess.Popen([args.server, "--config", config, "--port", str(port),
+                             "--threads", str(args.threads)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"audiocpp_server exited: {proc.stderr.read().decode()}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                conn.close()
+                return proc, port
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("audiocpp_server did not answer /health within 60 s")
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def p99(xs):
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(0.99 * (len(s) - 1))))]
+
+
+def bench_task(args, port, task, cli_model, audio):
+    audio_bytes = open(audio, "rb").read()
+    walls, inference = cli_runs(args, task, cli_model, audio, args.repeat)
+    client = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    request(client, task, audio_bytes)  # warm: the first request pays one-time work
+    lat, srv = [], []
+    t0 = time.perf_counter()
+    for _ in range(args.repeat * 4):
+        latency, wall, _ = request(client, task, audio_bytes)
+        lat.append(latency)
+        srv.append(wall)
+    seq_rps = len(lat) / (time.perf_counter() - t0)
+    client.close()
+    overhead = [a - b for a, b in zip(lat, srv)]
+
+    def worker(n):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        try:
+            return [request(c, task, audio_bytes)[0] for _ in range(n)]
+        finally:
+            c.close()
+
+    clients = 4
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as ex:
+        conc = [x for xs in ex.map(worker, [args.repeat] * clients) for x in xs]
+    conc_rps = len(conc) / (time.perf_counter() - t0)
+
+    print(f"-- {task}: {os.path.basename(audio)}, {args.threads} thread(s)")
+    print(f"   direct CLI process (start+load+run)  median {med(walls):8.1f} ms")
+    print(f"   direct CLI inference (reported)      median {med(inference):8.1f} ms")
+    print(f"   server latency, 1 keep-alive client  median {med(lat):8.1f} ms   p99 {p99(lat):8.1f} ms")
+    print(f"   server model time (X-AudioCPP-Wall)  median {med(srv):8.1f} ms")
+    print(f"   server overhead (latency - model)    median {med(overhead):8.2f} ms   p99 {p99(overhead):8.2f} ms"
+          f"   (target < 5 ms: {'met' if med(overhead) < 5 else 'NOT met'})")
+    print(f"   latency - direct CLI inference       median {med(lat) - med(inference):8.2f} ms")
+    print(f"   requests/s: 1 client {seq_rps:7.2f}, {clients} clients {conc_rps:7.2f} "
+          f"(p50 {med(conc):.1f} ms, p99 {p99(conc):.1f} ms); direct CLI {1000 / med(walls):7.2f}/s"
+          f" -> server is {med(walls) / med(lat):.1f}x the CLI's rate")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for a in ["--server", "--cli", "--vad-model", "--specs", "--asr-ct2", "--vad-audio", "--asr-audio"]:
+        ap.add_argument(a, required=True)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        vad = os.path.join(tmp, "silero.gguf")
+        asr = os.path.join(tmp, "whisper-tiny.en.gguf")
+        subprocess.run([args.cli, "--task", "convert", "--family", "silero_vad", "--model", args.vad_model,
+                        "--model-spec-override", args.specs, "--out", vad], check=True, capture_output=True)
+        subprocess.run([args.cli, "--task", "convert", "--family", "whisper", "--model", args.asr_ct2,
+                        "--out", asr], check=True, capture_output=True)
+        config = os.path.join(tmp, "server.json")
+        with open(config, "w") as f:
+            json.dump({"busy_timeout_ms": 600000, "models": [
+                {"id": "vad", "path": vad, "family": "silero_vad", "task": "vad"},
+                {"id": "asr", "path": asr, "family": "whisper", "task": "asr"}]}, f)
+        proc, port = serve(args, config)
+        try:
+            print(f"== bench server: audiocpp_server vs direct audiocpp_cli runs ({args.repeat * 4} requests each)")
+            bench_task(args, port, "vad", vad, args.vad_audio)
+            bench_task(args, port, "asr", asr, args.asr_audio)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,119 +4,22 @@
 //! packages must verify, carry exactly the track's DLLs and filtered kernels, say the
 //! track's README notes, and come out byte-identical twice.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
+use xtask::dist::fixtures::{self as dist_fixtures, write_pe, FakeWindowsHip, CRT_IMPORTS as CRT};
 use xtask::kernels::fixtures::{self, Fill};
-use xtask::verify_deps::synth::{self, PeSpec};
 
-fn write_pe(path: &Path, dll: bool, imports: &[&str]) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, synth::pe(&PeSpec::new(dll, imports))).unwrap();
-}
-
-const CRT: &[&str] = &[
-    "MSVCP140.dll",
-    "VCRUNTIME140.dll",
-    "VCRUNTIME140_1.dll",
-    "KERNEL32.dll",
-];
-
-struct Fake {
-    sdk: PathBuf,
-    crt: PathBuf,
-    bin: PathBuf,
-}
-
-/// Lays out a fake HIP SDK (`major` 6 or 7), its CRT and stand-in binaries under `dir`.
-fn fake(dir: &Path, major: u32) -> Fake {
-    let sdk = dir.join(format!("sdk{major}"));
-    let (hip, comgr, hipblas, hipblaslt, version) = if major == 6 {
-        (
-            "amdhip64_6.dll",
-            "amd_comgr_2.dll",
-            "hipblas.dll",
-            "hipblaslt.dll",
-            "6.4.1-83",
-        )
-    } else {
-        (
-            "amdhip64_7.dll",
-            "amd_comgr_3.dll",
-            "libhipblas.dll",
-            "libhipblaslt.dll",
-            "7.1.0",
-        )
-    };
-    std::fs::create_dir_all(sdk.join(".info")).unwrap();
-    std::fs::write(sdk.join(".info/version"), version).unwrap();
-    let bin = sdk.join("bin");
-    write_pe(&bin.join(hip), true, &[CRT, &["ADVAPI32.dll"]].concat());
-    write_pe(&bin.join(comgr), true, CRT);
-    let atomic_wait: &[&str] = if major == 7 {
-        &["MSVCP140_ATOMIC_WAIT.dll"]
-    } else {
-        &[]
-    };
-    write_pe(
-        &bin.join("rocblas.dll"),
-        true,
-        &[CRT, &[hip], atomic_wait].concat(),
-    );
-    write_pe(&bin.join(hipblaslt), true, &[CRT, &[hip]].concat());
-    write_pe(
-        &bin.join(hipblas),
-        true,
-        &[CRT, &["rocblas.dll", hipblaslt, hip]].concat(),
-    );
-    write_pe(&bin.join("hipInfo.exe"), false, &[hip]);
-    // Real names, sizes scaled down 1000x: the zip step reads every byte.
+/// A fake HIP SDK of ROCm `major` with the real kernel names, sizes scaled down 1000x
+/// (the zip step reads every byte).
+fn fake(dir: &Path, major: u32) -> FakeWindowsHip {
     let tree = if major == 6 {
         fixtures::rocm64_windows()
     } else {
         fixtures::rocm71_windows()
     }
     .scaled(0.001);
-    fixtures::write_tree(&tree, &sdk, Fill::Sparse).unwrap();
-
-    let crt = dir.join("crt");
-    for f in [
-        "msvcp140.dll",
-        "vcruntime140.dll",
-        "vcruntime140_1.dll",
-        "msvcp140_atomic_wait.dll",
-    ] {
-        write_pe(
-            &crt.join(f),
-            true,
-            &["KERNEL32.dll", "api-ms-win-crt-runtime-l1-1-0.dll"],
-        );
-    }
-    let out = dir.join(format!("bin{major}"));
-    let base = ["ggml-base.dll", "ggml.dll"];
-    write_pe(&out.join("audiocpp_cli.exe"), false, &[CRT, &base].concat());
-    write_pe(
-        &out.join("audiocpp_server.exe"),
-        false,
-        &[CRT, &base, &["WS2_32.dll"]].concat(),
-    );
-    write_pe(&out.join("ggml-base.dll"), true, CRT);
-    write_pe(
-        &out.join("ggml.dll"),
-        true,
-        &[CRT, &["ggml-base.dll"]].concat(),
-    );
-    write_pe(
-        &out.join("ggml-cpu-haswell.dll"),
-        true,
-        &[CRT, &["ggml-base.dll"]].concat(),
-    );
-    write_pe(
-        &out.join("ggml-hip.dll"),
-        true,
-        &[CRT, &["ggml-base.dll", hip, hipblas, "rocblas.dll"]].concat(),
-    );
-    Fake { sdk, crt, bin: out }
+    dist_fixtures::windows_hip(dir, major, &tree, Fill::Sparse).unwrap()
 }
 
 fn xtask(args: &[&str], out_dir: &Path) -> std::process::Output {
@@ -130,7 +33,7 @@ fn xtask(args: &[&str], out_dir: &Path) -> std::process::Output {
         .unwrap()
 }
 
-fn dist(track: &str, f: &Fake, out: &Path, extra: &[&str]) -> std::process::Output {
+fn dist(track: &str, f: &FakeWindowsHip, out: &Path, extra: &[&str]) -> std::process::Output {
     let args = [
         &[
             "dist",
@@ -319,7 +222,8 @@ fn planted_openmp_import_fails_the_package_with_the_chain() {
         &f.bin.join("ggml-cpu-haswell.dll"),
         true,
         &[CRT, &["ggml-base.dll", "libomp140.x86_64.dll"]].concat(),
-    );
+    )
+    .unwrap();
     let out = dir.path().join("dist");
     let o = dist("rocm6", &f, &out, &[]);
     assert_eq!(o.status.code(), Some(2));

@@ -6,6 +6,8 @@
 //! the disk and [`package`] performs the plan.
 
 pub mod archive;
+pub mod bench;
+pub mod fixtures;
 pub mod package;
 pub mod plan;
 

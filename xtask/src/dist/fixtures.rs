@@ -1,0 +1,138 @@
+//! A generated Windows HIP SDK for `dist`'s tests and benchmark: PE DLLs with the real
+//! ROCm 6.4 / 7.1 names and import chains (written by verify-deps' PE writer), a kernel
+//! tree from the kernels fixtures, a fake MSVC CRT folder and stand-in executables that
+//! import what our real Windows binaries import.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::kernels::fixtures::{self, Fill, TreeSpec};
+use crate::verify_deps::synth::{self, PeSpec};
+
+/// The three folders `dist --rocm-path --crt-dir --bin-dir` takes.
+#[derive(Debug, Clone)]
+pub struct FakeWindowsHip {
+    /// The SDK root (`.info/version`, `bin/`).
+    pub sdk: PathBuf,
+    /// The CRT redist folder.
+    pub crt: PathBuf,
+    /// The stand-in binaries.
+    pub bin: PathBuf,
+}
+
+/// What an MSVC-built binary imports from the C/C++ runtime and the OS.
+pub const CRT_IMPORTS: &[&str] = &[
+    "MSVCP140.dll",
+    "VCRUNTIME140.dll",
+    "VCRUNTIME140_1.dll",
+    "KERNEL32.dll",
+];
+
+/// Writes an x64 PE (a DLL when `dll`) importing `imports`, creating its folder.
+pub fn write_pe(path: &Path, dll: bool, imports: &[&str]) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::write(path, synth::pe(&PeSpec::new(dll, imports)))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Lays out a HIP SDK of ROCm `major` (6 or 7) with `kernels` in it, its CRT and stand-in
+/// binaries under `dir`.
+pub fn windows_hip(
+    dir: &Path,
+    major: u32,
+    kernels: &TreeSpec,
+    fill: Fill,
+) -> Result<FakeWindowsHip> {
+    let sdk = dir.join(format!("sdk{major}"));
+    let (hip, comgr, hipblas, hipblaslt, version) = if major == 6 {
+        (
+            "amdhip64_6.dll",
+            "amd_comgr_2.dll",
+            "hipblas.dll",
+            "hipblaslt.dll",
+            "6.4.1-83",
+        )
+    } else {
+        (
+            "amdhip64_7.dll",
+            "amd_comgr_3.dll",
+            "libhipblas.dll",
+            "libhipblaslt.dll",
+            "7.1.0",
+        )
+    };
+    std::fs::create_dir_all(sdk.join(".info"))?;
+    std::fs::write(sdk.join(".info/version"), version)?;
+    let bin = sdk.join("bin");
+    write_pe(
+        &bin.join(hip),
+        true,
+        &[CRT_IMPORTS, &["ADVAPI32.dll"]].concat(),
+    )?;
+    write_pe(&bin.join(comgr), true, CRT_IMPORTS)?;
+    let atomic_wait: &[&str] = if major == 7 {
+        &["MSVCP140_ATOMIC_WAIT.dll"]
+    } else {
+        &[]
+    };
+    write_pe(
+        &bin.join("rocblas.dll"),
+        true,
+        &[CRT_IMPORTS, &[hip], atomic_wait].concat(),
+    )?;
+    write_pe(&bin.join(hipblaslt), true, &[CRT_IMPORTS, &[hip]].concat())?;
+    write_pe(
+        &bin.join(hipblas),
+        true,
+        &[CRT_IMPORTS, &["rocblas.dll", hipblaslt, hip]].concat(),
+    )?;
+    write_pe(&bin.join("hipInfo.exe"), false, &[hip])?;
+    fixtures::write_tree(kernels, &sdk, fill)?;
+
+    let crt = dir.join("crt");
+    for f in [
+        "msvcp140.dll",
+        "vcruntime140.dll",
+        "vcruntime140_1.dll",
+        "msvcp140_atomic_wait.dll",
+    ] {
+        write_pe(
+            &crt.join(f),
+            true,
+            &["KERNEL32.dll", "api-ms-win-crt-runtime-l1-1-0.dll"],
+        )?;
+    }
+    let out = dir.join(format!("bin{major}"));
+    let base = ["ggml-base.dll", "ggml.dll"];
+    write_pe(
+        &out.join("audiocpp_cli.exe"),
+        false,
+        &[CRT_IMPORTS, &base].concat(),
+    )?;
+    write_pe(
+        &out.join("audiocpp_server.exe"),
+        false,
+        &[CRT_IMPORTS, &base, &["WS2_32.dll"]].concat(),
+    )?;
+    write_pe(&out.join("ggml-base.dll"), true, CRT_IMPORTS)?;
+    write_pe(
+        &out.join("ggml.dll"),
+        true,
+        &[CRT_IMPORTS, &["ggml-base.dll"]].concat(),
+    )?;
+    write_pe(
+        &out.join("ggml-cpu-haswell.dll"),
+        true,
+        &[CRT_IMPORTS, &["ggml-base.dll"]].concat(),
+    )?;
+    write_pe(
+        &out.join("ggml-hip.dll"),
+        true,
+        &[CRT_IMPORTS, &["ggml-base.dll", hip, hipblas, "rocblas.dll"]].concat(),
+    )?;
+    Ok(FakeWindowsHip { sdk, crt, bin: out })
+}

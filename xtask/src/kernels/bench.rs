@@ -12,8 +12,8 @@ use anyhow::Context;
 use super::classify::classify;
 use super::filter::{execute, parse_targets, plan, CoverageNotes, ExecuteOptions, LinkMode};
 use super::fixtures::{
-    bench_tree, listing_entries, write_tree, Fill, HIPBLASLT_711_LISTING, ROCBLAS_644_LISTING,
-    ROCBLAS_724_LISTING, ROCM6_TARGETS,
+    bench_tree, listing_entries, rocm6_targets, write_tree, Fill, HIPBLASLT_711_LISTING,
+    ROCBLAS_644_LISTING, ROCBLAS_724_LISTING,
 };
 use super::report::human_mb;
 
@@ -85,7 +85,8 @@ fn bench_filter(dir: &Path) -> anyhow::Result<()> {
     );
 
     settle();
-    let targets = parse_targets(ROCM6_TARGETS)?;
+    let names = rocm6_targets()?;
+    let targets = parse_targets(&names.iter().map(String::as_str).collect::<Vec<_>>())?;
     let start = Instant::now();
     let plan = plan(&src, &targets, &CoverageNotes::default())?;
     let plan_time = start.elapsed();

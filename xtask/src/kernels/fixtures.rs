@@ -31,10 +31,12 @@ pub const HIPBLASLT_711_LISTING: &str = include_str!(
     "../../tests/fixtures/rocm-library-listings/hipblaslt-library-sid-7.1.1+dfsg-4.tsv"
 );
 
-/// The rocm6 track's targets, as used by the tests and the benchmark.
-pub const ROCM6_TARGETS: &[&str] = &[
-    "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1151", "gfx1200", "gfx1201",
-];
+/// The rocm6 track's GPU targets, read from packaging/tracks.toml so the tests and the
+/// benchmark filter for exactly what the release does.
+pub fn rocm6_targets() -> anyhow::Result<Vec<String>> {
+    let tracks = crate::tracks::TracksFile::load(&crate::tracks::TracksFile::default_path())?;
+    Ok(tracks.track("rocm6")?.gpu_targets.clone())
+}
 
 /// A whole tree: library folders under one root.
 #[derive(Debug, Clone, PartialEq)]

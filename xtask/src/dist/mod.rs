@@ -290,11 +290,19 @@ fn build_binaries(track_name: &str, track: &Track) -> Result<Vec<PathBuf>> {
     Ok(dirs)
 }
 
-/// The binding hard-links its shared libraries into the profile folder, and on a rebuild
-/// panics on the (dangling) symlinks it left there the first time; remove them first.
-/// Only this track's own target folder is touched.
+/// The binding hard-links its shared libraries (symlinks included, which then dangle)
+/// into the profile folder and its `deps/` and `examples/`, and on a rebuild panics on
+/// the dangling links it left there before (`!exists()` then `hard_link` -> EEXIST);
+/// remove them first. Only this track's own target folder is touched.
 fn remove_dangling_links(release: &Path) -> Result<()> {
-    let Ok(entries) = std::fs::read_dir(release) else {
+    for dir in [release.to_path_buf(), release.join("deps"), release.join("examples")] {
+        remove_dangling_links_in(&dir)?;
+    }
+    Ok(())
+}
+
+fn remove_dangling_links_in(dir: &Path) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(());
     };
     for e in entries.flatten() {

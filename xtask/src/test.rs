@@ -96,6 +96,7 @@ fn dist_track(track: &str, out: &Path) -> Result<PathBuf> {
         track: Some(track.to_string()),
         bin_dir: None,
         rocm_path: None,
+        cuda_path: None,
         crt_dir: None,
         out_dir: Some(out.to_path_buf()),
         allow_uncovered: false,

@@ -280,7 +280,8 @@ pub struct Track {
     #[serde(default)]
     pub crt: Option<Crt>,
     /// Extra system libraries this track may import without bundling (Linux: the
-    /// amdgpu driver stack); added to the policy's allowlist for this track.
+    /// amdgpu driver stack; Windows: the NVIDIA driver's nvcuda.dll); added to the
+    /// policy's allowlist for this track.
     #[serde(default)]
     pub system_extra: Vec<String>,
     /// Lines `dist` writes into the package README.

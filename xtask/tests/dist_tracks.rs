@@ -7,12 +7,12 @@
 use std::path::Path;
 use std::process::Command;
 
-use xtask::dist::fixtures::{self as dist_fixtures, write_pe, FakeWindowsHip, CRT_IMPORTS as CRT};
+use xtask::dist::fixtures::{self as dist_fixtures, write_pe, FakeWindowsSdk, CRT_IMPORTS as CRT};
 use xtask::kernels::fixtures::{self, Fill};
 
 /// A fake HIP SDK of ROCm `major` with the real kernel names, sizes scaled down 1000x
 /// (the zip step reads every byte).
-fn fake(dir: &Path, major: u32) -> FakeWindowsHip {
+fn fake(dir: &Path, major: u32) -> FakeWindowsSdk {
     let tree = if major == 6 {
         fixtures::rocm64_windows()
     } else {
@@ -33,13 +33,17 @@ fn xtask(args: &[&str], out_dir: &Path) -> std::process::Output {
         .unwrap()
 }
 
-fn dist(track: &str, f: &FakeWindowsHip, out: &Path, extra: &[&str]) -> std::process::Output {
+fn dist(track: &str, f: &FakeWindowsSdk, out: &Path, extra: &[&str]) -> std::process::Output {
     let args = [
         &[
             "dist",
             "--track",
             track,
-            "--rocm-path",
+            if track.contains("cuda") {
+                "--cuda-path"
+            } else {
+                "--rocm-path"
+            },
             f.sdk.to_str().unwrap(),
             "--crt-dir",
             f.crt.to_str().unwrap(),
@@ -294,4 +298,67 @@ fn dry_run_prints_the_plan_and_writes_nothing() {
         "dropped kernels are not listed as files"
     );
     assert!(!out.exists(), "a dry run writes nothing");
+}
+
+#[test]
+fn windows_cuda_package_carries_the_runtime_and_cublas_but_not_the_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dist_fixtures::windows_cuda(dir.path()).unwrap();
+    let out = dir.path().join("dist");
+    let o = dist("windows-cuda", &f, &out, &[]);
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let zip = out.join("audiocpp-windows-cuda12.zip");
+    let names = zip_names(&zip);
+    let root = "audiocpp-windows-cuda12/";
+    for must in [
+        "audiocpp_cli.exe",
+        "ggml-cuda.dll",
+        "cudart64_12.dll",
+        "cublas64_12.dll",
+        "cublasLt64_12.dll",
+        "vcruntime140.dll",
+    ] {
+        assert!(
+            names.contains(&format!("{root}{must}")),
+            "{must} missing: {names:?}"
+        );
+    }
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.to_ascii_lowercase().contains("nvcuda") || n.contains("nvrtc")),
+        "the driver and unused toolkit DLLs stay out: {names:?}"
+    );
+    let vp = verify_package(&zip);
+    assert!(
+        vp.status.success(),
+        "{}",
+        String::from_utf8_lossy(&vp.stdout)
+    );
+    let readme = std::fs::read_to_string(out.join("audiocpp-windows-cuda12/README.md")).unwrap();
+    assert!(readme.contains("--backend cuda"), "{readme}");
+    assert!(readme.contains("NVIDIA driver for CUDA 12.8"), "{readme}");
+
+    // A CUDA 13 toolkit is refused for the CUDA 12 track, naming the flag.
+    std::fs::write(
+        f.sdk.join("version.json"),
+        r#"{ "cuda": { "name": "CUDA SDK", "version": "13.0.88" } }"#,
+    )
+    .unwrap();
+    let out13 = dir.path().join("dist13");
+    let o = dist("windows-cuda", &f, &out13, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("is version 13.0")
+            && err.contains("needs 12.8")
+            && err.contains("--cuda-path"),
+        "{err}"
+    );
+    assert!(!out13.join("audiocpp-windows-cuda12.zip").exists());
 }

@@ -1,7 +1,7 @@
-//! A generated Windows HIP SDK for `dist`'s tests and benchmark: PE DLLs with the real
-//! ROCm 6.4 / 7.1 names and import chains (written by verify-deps' PE writer), a kernel
-//! tree from the kernels fixtures, a fake MSVC CRT folder and stand-in executables that
-//! import what our real Windows binaries import.
+//! Generated Windows GPU SDKs for `dist`'s tests and benchmark: PE DLLs with the real
+//! ROCm 6.4 / 7.1 or CUDA 12 names and import chains (written by verify-deps' PE
+//! writer), a kernel tree from the kernels fixtures, a fake MSVC CRT folder and stand-in
+//! executables that import what our real Windows binaries import.
 
 use std::path::{Path, PathBuf};
 
@@ -10,9 +10,9 @@ use anyhow::{Context, Result};
 use crate::kernels::fixtures::{self, Fill, TreeSpec};
 use crate::verify_deps::synth::{self, PeSpec};
 
-/// The three folders `dist --rocm-path --crt-dir --bin-dir` takes.
+/// The three folders `dist --rocm-path|--cuda-path --crt-dir --bin-dir` takes.
 #[derive(Debug, Clone)]
-pub struct FakeWindowsHip {
+pub struct FakeWindowsSdk {
     /// The SDK root (`.info/version`, `bin/`).
     pub sdk: PathBuf,
     /// The CRT redist folder.
@@ -46,7 +46,7 @@ pub fn windows_hip(
     major: u32,
     kernels: &TreeSpec,
     fill: Fill,
-) -> Result<FakeWindowsHip> {
+) -> Result<FakeWindowsSdk> {
     let sdk = dir.join(format!("sdk{major}"));
     let (hip, comgr, hipblas, hipblaslt, version) = if major == 6 {
         (
@@ -93,6 +93,58 @@ pub fn windows_hip(
     write_pe(&bin.join("hipInfo.exe"), false, &[hip])?;
     fixtures::write_tree(kernels, &sdk, fill)?;
 
+    let (crt, out) = crt_and_binaries(dir, &format!("bin{major}"))?;
+    write_pe(
+        &out.join("ggml-hip.dll"),
+        true,
+        &[CRT_IMPORTS, &["ggml-base.dll", hip, hipblas, "rocblas.dll"]].concat(),
+    )?;
+    Ok(FakeWindowsSdk { sdk, crt, bin: out })
+}
+
+/// Lays out a CUDA 12.8 toolkit (`version.json`, the runtime and cuBLAS DLLs), its CRT and
+/// stand-in binaries with a `ggml-cuda.dll` under `dir`.
+pub fn windows_cuda(dir: &Path) -> Result<FakeWindowsSdk> {
+    let sdk = dir.join("cuda12");
+    std::fs::create_dir_all(&sdk)?;
+    std::fs::write(
+        sdk.join("version.json"),
+        r#"{ "cuda": { "name": "CUDA SDK", "version": "12.8.1" } }"#,
+    )?;
+    let bin = sdk.join("bin");
+    write_pe(&bin.join("cudart64_12.dll"), true, &["KERNEL32.dll"])?;
+    write_pe(
+        &bin.join("cublasLt64_12.dll"),
+        true,
+        &["KERNEL32.dll", "ADVAPI32.dll"],
+    )?;
+    write_pe(
+        &bin.join("cublas64_12.dll"),
+        true,
+        &["KERNEL32.dll", "cublasLt64_12.dll"],
+    )?;
+    write_pe(&bin.join("nvrtc64_120_0.dll"), true, &["KERNEL32.dll"])?;
+    let (crt, out) = crt_and_binaries(dir, "bin-cuda")?;
+    write_pe(
+        &out.join("ggml-cuda.dll"),
+        true,
+        &[
+            CRT_IMPORTS,
+            &[
+                "ggml-base.dll",
+                "cudart64_12.dll",
+                "cublas64_12.dll",
+                "nvcuda.dll",
+            ],
+        ]
+        .concat(),
+    )?;
+    Ok(FakeWindowsSdk { sdk, crt, bin: out })
+}
+
+/// The CRT redist folder and the backend-independent stand-in binaries (`bin_name`
+/// under `dir`): executables, ggml libraries and one CPU plugin.
+fn crt_and_binaries(dir: &Path, bin_name: &str) -> Result<(PathBuf, PathBuf)> {
     let crt = dir.join("crt");
     for f in [
         "msvcp140.dll",
@@ -106,7 +158,7 @@ pub fn windows_hip(
             &["KERNEL32.dll", "api-ms-win-crt-runtime-l1-1-0.dll"],
         )?;
     }
-    let out = dir.join(format!("bin{major}"));
+    let out = dir.join(bin_name);
     let base = ["ggml-base.dll", "ggml.dll"];
     write_pe(
         &out.join("audiocpp_cli.exe"),
@@ -129,10 +181,5 @@ pub fn windows_hip(
         true,
         &[CRT_IMPORTS, &["ggml-base.dll"]].concat(),
     )?;
-    write_pe(
-        &out.join("ggml-hip.dll"),
-        true,
-        &[CRT_IMPORTS, &["ggml-base.dll", hip, hipblas, "rocblas.dll"]].concat(),
-    )?;
-    Ok(FakeWindowsHip { sdk, crt, bin: out })
+    Ok((crt, out))
 }

@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::kernels::filter::{self as kfilter, CoverageNotes};
 use crate::project::{project_root, target_dir};
-use crate::tracks::{Os, Track, TracksFile};
+use crate::tracks::{Os, SdkKind, Track, TracksFile};
 use plan::{DistFacts, FoundFile};
 
 /// Flags of `cargo xtask dist`.
@@ -31,9 +31,12 @@ pub struct Args {
     /// Package prebuilt binaries from this folder instead of building.
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
-    /// SDK root for GPU tracks (default: HIP_PATH / ROCM_PATH).
+    /// SDK root for HIP tracks (default: HIP_PATH / ROCM_PATH).
     #[arg(long)]
     pub rocm_path: Option<PathBuf>,
+    /// CUDA toolkit root for CUDA tracks (default: CUDA_PATH).
+    #[arg(long)]
+    pub cuda_path: Option<PathBuf>,
     /// Folder with the toolchain runtime files the track declares (MSVC CRT redist folder).
     #[arg(long)]
     pub crt_dir: Option<PathBuf>,
@@ -161,11 +164,59 @@ fn elf_soname(path: &Path) -> Option<String> {
     crate::verify_deps::parse(&bytes).ok()?.soname
 }
 
-fn sdk_root(args: &Args) -> Option<PathBuf> {
-    args.rocm_path
-        .clone()
-        .or_else(|| std::env::var_os("HIP_PATH").map(PathBuf::from))
-        .or_else(|| std::env::var_os("ROCM_PATH").map(PathBuf::from))
+/// The track's SDK root from its flag or environment, checked to be a folder of the
+/// track's SDK version.
+fn sdk_root(track_name: &str, track: &Track, args: &Args) -> Result<PathBuf> {
+    let kind = track.sdk.as_ref().map(|s| s.kind).unwrap_or(SdkKind::Rocm);
+    let (flag, root) = match kind {
+        SdkKind::Rocm => (
+            "--rocm-path",
+            args.rocm_path
+                .clone()
+                .or_else(|| std::env::var_os("HIP_PATH").map(PathBuf::from))
+                .or_else(|| std::env::var_os("ROCM_PATH").map(PathBuf::from)),
+        ),
+        SdkKind::Cuda => (
+            "--cuda-path",
+            args.cuda_path
+                .clone()
+                .or_else(|| std::env::var_os("CUDA_PATH").map(PathBuf::from)),
+        ),
+    };
+    let root = root.with_context(|| match kind {
+        SdkKind::Rocm => format!(
+            "track {track_name} needs the ROCm SDK: pass --rocm-path or set HIP_PATH / ROCM_PATH"
+        ),
+        SdkKind::Cuda => {
+            format!("track {track_name} needs the CUDA toolkit: pass --cuda-path or set CUDA_PATH")
+        }
+    })?;
+    if !root.is_dir() {
+        bail!("{flag} {} is not a folder", root.display());
+    }
+    if let Some(sdk) = &track.sdk {
+        let (found, from) = match kind {
+            SdkKind::Rocm => {
+                let (v, from) = crate::toolset::rocm::read_version(&root)
+                    .with_context(|| format!("reading the SDK version of {}", root.display()))?;
+                (v.major_minor(), from.to_string())
+            }
+            SdkKind::Cuda => {
+                let cuda = crate::toolset::cuda::inspect(&root)
+                    .with_context(|| format!("reading the CUDA version of {}", root.display()))?;
+                let mm: Vec<&str> = cuda.version.split('.').take(2).collect();
+                (mm.join("."), "version.json".to_string())
+            }
+        };
+        if found != sdk.version {
+            bail!(
+                "the SDK at {} is version {found} (from {from}); track {track_name} needs {}: pass that SDK with {flag}",
+                root.display(),
+                sdk.version
+            );
+        }
+    }
+    Ok(root)
 }
 
 /// Collects the facts `plan` decides on: binaries, runtime files, CRT, kernel plan.
@@ -176,24 +227,7 @@ fn gather(track_name: &str, track: &Track, bin_dirs: &[PathBuf], args: &Args) ->
     }
     let needs_sdk = !track.runtime.is_empty() || !track.kernel_libraries.is_empty();
     if needs_sdk {
-        let root = sdk_root(args).with_context(|| {
-            format!("track {track_name} needs the ROCm SDK: pass --rocm-path or set HIP_PATH / ROCM_PATH")
-        })?;
-        if !root.is_dir() {
-            bail!("--rocm-path {} is not a folder", root.display());
-        }
-        if let Some(sdk) = &track.sdk {
-            let (found, from) = crate::toolset::rocm::read_version(&root)
-                .with_context(|| format!("reading the SDK version of {}", root.display()))?;
-            if found.major_minor() != sdk.version {
-                bail!(
-                    "the SDK at {} is version {} (from {from}); track {track_name} needs {}: pass that SDK with --rocm-path",
-                    root.display(),
-                    found.major_minor(),
-                    sdk.version
-                );
-            }
-        }
+        let root = sdk_root(track_name, track, args)?;
         for r in &track.runtime {
             let p = root.join(&r.source).join(&r.name);
             if let Ok(m) = std::fs::metadata(&p) {
@@ -295,7 +329,11 @@ fn build_binaries(track_name: &str, track: &Track) -> Result<Vec<PathBuf>> {
 /// the dangling links it left there before (`!exists()` then `hard_link` -> EEXIST);
 /// remove them first. Only this track's own target folder is touched.
 fn remove_dangling_links(release: &Path) -> Result<()> {
-    for dir in [release.to_path_buf(), release.join("deps"), release.join("examples")] {
+    for dir in [
+        release.to_path_buf(),
+        release.join("deps"),
+        release.join("examples"),
+    ] {
         remove_dangling_links_in(&dir)?;
     }
     Ok(())

@@ -8,7 +8,7 @@ use anyhow::Context;
 use regex::Regex;
 
 use super::binary::{Format, Machine};
-use crate::tracks::{Arch, Glob, Load, SdkKind, Track, TracksFile};
+use crate::tracks::{Arch, Glob, Load, Os, SdkKind, Track, TracksFile};
 
 /// A compiled forbidden-file rule.
 #[derive(Debug, Clone)]
@@ -114,7 +114,7 @@ impl Policy {
                 .with_context(|| format!("cannot read allowlist {}", p.display()))
         };
         let p = &tracks.policy;
-        let windows_system = parse_list(&read(&p.windows_system)?)
+        let mut windows_system: BTreeSet<String> = parse_list(&read(&p.windows_system)?)
             .map(|s| s.to_ascii_lowercase())
             .collect();
         let mut linux_system: BTreeSet<String> = parse_list(&read(&p.linux_system)?)
@@ -164,7 +164,12 @@ impl Policy {
             }
             Some(name) => {
                 let t = tracks.track(name)?;
-                linux_system.extend(t.system_extra.iter().cloned());
+                match t.os {
+                    Os::Linux => linux_system.extend(t.system_extra.iter().cloned()),
+                    Os::Windows => {
+                        windows_system.extend(t.system_extra.iter().map(|n| n.to_ascii_lowercase()))
+                    }
+                }
                 crt_names.extend(crt_of(t));
                 (globs(&t.plugins)?, Some(track_rules(name, t)?))
             }

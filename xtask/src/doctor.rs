@@ -266,9 +266,44 @@ fn os_label(os: Os) -> &'static str {
     }
 }
 
+fn mingw_check(f: &HostFacts) -> Check {
+    tool(
+        "mingw-w64 (posix)",
+        &f.tools.mingw,
+        "apt-get install -y --no-install-recommends gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 mingw-w64-x86-64-dev",
+    )
+}
+
+fn rust_target_check(f: &HostFacts, target: &str) -> Check {
+    if f.tools.rust_targets.iter().any(|x| x == target) {
+        ok(&format!("rust target {target}"), "installed")
+    } else {
+        missing(
+            &format!("rust target {target}"),
+            "not installed",
+            format!("rustup target add {target}"),
+        )
+    }
+}
+
 fn track_report(name: &str, t: &Track, f: &HostFacts) -> TrackReport {
     let mut checks = build_tools(f);
-    if t.os == Os::Windows {
+    // A MinGW track cross-builds on Linux (mingw-w64 and the windows-gnu Rust target);
+    // every other Windows track builds on Windows with MSVC.
+    let mingw = t
+        .crt
+        .as_ref()
+        .is_some_and(|c| c.kind == crate::tracks::CrtKind::Mingw);
+    let build_os = if mingw { Os::Linux } else { t.os };
+    if mingw {
+        checks.push(mingw_check(f));
+        checks.extend(
+            t.build
+                .target
+                .as_deref()
+                .map(|target| rust_target_check(f, target)),
+        );
+    } else if t.os == Os::Windows {
         let toolset = t
             .crt
             .as_ref()
@@ -283,10 +318,10 @@ fn track_report(name: &str, t: &Track, f: &HostFacts) -> TrackReport {
         }
         _ => {}
     }
-    let elsewhere = (t.os != f.os).then(|| {
+    let elsewhere = (build_os != f.os).then(|| {
         format!(
             "builds on {}: run `cargo xtask doctor --track {name}` there",
-            os_label(t.os)
+            os_label(build_os)
         )
     });
     let ready = elsewhere.is_none() && checks.iter().all(|c| c.status == Status::Ok);
@@ -366,22 +401,9 @@ pub fn report(f: &HostFacts, tracks: &TracksFile, only: Option<&str>) -> Report 
     }
     // Cross tests (Windows binaries on Linux).
     if f.os == Os::Linux {
-        checks.push(tool(
-            "mingw-w64 (posix)",
-            &t.mingw,
-            "apt-get install -y --no-install-recommends gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 mingw-w64-x86-64-dev",
-        ));
+        checks.push(mingw_check(f));
         checks.push(tool("wine", &t.wine, "apt-get install -y wine wine64"));
-        let target = "x86_64-pc-windows-gnu";
-        checks.push(if t.rust_targets.iter().any(|x| x == target) {
-            ok(&format!("rust target {target}"), "installed")
-        } else {
-            missing(
-                &format!("rust target {target}"),
-                "not installed",
-                format!("rustup target add {target}"),
-            )
-        });
+        checks.push(rust_target_check(f, "x86_64-pc-windows-gnu"));
     }
     let tracks = tracks
         .tracks

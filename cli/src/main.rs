@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use audiocpp_engine::backend::{self, BackendKind, RuntimeOptions};
 use audiocpp_engine::families;
+use audiocpp_engine::families::whisper::WeightType;
 use audiocpp_engine::tasks::{self, AsrModel, AsrOutput, VadModel, VadOutput};
 use audiocpp_engine::vad::VadParams;
 use audiocpp_engine::EngineError;
@@ -19,7 +20,7 @@ use clap::Parser;
     name = "audiocpp_cli",
     version = audiocpp_engine::VERSION,
     about = "Run audio models (VAD, ASR) on CPU, CUDA or HIP/ROCm through ggml",
-    after_help = "Examples:\n  audiocpp_cli --task vad --family silero_vad --model ggml-silero-v6.2.0.bin --audio in.wav\n  audiocpp_cli --task convert --family silero_vad --model ggml-silero-v6.2.0.bin --out silero.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --out whisper-tiny.en.gguf\n  audiocpp_cli --task asr --family whisper --model whisper-tiny.en.gguf --audio in.wav --text-out in.txt\n  audiocpp_cli --list-devices --json"
+    after_help = "Examples:\n  audiocpp_cli --task vad --family silero_vad --model ggml-silero-v6.2.0.bin --audio in.wav\n  audiocpp_cli --task convert --family silero_vad --model ggml-silero-v6.2.0.bin --out silero.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --out whisper-tiny.en.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --quantize q8_0 --out whisper-tiny.en-q8_0.gguf\n  audiocpp_cli --task asr --family whisper --model whisper-tiny.en.gguf --audio in.wav --text-out in.txt\n  audiocpp_cli --list-devices --json"
 )]
 struct Flags {
     /// Task to run: vad, asr, convert.
@@ -41,6 +42,10 @@ struct Flags {
     /// Output file (convert: the GGUF to write).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Convert: store Whisper's linear-layer weights as q8_0 (8-bit blocks), or f16 to
+    /// keep the model's own type (the default).
+    #[arg(long)]
+    quantize: Option<String>,
     /// Write the transcript here (ASR families).
     #[arg(long)]
     text_out: Option<PathBuf>,
@@ -156,7 +161,17 @@ fn run(flags: Flags) -> Result<(), Failure> {
                 .out
                 .as_deref()
                 .ok_or_else(|| usage("--task convert needs --out FILE.gguf"))?;
-            let r = tasks::convert(family, model, flags.model_spec_override.as_deref(), out)?;
+            let weights = match &flags.quantize {
+                Some(q) => q.parse()?,
+                None => WeightType::Keep,
+            };
+            let r = tasks::convert(
+                family,
+                model,
+                flags.model_spec_override.as_deref(),
+                out,
+                weights,
+            )?;
             if flags.json {
                 println!("{}", serde_json::to_string_pretty(&r).expect("serialises"));
             } else {

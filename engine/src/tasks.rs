@@ -210,12 +210,15 @@ pub struct ConvertOutput {
 /// Converts a model of a family to GGUF with the spec embedded. The file appears
 /// atomically (written beside the target, then renamed); nothing is left on failure.
 /// Silero VAD reads ggml `.bin`/GGUF files; Whisper reads CTranslate2 models (the
-/// `model.bin` or its folder, with `tokenizer.json` and `config.json` beside it).
+/// `model.bin` or its folder, with `tokenizer.json` and `config.json` beside it);
+/// `weights` chooses how Whisper's matrix weights are stored (other families accept
+/// only [`whisper::WeightType::Keep`]).
 pub fn convert(
     family: &str,
     model: &Path,
     spec_override: Option<&Path>,
     out: &Path,
+    weights: whisper::WeightType,
 ) -> Result<ConvertOutput> {
     let info = families::find(family)?;
     if !info.tasks.contains(&"convert") {
@@ -224,6 +227,11 @@ pub fn convert(
             task: "convert".into(),
             supported: info.tasks.join(", "),
         });
+    }
+    if family != "whisper" && weights != whisper::WeightType::Keep {
+        return Err(EngineError::Usage(format!(
+            "--quantize is available for the whisper family only, not '{family}'"
+        )));
     }
     let (spec, source_format, source_metadata, tensors) = if family == "whisper" {
         let cwd = std::env::current_dir().ok();
@@ -234,7 +242,7 @@ pub fn convert(
             model_path: Some(model),
             cwd: cwd.as_deref(),
         })?;
-        let c = whisper::convert_ct2(model, &spec)?;
+        let c = whisper::convert_ct2(model, &spec, weights)?;
         (spec, c.source_format, c.metadata, c.tensors)
     } else {
         let resolved = resolve_model(family, model, spec_override)?;

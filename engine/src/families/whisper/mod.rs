@@ -106,9 +106,65 @@ fn count_layers(m: &ct2::Ct2Model, prefix: &str) -> usize {
         .count()
 }
 
+/// How the converter stores the linear layers' weights; every other tensor (the token
+/// embedding included) keeps its CTranslate2 type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightType {
+    /// As in the CTranslate2 file (f16 or f32).
+    #[default]
+    Keep,
+    /// ggml Q8_0 (8-bit blocks of 32 with an f16 scale) for the linear layers.
+    Q8_0,
+}
+
+impl std::str::FromStr for WeightType {
+    type Err = EngineError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "keep" | "f16" => Ok(WeightType::Keep),
+            "q8_0" => Ok(WeightType::Q8_0),
+            other => Err(EngineError::Usage(format!(
+                "unknown --quantize '{other}' (expected q8_0, or f16 to keep the model's type)"
+            ))),
+        }
+    }
+}
+
+/// True for the linear layers' weights, the ones Q8_0 applies to. The token embedding
+/// (also the output projection) stays in the model's type: quantizing it turned the
+/// first word of the espeak clip `phrase_en_us` from "Speech" into "The" (as
+/// faster-whisper's int8 does), keeping it f16 gives the exact phrase.
+fn is_linear_weight(name: &str) -> bool {
+    model::is_matmul_weight(name) && name != "decoder.embeddings.weight"
+}
+
+/// The type a converted tensor is stored in: a pure decision from its name, its dims and
+/// the requested weight type. Quantized rows must be whole blocks; tensors that are not
+/// keep `source`.
+pub fn stored_type(name: &str, ne: &[i64], source: DType, want: WeightType) -> DType {
+    let q = DType::Q8_0;
+    let whole_blocks = ne.first().is_some_and(|&n| n as usize % q.block_len() == 0);
+    match want {
+        WeightType::Q8_0 if is_linear_weight(name) && whole_blocks => q,
+        _ => source,
+    }
+}
+
+fn store(t: HostTensor, want: WeightType) -> Result<HostTensor> {
+    let dtype = stored_type(&t.name, &t.ne, t.dtype, want);
+    if dtype == t.dtype {
+        return Ok(t);
+    }
+    let values = t.to_f32();
+    let data = ggml::quantize_rows(dtype, &values, t.ne[0] as usize)?;
+    Ok(HostTensor { dtype, data, ..t })
+}
+
 /// Reads a CTranslate2 Whisper model (`model.bin` or its folder, with `tokenizer.json`
-/// and optionally `config.json` beside it) into GGUF tensors and metadata.
-pub fn convert_ct2(path: &Path, spec: &ModelSpec) -> Result<Converted> {
+/// and optionally `config.json` beside it) into GGUF tensors and metadata, storing the
+/// matrix weights as `weights` asks.
+pub fn convert_ct2(path: &Path, spec: &ModelSpec, weights: WeightType) -> Result<Converted> {
     let (bin, dir) = ct2_paths(path);
     let bad = |reason: String| EngineError::Model {
         path: bin.clone(),
@@ -197,12 +253,13 @@ pub fn convert_ct2(path: &Path, spec: &ModelSpec) -> Result<Converted> {
                 )))
             }
         };
-        tensors.push(HostTensor {
+        let t = HostTensor {
             name,
             dtype,
             ne,
             data: v.data.clone(),
-        });
+        };
+        tensors.push(store(t, weights)?);
     }
     let mp = mel_params(spec, hp.n_mels)?;
     let filters = mel::filterbank(&mp);
@@ -339,15 +396,34 @@ fn meta_u32s(file: &ModelFile, key: &str) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-fn to_f32(t: &HostTensor) -> Vec<f32> {
-    match t.dtype {
-        DType::F32 => t
-            .data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        DType::F16 => ggml::f16_bytes_to_f32(&t.data),
+/// A tensor that the network needs as plain floats (norms, positions, the mel filters):
+/// a quantized one means the file was not made by this converter.
+fn to_f32(t: &HostTensor) -> Result<Vec<f32>> {
+    if t.dtype.block_len() > 1 {
+        return Err(EngineError::Usage(format!(
+            "tensor '{}' is {:?}; only matrix weights may be quantized (re-convert the model)",
+            t.name, t.dtype
+        )));
     }
+    Ok(t.to_f32())
+}
+
+/// A weight as the network computes with it: matrix weights as stored (f16, f32 or
+/// Q8_0), everything else as f32.
+fn compute_tensor(t: &HostTensor, name: String, path: &Path) -> Result<HostTensor> {
+    if model::is_matmul_weight(&name) {
+        return Ok(HostTensor { name, ..t.clone() });
+    }
+    let values = to_f32(t).map_err(|e| EngineError::Model {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    Ok(HostTensor {
+        name,
+        dtype: DType::F32,
+        ne: t.ne.clone(),
+        data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    })
 }
 
 /// Checks the spec's tensor list against the file: `{i}` in a name stands for every
@@ -389,7 +465,8 @@ fn check_spec(file: &ModelFile, spec: &ModelSpec, hp: &HParams) -> Result<()> {
 
 impl Whisper {
     /// Checks a converted GGUF against the spec and its own hyper-parameters, then
-    /// uploads the weights (as f32) to the runtime's device.
+    /// uploads the weights to the runtime's device (matrix weights in their stored type,
+    /// the rest as f32).
     pub fn load(file: &ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Self> {
         let mut v = [0usize; 10];
         for (slot, key) in v.iter_mut().zip(HPARAM_KEYS) {
@@ -419,7 +496,7 @@ impl Whisper {
                     t.ne
                 )));
             }
-            tensors.push((name, ne, to_f32(t)));
+            tensors.push(compute_tensor(t, name, &file.path)?);
         }
         let mel = MelParams {
             sample_rate: spec.sample_rate,
@@ -456,7 +533,7 @@ impl Whisper {
             sched,
             hp,
             mel,
-            filters: to_f32(filters_t),
+            filters: to_f32(filters_t).map_err(|e| bad(e.to_string()))?,
             tok,
             suppress: meta_u32s(file, "whisper.suppress_ids"),
             suppress_begin: meta_u32s(file, "whisper.suppress_ids_begin"),
@@ -619,4 +696,64 @@ fn argmax_logprob(logits: &[f32]) -> (usize, f32) {
         .map(|&l| ((l - max) as f64).exp())
         .sum();
     (best, -(sum.ln() as f32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_linear_weights_with_whole_blocks_are_quantized() {
+        let q = WeightType::Q8_0;
+        let f16 = DType::F16;
+        let lin = "decoder.layer_0.ffn.linear_1.weight";
+        assert_eq!(stored_type(lin, &[1536, 384], f16, q), DType::Q8_0);
+        assert_eq!(stored_type(lin, &[1536, 384], f16, WeightType::Keep), f16);
+        // Rows that do not split into blocks of 32 stay as they are.
+        assert_eq!(stored_type(lin, &[40, 384], f16, q), f16);
+        for other in [
+            "decoder.embeddings.weight",
+            "decoder.layer_0.ffn.linear_1.bias",
+            "encoder.conv1.weight",
+            "encoder.layer_0.ffn.layer_norm.gamma",
+            "decoder.position_encodings.encodings",
+        ] {
+            assert_eq!(stored_type(other, &[384, 384], f16, q), f16, "{other}");
+        }
+        assert!("q8_0".parse::<WeightType>().is_ok());
+        let err = "q4".parse::<WeightType>().unwrap_err().to_string();
+        assert!(err.contains("q8_0"), "{err}");
+    }
+
+    /// Q8_0 stores round(x / d) with d = max|x| / 127 per block of 32 and d as f16: each
+    /// value comes back within d / 2 (plus the f16 rounding of d, < 0.1 % of max|x|).
+    #[test]
+    fn q8_0_round_trip_is_within_half_a_step() {
+        let row = 96;
+        let data: Vec<f32> = (0..row * 3)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013 * (1.0 + (i / 32) as f32))
+            .collect();
+        let bytes = ggml::quantize_rows(DType::Q8_0, &data, row).unwrap();
+        assert_eq!(bytes.len(), 3 * 3 * 34);
+        let t = HostTensor {
+            name: "w".into(),
+            dtype: DType::Q8_0,
+            ne: vec![row as i64, 3],
+            data: bytes,
+        };
+        let back = t.to_f32();
+        assert_eq!(back.len(), data.len());
+        for (block, (x, y)) in data.chunks(32).zip(back.chunks(32)).enumerate() {
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let tol = amax / 127.0 / 2.0 + amax * 1e-3;
+            for (a, b) in x.iter().zip(y) {
+                assert!(
+                    (a - b).abs() <= tol,
+                    "block {block}: {a} -> {b} (tol {tol})"
+                );
+            }
+        }
+        assert!(ggml::quantize_rows(DType::Q8_0, &data, 40).is_err());
+        assert!(ggml::quantize_rows(DType::F16, &data, row).is_err());
+    }
 }

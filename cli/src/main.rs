@@ -49,6 +49,14 @@ struct Flags {
     /// Write the transcript here (ASR families).
     #[arg(long)]
     text_out: Option<PathBuf>,
+    /// ASR: predict timestamps, so segments get their own start and end times
+    /// (otherwise one segment per 30 s window).
+    #[arg(long)]
+    timestamps: bool,
+    /// ASR: write the segments (start, end in seconds, text) to this JSON file;
+    /// implies --timestamps.
+    #[arg(long)]
+    segments_out: Option<PathBuf>,
     /// ASR: spoken language code (default from the model spec: en).
     #[arg(long)]
     language: Option<String>,
@@ -257,9 +265,13 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     if let Some(lang) = &flags.language {
         decode.language = lang.clone();
     }
+    decode.timestamps = flags.timestamps || flags.segments_out.is_some();
     let out = asr.run_file(audio, &decode)?;
     if let Some(path) = &flags.text_out {
         write_atomic(path, format!("{}\n", out.text).as_bytes())?;
+    }
+    if let Some(path) = &flags.segments_out {
+        write_atomic(path, asr_segments_json(&out).as_bytes())?;
     }
     if flags.json {
         println!(
@@ -287,6 +299,18 @@ fn print_asr(out: &AsrOutput) {
     if out.audio_seconds > 0.0 {
         println!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);
     }
+}
+
+fn asr_segments_json(out: &AsrOutput) -> String {
+    let segs: Vec<serde_json::Value> = out
+        .segments
+        .iter()
+        .map(|s| serde_json::json!({ "start": s.start, "end": s.end, "text": s.text.trim() }))
+        .collect();
+    serde_json::to_string_pretty(&serde_json::json!({
+        "audio_seconds": out.audio_seconds, "text": out.text, "segments": segs,
+    }))
+    .expect("serialises")
 }
 
 fn segments_json(out: &VadOutput) -> String {

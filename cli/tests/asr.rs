@@ -7,7 +7,9 @@
 //! "Speech recognition in Rust is working today." clips, <= 0.02 over the whole set);
 //! the log-mel front end is within 1e-4 (max abs; 2.1e-5 measured) of faster-whisper's
 //! features; bad
-//! input fails with exit code 2 and leaves nothing behind. The Q8_0 conversion gives the
+//! input fails with exit code 2 and leaves nothing behind. With timestamps
+//! (`--segments-out`), segment count, text and times (within 0.5 s) match
+//! faster-whisper's timestamped transcription. The Q8_0 conversion gives the
 //! exact phrase too, and its word error rate against what espeak-ng was told to say is
 //! within 0.02 of faster-whisper float32's.
 
@@ -241,6 +243,50 @@ fn q8_0_model_is_smaller_and_keeps_the_phrase_and_the_error_rate() {
         ours_wer <= theirs_wer + Q8_WER_MARGIN,
         "q8_0 WER {ours_wer:.4} is more than {Q8_WER_MARGIN} above faster-whisper's {theirs_wer:.4}"
     );
+}
+
+/// Max |difference| in seconds between our segment boundaries and faster-whisper's
+/// (both predict the same 20 ms timestamp tokens; 0.00 measured on every clip).
+const SEGMENT_TIME_TOLERANCE: f64 = 0.5;
+
+#[test]
+fn timestamped_segments_match_faster_whisper() {
+    let r = reference();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut errors, mut total, mut compared) = (0, 0, 0);
+    for (clip, want) in r["clips"].as_object().unwrap() {
+        let theirs = want["timestamped_segments"]
+            .as_array()
+            .expect("asr_reference.json predates timestamped segments: run `cargo xtask test`");
+        let out = dir.path().join("segments.json");
+        let run = asr(clip, &["--segments-out", s(&out)]);
+        assert_eq!(run.code, 0, "{clip}: {}", run.stderr);
+        let ours: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let ours = ours["segments"].as_array().unwrap();
+        assert_eq!(
+            ours.len(),
+            theirs.len(),
+            "{clip}: segment count\n ours: {ours:?}\n theirs: {theirs:?}"
+        );
+        assert_eq!(run.value("segments"), Some(theirs.len().to_string()));
+        for (o, t) in ours.iter().zip(theirs) {
+            for key in ["start", "end"] {
+                let (a, b) = (o[key].as_f64().unwrap(), t[key].as_f64().unwrap());
+                assert!(
+                    (a - b).abs() <= SEGMENT_TIME_TOLERANCE,
+                    "{clip}: segment {key} {a} vs faster-whisper {b}\n ours: {o}\n theirs: {t}"
+                );
+            }
+            let w = words(t["text"].as_str().unwrap());
+            errors += word_errors(&words(o["text"].as_str().unwrap()), &w);
+            total += w.len();
+            compared += 1;
+        }
+    }
+    assert!(compared >= 15, "only {compared} segments compared");
+    let wer = errors as f64 / total.max(1) as f64;
+    assert!(wer <= 0.02, "segment text WER {wer} vs faster-whisper");
 }
 
 #[test]

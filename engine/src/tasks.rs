@@ -344,6 +344,8 @@ impl AsrModel {
                 .to_string(),
             no_speech_threshold: spec.default_f64("no_speech_threshold").unwrap_or(0.6) as f32,
             log_prob_threshold: spec.default_f64("log_prob_threshold").unwrap_or(-1.0) as f32,
+            timestamps: false,
+            max_initial_timestamp: 1.0,
         };
         let model = Whisper::load(&resolved.file, spec, runtime)?;
         Ok(AsrModel {

@@ -57,6 +57,10 @@ struct Flags {
     /// implies --timestamps.
     #[arg(long)]
     segments_out: Option<PathBuf>,
+    /// ASR: temperatures to fall back through, comma-separated (default from the model
+    /// spec: 0,0.2,0.4,0.6,0.8,1); `0` decodes greedily only.
+    #[arg(long, value_delimiter = ',')]
+    temperatures: Option<Vec<f32>>,
     /// ASR: spoken language code (default from the model spec: en).
     #[arg(long)]
     language: Option<String>,
@@ -266,6 +270,14 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         decode.language = lang.clone();
     }
     decode.timestamps = flags.timestamps || flags.segments_out.is_some();
+    if let Some(t) = &flags.temperatures {
+        if t.is_empty() || t.iter().any(|&x| !(0.0..=2.0).contains(&x)) {
+            return Err(usage(format!(
+                "--temperatures {t:?}: give values between 0 and 2, e.g. 0,0.2,0.4"
+            )));
+        }
+        decode.temperatures = t.clone();
+    }
     let out = asr.run_file(audio, &decode)?;
     if let Some(path) = &flags.text_out {
         write_atomic(path, format!("{}\n", out.text).as_bytes())?;

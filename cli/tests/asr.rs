@@ -9,7 +9,9 @@
 //! features; bad
 //! input fails with exit code 2 and leaves nothing behind. With timestamps
 //! (`--segments-out`), segment count, text and times (within 0.5 s) match
-//! faster-whisper's timestamped transcription. The Q8_0 conversion gives the
+//! faster-whisper's timestamped transcription. Temperature fallback, forced by a spec
+//! whose thresholds fail every attempt, keeps the most likely result and is
+//! reproducible. The Q8_0 conversion gives the
 //! exact phrase too, and its word error rate against what espeak-ng was told to say is
 //! within 0.02 of faster-whisper float32's.
 
@@ -78,8 +80,11 @@ fn asr(audio: &str, extra: &[&str]) -> Run {
     asr_with(gguf(), audio, extra)
 }
 
+/// Runs ASR greedily (`--temperatures 0`), the way the reference was computed.
 fn asr_with(model: &Path, audio: &str, extra: &[&str]) -> Run {
     let mut args = vec![
+        "--temperatures",
+        "0",
         "--task",
         "asr",
         "--family",
@@ -287,6 +292,78 @@ fn timestamped_segments_match_faster_whisper() {
     assert!(compared >= 15, "only {compared} segments compared");
     let wer = errors as f64 / total.max(1) as f64;
     assert!(wer <= 0.02, "segment text WER {wer} vs faster-whisper");
+}
+
+/// A spec folder whose thresholds fail every attempt (log-probability threshold 0, no
+/// silence rule), so each window is decoded at every fallback temperature.
+fn always_fallback_spec(dir: &Path) -> PathBuf {
+    let mut spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(specs().join("whisper.json")).unwrap())
+            .unwrap();
+    spec["defaults"]["log_prob_threshold"] = 0.0.into();
+    spec["defaults"]["no_speech_threshold"] = 1.0.into();
+    let folder = dir.join("specs");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("whisper.json"), spec.to_string()).unwrap();
+    folder
+}
+
+#[test]
+fn temperature_fallback_keeps_the_most_likely_result_reproducibly() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = always_fallback_spec(dir.path());
+    let run = |audio: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "--task",
+            "asr",
+            "--family",
+            "whisper",
+            "--model",
+            s(gguf()),
+            "--audio",
+            s(audio),
+            "--threads",
+            "2",
+            "--model-spec-override",
+            s(&specs),
+        ];
+        args.extend_from_slice(extra);
+        let r = cli(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r
+    };
+    // Every temperature fails the checks: the attempt with the best mean
+    // log-probability is kept, which for the clean phrase is the exact phrase.
+    let phrase = clip_asr("phrase_en_us.wav");
+    let fallback = run(&phrase, &[]);
+    assert_eq!(fallback.value("text").as_deref(), Some(PHRASE));
+    // Sampling is seeded: the same input gives the same sampled result.
+    let voice = assets().join("clips/voice_f3.wav");
+    let (a, b) = (run(&voice, &[]), run(&voice, &[]));
+    assert_eq!(a.value("text"), b.value("text"));
+    // Decoding greedily only takes a fraction of the time of six temperatures with
+    // five samples each (the timing ratio is generous: it is only a sign of work done).
+    let greedy = run(&phrase, &["--temperatures", "0"]);
+    let ms = |r: &Run| r.value("inference_ms").unwrap().parse::<f64>().unwrap();
+    assert!(
+        ms(&fallback) > 2.0 * ms(&greedy),
+        "fallback {} ms vs greedy {} ms",
+        ms(&fallback),
+        ms(&greedy)
+    );
+    let bad = cli(&[
+        "--task",
+        "asr",
+        "--family",
+        "whisper",
+        "--model",
+        s(gguf()),
+        "--audio",
+        s(&phrase),
+        "--temperatures",
+        "0,5",
+    ]);
+    assert_user_error(&bad, "--temperatures");
 }
 
 #[test]

@@ -346,6 +346,23 @@ impl AsrModel {
             log_prob_threshold: spec.default_f64("log_prob_threshold").unwrap_or(-1.0) as f32,
             timestamps: false,
             max_initial_timestamp: 1.0,
+            temperatures: spec
+                .defaults
+                .get("temperatures")
+                .and_then(|v| v.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|t| t.as_f64())
+                        .map(|t| t as f32)
+                        .collect()
+                })
+                .unwrap_or_else(|| whisper::FALLBACK_TEMPERATURES.to_vec()),
+            compression_ratio_threshold: Some(
+                spec.default_f64("compression_ratio_threshold")
+                    .unwrap_or(2.4) as f32,
+            ),
+            best_of: spec.default_f64("best_of").unwrap_or(5.0) as usize,
+            seed: 0,
         };
         let model = Whisper::load(&resolved.file, spec, runtime)?;
         Ok(AsrModel {

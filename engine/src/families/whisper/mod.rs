@@ -366,6 +366,124 @@ pub struct DecodeOptions {
     /// With timestamps, the latest the first timestamp may be, in seconds (1.0 as in
     /// faster-whisper and OpenAI's Whisper).
     pub max_initial_timestamp: f32,
+    /// Temperatures tried in order until a window's result passes the checks below
+    /// (faster-whisper: 0.0, 0.2, ..., 1.0); 0 is greedy, above 0 samples.
+    pub temperatures: Vec<f32>,
+    /// A result whose text compresses (zlib) better than this ratio is repetitive and
+    /// retried at the next temperature (2.4); `None` disables the check.
+    pub compression_ratio_threshold: Option<f32>,
+    /// Samples drawn per temperature above 0; the one with the best log-probability wins.
+    pub best_of: usize,
+    /// Seed of the sampler, so sampled results are reproducible.
+    pub seed: u64,
+}
+
+/// The temperatures faster-whisper and OpenAI's Whisper fall back through.
+pub const FALLBACK_TEMPERATURES: [f32; 6] = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0];
+
+/// How a window's decode at one temperature went, for the fallback decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Attempt {
+    /// zlib compression ratio of the text (bytes / compressed bytes).
+    pub compression_ratio: f32,
+    /// Mean log-probability per token (end-of-text included).
+    pub avg_logprob: f32,
+    /// Probability of the no-speech token at the start.
+    pub no_speech: f32,
+}
+
+/// Whether a window must be decoded again at the next temperature (faster-whisper's
+/// `generate_with_fallback`): too repetitive or too unlikely, unless it is silence
+/// (likely no speech and unlikely text), which is dropped instead.
+pub fn needs_fallback(a: &Attempt, opts: &DecodeOptions) -> bool {
+    let repetitive = opts
+        .compression_ratio_threshold
+        .is_some_and(|t| a.compression_ratio > t);
+    let unlikely = a.avg_logprob < opts.log_prob_threshold;
+    let silence = a.no_speech > opts.no_speech_threshold && unlikely;
+    (repetitive || unlikely) && !silence
+}
+
+/// Bytes of the UTF-8 text over the bytes of its zlib stream at level 6 (Python's
+/// `zlib.compress` default, which faster-whisper uses). zlib-rs is a port of zlib's
+/// deflate and gives the same sizes; miniz_oxide compresses repetitions, the very thing
+/// this ratio detects, markedly worse.
+pub fn compression_ratio(text: &str) -> f32 {
+    let bytes = text.as_bytes();
+    if bytes.is_empty() {
+        return 0.0;
+    }
+    let mut out = vec![0u8; zlib_rs::compress_bound(bytes.len())];
+    let (compressed, rc) = zlib_rs::compress_slice(&mut out, bytes, zlib_rs::DeflateConfig::new(6));
+    let n = if rc == zlib_rs::ReturnCode::Ok {
+        compressed.len()
+    } else {
+        bytes.len()
+    };
+    bytes.len() as f32 / n.max(1) as f32
+}
+
+/// A small deterministic generator (SplitMix64) for sampling at temperatures above 0.
+#[derive(Debug, Clone)]
+pub struct Sampler(u64);
+
+impl Sampler {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        Sampler(seed)
+    }
+
+    /// A uniform number in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The next token from masked logits: the argmax at temperature 0, else a draw from
+/// softmax(logits / temperature) with `u` uniform in [0, 1). Returns the token and its
+/// log-probability under the untempered distribution.
+pub fn pick_token(logits: &[f32], temperature: f32, u: f64) -> (usize, f32) {
+    let (best, _) = argmax_logprob(logits);
+    let max = logits[best];
+    let logprob = |i: usize| {
+        let sum: f64 = logits
+            .iter()
+            .filter(|l| l.is_finite())
+            .map(|&l| ((l - max) as f64).exp())
+            .sum();
+        (logits[i] - max) as f64 as f32 - sum.ln() as f32
+    };
+    if temperature <= 0.0 {
+        return (best, logprob(best));
+    }
+    let weights: Vec<f64> = logits
+        .iter()
+        .map(|&l| {
+            if l.is_finite() {
+                (((l - max) / temperature) as f64).exp()
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let mut target = u * total;
+    let mut chosen = best;
+    for (i, w) in weights.iter().enumerate() {
+        if *w > 0.0 {
+            chosen = i;
+            if target < *w {
+                break;
+            }
+            target -= w;
+        }
+    }
+    (chosen, logprob(chosen))
 }
 
 /// A loaded Whisper model.
@@ -600,6 +718,7 @@ impl Whisper {
             .timestamps
             .then(|| (opts.max_initial_timestamp as f64 / step_seconds).round() as usize);
         let tb = self.tok.specials().timestamp_begin;
+        let mut sampler = Sampler::new(opts.seed);
         let mut segments = Vec::new();
         let mut seek = 0;
         while seek < content {
@@ -611,7 +730,7 @@ impl Whisper {
             // Decoder steps are many small ops: one thread avoids a barrier per op, which
             // costs more than the ops (and stalls badly on a loaded machine).
             self.net.runtime().set_threads(1);
-            let decoded = self.greedy(&prompt, max_initial);
+            let decoded = self.decode_with_fallback(&prompt, max_initial, opts, &mut sampler);
             self.net.runtime().set_threads(threads);
             let (tokens, no_speech, avg_logprob) = decoded?;
             let silent =
@@ -649,15 +768,74 @@ impl Whisper {
         Ok(segments)
     }
 
-    /// Greedy decoding of the current window: tokens, no-speech probability, mean
-    /// log-probability (end-of-text included, divided by tokens + 1).
-    /// With `max_initial` (in timestamp steps), timestamp tokens are predicted under
-    /// Whisper's rules ([`apply_timestamp_rules`]); without it they are suppressed.
-    fn greedy(
+    /// Decodes the current window at each of `opts.temperatures` until a result passes
+    /// [`needs_fallback`]; when none does, the most likely one (among those not too
+    /// repetitive, if any) is kept. Returns tokens, no-speech probability, mean
+    /// log-probability.
+    fn decode_with_fallback(
         &mut self,
         prompt: &[u32],
         max_initial: Option<usize>,
+        opts: &DecodeOptions,
+        sampler: &mut Sampler,
     ) -> Result<(Vec<u32>, f32, f32)> {
+        let temperatures: &[f32] = if opts.temperatures.is_empty() {
+            &[0.0]
+        } else {
+            &opts.temperatures
+        };
+        let tb = self.tok.specials().timestamp_begin;
+        let mut tried = Vec::new();
+        for &t in temperatures {
+            let draws = if t > 0.0 { opts.best_of.max(1) } else { 1 };
+            let mut best: Option<(Vec<u32>, f32, f32, f64)> = None;
+            for _ in 0..draws {
+                let (tokens, no_speech, avg, sum) =
+                    self.sample_window(prompt, max_initial, t, sampler)?;
+                if best.as_ref().is_none_or(|b| sum > b.3) {
+                    best = Some((tokens, no_speech, avg, sum));
+                }
+            }
+            let (tokens, no_speech, avg, _) = best.expect("at least one draw");
+            let text: Vec<u32> = tokens.iter().copied().filter(|&x| x < tb).collect();
+            let attempt = Attempt {
+                compression_ratio: compression_ratio(self.tok.decode(&text).trim()),
+                avg_logprob: avg,
+                no_speech,
+            };
+            if !needs_fallback(&attempt, opts) {
+                return Ok((tokens, no_speech, avg));
+            }
+            tried.push((attempt, tokens));
+        }
+        let not_repetitive = |a: &Attempt| {
+            opts.compression_ratio_threshold
+                .is_none_or(|th| a.compression_ratio <= th)
+        };
+        let pool: Vec<&(Attempt, Vec<u32>)> = if tried.iter().any(|(a, _)| not_repetitive(a)) {
+            tried.iter().filter(|(a, _)| not_repetitive(a)).collect()
+        } else {
+            tried.iter().collect()
+        };
+        let (a, tokens) = pool
+            .into_iter()
+            .max_by(|x, y| x.0.avg_logprob.total_cmp(&y.0.avg_logprob))
+            .expect("at least one temperature");
+        Ok((tokens.clone(), a.no_speech, a.avg_logprob))
+    }
+
+    /// Decodes the current window at one temperature (0: greedy): tokens, no-speech
+    /// probability, mean log-probability (end-of-text included, divided by tokens + 1)
+    /// and the summed log-probability.
+    /// With `max_initial` (in timestamp steps), timestamp tokens are predicted under
+    /// Whisper's rules ([`apply_timestamp_rules`]); without it they are suppressed.
+    fn sample_window(
+        &mut self,
+        prompt: &[u32],
+        max_initial: Option<usize>,
+        temperature: f32,
+        sampler: &mut Sampler,
+    ) -> Result<(Vec<u32>, f32, f32, f64)> {
         let s = self.tok.specials().clone();
         let n_vocab = self.hp.n_vocab;
         let mut banned = vec![false; n_vocab];
@@ -711,7 +889,12 @@ impl Whisper {
                     max_initial,
                 );
             }
-            let (best, logprob) = argmax_logprob(&last);
+            let u = if temperature > 0.0 {
+                sampler.uniform()
+            } else {
+                0.0
+            };
+            let (best, logprob) = pick_token(&last, temperature, u);
             sum_logprob += logprob as f64;
             if best as u32 == s.eot || tokens.len() >= max_new {
                 break;
@@ -723,7 +906,7 @@ impl Whisper {
             n_past += 1;
         }
         let avg = sum_logprob / (tokens.len() + 1) as f64;
-        Ok((tokens, no_speech, avg as f32))
+        Ok((tokens, no_speech, avg as f32, sum_logprob))
     }
 }
 
@@ -949,6 +1132,84 @@ mod tests {
         ts_heavy[TB as usize + 80..].fill(3.0);
         let after = allowed(&[TB, 1], &ts_heavy);
         assert!(after.iter().all(|&i| i >= TB as usize), "{after:?}");
+    }
+
+    /// Python's `len(b) / len(zlib.compress(b))` for the same strings.
+    #[test]
+    fn compression_ratio_matches_python_zlib() {
+        let the = "the ".repeat(20);
+        let please =
+            "Please call stellar and ask for to bring these things with the from the store. "
+                .repeat(3);
+        for (text, want) in [
+            ("Speech recognition in Rust is working today.", 44.0 / 52.0),
+            (the.trim_end(), 79.0 / 15.0),
+            (please.as_str(), 237.0 / 78.0),
+        ] {
+            let got = compression_ratio(text);
+            assert!((got - want).abs() < 0.05, "{text:?}: {got} vs {want}");
+        }
+        assert_eq!(compression_ratio(""), 0.0);
+    }
+
+    fn options() -> DecodeOptions {
+        DecodeOptions {
+            language: "en".into(),
+            no_speech_threshold: 0.6,
+            log_prob_threshold: -1.0,
+            timestamps: false,
+            max_initial_timestamp: 1.0,
+            temperatures: FALLBACK_TEMPERATURES.to_vec(),
+            compression_ratio_threshold: Some(2.4),
+            best_of: 5,
+            seed: 0,
+        }
+    }
+
+    #[test]
+    fn fallback_on_repetitive_or_unlikely_text_but_not_on_silence() {
+        let o = options();
+        let a = |compression_ratio, avg_logprob, no_speech| Attempt {
+            compression_ratio,
+            avg_logprob,
+            no_speech,
+        };
+        assert!(!needs_fallback(&a(1.2, -0.3, 0.01), &o));
+        assert!(needs_fallback(&a(3.0, -0.3, 0.01), &o));
+        assert!(needs_fallback(&a(1.2, -1.5, 0.01), &o));
+        // Silence: likely no speech and unlikely text is dropped, not retried.
+        assert!(!needs_fallback(&a(1.2, -1.5, 0.9), &o));
+        assert!(needs_fallback(&a(3.0, -0.3, 0.9), &o));
+        let off = DecodeOptions {
+            compression_ratio_threshold: None,
+            ..o
+        };
+        assert!(!needs_fallback(&a(3.0, -0.3, 0.01), &off));
+    }
+
+    #[test]
+    fn sampling_follows_the_tempered_distribution() {
+        let logits = [0.0f32, 1.0, f32::NEG_INFINITY, 2.0];
+        // Greedy: the argmax and its log-softmax.
+        let (i, lp) = pick_token(&logits, 0.0, 0.9);
+        let norm = (1f64 + 1f64.exp() + 2f64.exp()).ln() as f32;
+        assert_eq!(i, 3);
+        assert!((lp - (2.0 - norm)).abs() < 1e-5);
+        // At temperature 1, draws land with probabilities softmax(logits).
+        let mut sampler = Sampler::new(7);
+        let mut counts = [0usize; 4];
+        let n = 20_000;
+        for _ in 0..n {
+            counts[pick_token(&logits, 1.0, sampler.uniform()).0] += 1;
+        }
+        assert_eq!(counts[2], 0, "a masked token is never drawn");
+        for (k, l) in [(0, 0.0f32), (1, 1.0), (3, 2.0)] {
+            let p = (l - norm).exp() as f64;
+            let got = counts[k] as f64 / n as f64;
+            assert!((got - p).abs() < 0.015, "token {k}: {got} vs {p}");
+        }
+        let (mut a, mut b) = (Sampler::new(3), Sampler::new(3));
+        assert_eq!(a.uniform(), b.uniform(), "same seed, same draws");
     }
 
     /// Q8_0 stores round(x / d) with d = max|x| / 127 per block of 32 and d as f16: each

@@ -308,7 +308,8 @@ pub struct AsrOutput {
     pub audio_seconds: f64,
     /// The whole transcript (segments joined, trimmed).
     pub text: String,
-    /// One segment per decoded 30 s window that held speech.
+    /// The segments that held speech: one per 30 s window, or with timestamps one per
+    /// timed piece.
     pub segments: Vec<whisper::Segment>,
     /// Inference wall time in milliseconds (model load and audio decoding excluded).
     pub inference_ms: f64,

@@ -3,9 +3,11 @@
 //! Weights come from CTranslate2 models (what faster-whisper uses), converted once to
 //! GGUF by [`convert_ct2`]: tensors keep CTranslate2's names with `/` as `.`, the
 //! tokenizer vocabulary, the mel filterbank and the hyper-parameters travel in the file.
-//! [`Whisper`] runs the log-mel front end, the encoder per 30 s window and greedy
-//! decoding without timestamps, the way faster-whisper does with `beam_size=1`,
-//! `without_timestamps=True` and `condition_on_previous_text=False`.
+//! Linear layers may be stored as Q8_0 ([`WeightType`]). [`Whisper`] runs the log-mel
+//! front end, the encoder per 30 s window and greedy decoding with faster-whisper's
+//! temperature fallback, optionally with timestamps (segments, windows seeking to the
+//! last timestamp), the way faster-whisper does with `beam_size=1` and
+//! `condition_on_previous_text=False`.
 
 pub mod ct2;
 pub mod mel;
@@ -337,7 +339,7 @@ fn mel_params(spec: &ModelSpec, n_mels: usize) -> Result<MelParams> {
     })
 }
 
-/// One decoded window.
+/// One transcribed stretch: a decoded window, or with timestamps one timed piece of it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Segment {
     /// Start in seconds.
@@ -346,7 +348,7 @@ pub struct Segment {
     pub end: f64,
     /// Text (with its leading space, as Whisper writes it).
     pub text: String,
-    /// Generated token ids (without the prompt and end-of-text).
+    /// Generated text token ids (no prompt, timestamps or end-of-text).
     pub tokens: Vec<u32>,
 }
 

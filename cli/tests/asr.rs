@@ -217,6 +217,25 @@ fn q8_0_model_is_smaller_and_keeps_the_phrase_and_the_error_rate() {
     // The linear layers (~19 M of tiny.en's 37.8 M parameters) drop from 2 to 1.06
     // bytes per weight; the f16 token embedding (19.9 M) stays: 76 MB -> ~61 MB.
     assert!(q8 * 100 < f16 * 85, "q8_0 GGUF is {q8} bytes, f16 is {f16}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.gguf");
+    let (ct2, specs) = (ct2_dir(), specs());
+    let bad = cli(&[
+        "--task",
+        "convert",
+        "--family",
+        "whisper",
+        "--model",
+        s(&ct2),
+        "--out",
+        s(&out),
+        "--model-spec-override",
+        s(&specs),
+        "--quantize",
+        "q4",
+    ]);
+    assert_user_error(&bad, "q8_0");
+    assert!(!out.exists(), "a failed conversion leaves no file");
     let run = asr_with(gguf_q8(), s(&clip_asr("phrase_en_us.wav")), &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.value("text").as_deref(), Some(PHRASE), "{}", run.stdout);

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use audiocpp_engine::backend::{self, BackendKind, RuntimeOptions};
 use audiocpp_engine::families;
+use audiocpp_engine::families::whisper::WeightType;
 use audiocpp_engine::tasks::{self, AsrModel, AsrOutput, VadModel, VadOutput};
 use audiocpp_engine::vad::VadParams;
 use audiocpp_engine::EngineError;
@@ -19,7 +20,7 @@ use clap::Parser;
     name = "audiocpp_cli",
     version = audiocpp_engine::VERSION,
     about = "Run audio models (VAD, ASR) on CPU, CUDA or HIP/ROCm through ggml",
-    after_help = "Examples:\n  audiocpp_cli --task vad --family silero_vad --model ggml-silero-v6.2.0.bin --audio in.wav\n  audiocpp_cli --task convert --family silero_vad --model ggml-silero-v6.2.0.bin --out silero.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --out whisper-tiny.en.gguf\n  audiocpp_cli --task asr --family whisper --model whisper-tiny.en.gguf --audio in.wav --text-out in.txt\n  audiocpp_cli --list-devices --json"
+    after_help = "Examples:\n  audiocpp_cli --task vad --family silero_vad --model ggml-silero-v6.2.0.bin --audio in.wav\n  audiocpp_cli --task convert --family silero_vad --model ggml-silero-v6.2.0.bin --out silero.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --out whisper-tiny.en.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --quantize q8_0 --out whisper-tiny.en-q8_0.gguf\n  audiocpp_cli --task asr --family whisper --model whisper-tiny.en.gguf --audio in.wav --text-out in.txt\n  audiocpp_cli --list-devices --json"
 )]
 struct Flags {
     /// Task to run: vad, asr, convert.
@@ -41,9 +42,25 @@ struct Flags {
     /// Output file (convert: the GGUF to write).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Convert: store Whisper's linear-layer weights as q8_0 (8-bit blocks), or f16 to
+    /// keep the model's own type (the default).
+    #[arg(long)]
+    quantize: Option<String>,
     /// Write the transcript here (ASR families).
     #[arg(long)]
     text_out: Option<PathBuf>,
+    /// ASR: predict timestamps, so segments get their own start and end times
+    /// (otherwise one segment per 30 s window).
+    #[arg(long)]
+    timestamps: bool,
+    /// ASR: write the segments (start, end in seconds, text) to this JSON file;
+    /// implies --timestamps.
+    #[arg(long)]
+    segments_out: Option<PathBuf>,
+    /// ASR: temperatures to fall back through, comma-separated (default from the model
+    /// spec: 0,0.2,0.4,0.6,0.8,1); `0` decodes greedily only.
+    #[arg(long, value_delimiter = ',')]
+    temperatures: Option<Vec<f32>>,
     /// ASR: spoken language code (default from the model spec: en).
     #[arg(long)]
     language: Option<String>,
@@ -156,7 +173,17 @@ fn run(flags: Flags) -> Result<(), Failure> {
                 .out
                 .as_deref()
                 .ok_or_else(|| usage("--task convert needs --out FILE.gguf"))?;
-            let r = tasks::convert(family, model, flags.model_spec_override.as_deref(), out)?;
+            let weights = match &flags.quantize {
+                Some(q) => q.parse()?,
+                None => WeightType::Keep,
+            };
+            let r = tasks::convert(
+                family,
+                model,
+                flags.model_spec_override.as_deref(),
+                out,
+                weights,
+            )?;
             if flags.json {
                 println!("{}", serde_json::to_string_pretty(&r).expect("serialises"));
             } else {
@@ -242,9 +269,21 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     if let Some(lang) = &flags.language {
         decode.language = lang.clone();
     }
+    decode.timestamps = flags.timestamps || flags.segments_out.is_some();
+    if let Some(t) = &flags.temperatures {
+        if t.is_empty() || t.iter().any(|&x| !(0.0..=2.0).contains(&x)) {
+            return Err(usage(format!(
+                "--temperatures {t:?}: give values between 0 and 2, e.g. 0,0.2,0.4"
+            )));
+        }
+        decode.temperatures = t.clone();
+    }
     let out = asr.run_file(audio, &decode)?;
     if let Some(path) = &flags.text_out {
         write_atomic(path, format!("{}\n", out.text).as_bytes())?;
+    }
+    if let Some(path) = &flags.segments_out {
+        write_atomic(path, asr_segments_json(&out).as_bytes())?;
     }
     if flags.json {
         println!(
@@ -272,6 +311,18 @@ fn print_asr(out: &AsrOutput) {
     if out.audio_seconds > 0.0 {
         println!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);
     }
+}
+
+fn asr_segments_json(out: &AsrOutput) -> String {
+    let segs: Vec<serde_json::Value> = out
+        .segments
+        .iter()
+        .map(|s| serde_json::json!({ "start": s.start, "end": s.end, "text": s.text.trim() }))
+        .collect();
+    serde_json::to_string_pretty(&serde_json::json!({
+        "audio_seconds": out.audio_seconds, "text": out.text, "segments": segs,
+    }))
+    .expect("serialises")
 }
 
 fn segments_json(out: &VadOutput) -> String {

@@ -36,6 +36,9 @@ pub enum DType {
     F32,
     /// 16-bit IEEE float.
     F16,
+    /// ggml's 8-bit block quantization: blocks of 32 values, one f16 scale each
+    /// (34 bytes per block). Only matrix-multiplication weights use it.
+    Q8_0,
 }
 
 impl DType {
@@ -43,6 +46,7 @@ impl DType {
         match self {
             DType::F32 => sys::GGML_TYPE_F32,
             DType::F16 => sys::GGML_TYPE_F16,
+            DType::Q8_0 => sys::GGML_TYPE_Q8_0,
         }
     }
 
@@ -50,15 +54,33 @@ impl DType {
         match raw {
             sys::GGML_TYPE_F32 => Some(DType::F32),
             sys::GGML_TYPE_F16 => Some(DType::F16),
+            sys::GGML_TYPE_Q8_0 => Some(DType::Q8_0),
             _ => None,
         }
     }
 
-    /// Bytes per element.
+    /// Bytes per element of the unquantized types; for a block type, the bytes of one
+    /// block (use [`DType::nbytes`] for sizes of block types).
     pub fn size(self) -> usize {
         match self {
             DType::F32 => 4,
             DType::F16 => 2,
+            DType::Q8_0 => 34,
+        }
+    }
+
+    /// Bytes that `n` elements take (a multiple of the block length for block types).
+    pub fn nbytes(self, n: usize) -> usize {
+        // SAFETY: a pure size computation on a valid type.
+        unsafe { sys::ggml_row_size(self.raw(), n as i64) }
+    }
+
+    /// Elements per block: 1 for plain floats, 32 for Q8_0. A quantized row must hold a
+    /// whole number of blocks.
+    pub fn block_len(self) -> usize {
+        match self {
+            DType::F32 | DType::F16 => 1,
+            DType::Q8_0 => 32,
         }
     }
 
@@ -67,9 +89,10 @@ impl DType {
         self.raw()
     }
 
-    /// The type for a ggml type number, if the engine supports it.
+    /// The type for a ggml type number of a legacy (pre-GGUF) file: only the plain
+    /// float types, since those files' loaders size tensors per element.
     pub fn from_ggml_id(id: u32) -> Option<Self> {
-        Self::from_raw(id)
+        Self::from_raw(id).filter(|t| t.block_len() == 1)
     }
 }
 
@@ -84,6 +107,41 @@ pub fn f16_bytes_to_f32(bytes: &[u8]) -> Vec<f32> {
     // SAFETY: both buffers hold exactly n elements; ggml_fp16_t is a u16.
     unsafe { sys::ggml_fp16_to_fp32_row(halves.as_ptr(), out.as_mut_ptr(), n as i64) };
     out
+}
+
+/// Quantizes rows of `row_len` f32 values to `dtype` with ggml's own quantizer (the
+/// one ggml's loaders and kernels expect). Errors when the type is not a block type or
+/// the rows do not split into whole blocks.
+pub fn quantize_rows(dtype: DType, data: &[f32], row_len: usize) -> Result<Vec<u8>> {
+    let block = dtype.block_len();
+    if block == 1 || row_len == 0 || row_len % block != 0 || data.len() % row_len != 0 {
+        return Err(GgmlError::Failed(format!(
+            "cannot quantize {} values in rows of {row_len} to {dtype:?} (blocks of {block})",
+            data.len()
+        )));
+    }
+    let rows = data.len() / row_len;
+    let mut out = vec![0u8; dtype.nbytes(row_len) * rows];
+    // SAFETY: `out` has room for `rows` quantized rows of `row_len` (ggml_row_size);
+    // `data` holds rows * row_len floats; Q8_0 needs no importance matrix.
+    let written = unsafe {
+        sys::ggml_quantize_chunk(
+            dtype.raw(),
+            data.as_ptr(),
+            out.as_mut_ptr().cast(),
+            0,
+            rows as i64,
+            row_len as i64,
+            std::ptr::null(),
+        )
+    };
+    if written != out.len() {
+        return Err(GgmlError::Failed(format!(
+            "quantizer wrote {written} bytes, expected {}",
+            out.len()
+        )));
+    }
+    Ok(out)
 }
 
 static INIT: Once = Once::new();
@@ -354,6 +412,14 @@ impl Context {
         self.wrap(unsafe { sys::ggml_mul_mat(self.raw.as_ptr(), a.raw(), b.raw()) })
     }
 
+    /// Softmax along `ne[0]` of `a * scale` (one fused op, without a separate scale).
+    pub fn soft_max_scaled<'a>(&'a self, a: Tensor<'a>, scale: f32) -> Tensor<'a> {
+        // SAFETY: tensors belong to this context; a null mask means none.
+        self.wrap(unsafe {
+            sys::ggml_soft_max_ext(self.raw.as_ptr(), a.raw(), std::ptr::null_mut(), scale, 0.0)
+        })
+    }
+
     /// Element-wise sum, broadcasting `b` over `a`.
     pub fn add<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         // SAFETY: as above.
@@ -428,6 +494,7 @@ impl Context {
 
     /// A 1-D view of `len` elements starting at element `offset` of a contiguous tensor.
     pub fn view_1d<'a>(&'a self, a: Tensor<'a>, len: i64, offset_elems: usize) -> Tensor<'a> {
+        debug_assert_eq!(a.dtype().block_len(), 1, "views of block types");
         let esize = a.dtype().size();
         // SAFETY: ggml checks the view stays inside the tensor.
         self.wrap(unsafe {
@@ -444,6 +511,7 @@ impl Context {
         ne1: i64,
         offset_elems: usize,
     ) -> Tensor<'a> {
+        debug_assert_eq!(a.dtype().block_len(), 1, "views of block types");
         let esize = a.dtype().size();
         // SAFETY: as above.
         self.wrap(unsafe {
@@ -575,6 +643,7 @@ impl Context {
         s2: usize,
         offset_elems: usize,
     ) -> Tensor<'a> {
+        debug_assert_eq!(a.dtype().block_len(), 1, "views of block types");
         let esize = a.dtype().size();
         // SAFETY: ggml checks the view stays inside the tensor.
         self.wrap(unsafe {
@@ -692,6 +761,28 @@ impl<'ctx> Tensor<'ctx> {
                 std::mem::size_of_val(data),
             )
         };
+        Ok(())
+    }
+
+    /// Copies raw element bytes (any type, e.g. f16 or Q8_0 blocks) into the
+    /// (allocated) tensor; the length must equal the tensor's size in bytes.
+    pub fn write_bytes(&self, data: &[u8]) -> Result<()> {
+        // SAFETY: the tensor is live while its context is.
+        let (nbytes, has_buffer) = unsafe {
+            let t = &*self.raw();
+            (
+                sys::ggml_nbytes(self.raw()),
+                !t.buffer.is_null() || !t.view_src.is_null(),
+            )
+        };
+        if !has_buffer || nbytes != data.len() {
+            return Err(GgmlError::Failed(format!(
+                "write: expected an allocated tensor of {nbytes} bytes, got {}",
+                data.len()
+            )));
+        }
+        // SAFETY: size and memory checked above.
+        unsafe { sys::ggml_backend_tensor_set(self.raw(), data.as_ptr().cast(), 0, nbytes) };
         Ok(())
     }
 
@@ -898,6 +989,35 @@ pub struct HostTensor {
     pub ne: Vec<i64>,
     /// Raw little-endian element bytes.
     pub data: Vec<u8>,
+}
+
+impl HostTensor {
+    /// The values as f32, dequantizing block types with ggml's own routine. A data
+    /// buffer that ends inside a block yields the values of its whole blocks only.
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self.dtype {
+            DType::F32 => self
+                .data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            DType::F16 => f16_bytes_to_f32(&self.data),
+            DType::Q8_0 => {
+                let blocks = self.data.len() / self.dtype.size();
+                let n = blocks * self.dtype.block_len();
+                let mut out = vec![0f32; n];
+                // SAFETY: ggml's type traits are static; Q8_0 has a to_float routine that
+                // reads `blocks` whole blocks (within `data`) and writes n floats.
+                unsafe {
+                    let traits = sys::ggml_get_type_traits(self.dtype.raw());
+                    if let Some(to_float) = (*traits).to_float {
+                        to_float(self.data.as_ptr().cast(), out.as_mut_ptr(), n as i64);
+                    }
+                }
+                out
+            }
+        }
+    }
 }
 
 /// Metadata and tensors of a GGUF file.

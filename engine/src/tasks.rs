@@ -210,12 +210,15 @@ pub struct ConvertOutput {
 /// Converts a model of a family to GGUF with the spec embedded. The file appears
 /// atomically (written beside the target, then renamed); nothing is left on failure.
 /// Silero VAD reads ggml `.bin`/GGUF files; Whisper reads CTranslate2 models (the
-/// `model.bin` or its folder, with `tokenizer.json` and `config.json` beside it).
+/// `model.bin` or its folder, with `tokenizer.json` and `config.json` beside it);
+/// `weights` chooses how Whisper's matrix weights are stored (other families accept
+/// only [`whisper::WeightType::Keep`]).
 pub fn convert(
     family: &str,
     model: &Path,
     spec_override: Option<&Path>,
     out: &Path,
+    weights: whisper::WeightType,
 ) -> Result<ConvertOutput> {
     let info = families::find(family)?;
     if !info.tasks.contains(&"convert") {
@@ -224,6 +227,11 @@ pub fn convert(
             task: "convert".into(),
             supported: info.tasks.join(", "),
         });
+    }
+    if family != "whisper" && weights != whisper::WeightType::Keep {
+        return Err(EngineError::Usage(format!(
+            "--quantize is available for the whisper family only, not '{family}'"
+        )));
     }
     let (spec, source_format, source_metadata, tensors) = if family == "whisper" {
         let cwd = std::env::current_dir().ok();
@@ -234,7 +242,7 @@ pub fn convert(
             model_path: Some(model),
             cwd: cwd.as_deref(),
         })?;
-        let c = whisper::convert_ct2(model, &spec)?;
+        let c = whisper::convert_ct2(model, &spec, weights)?;
         (spec, c.source_format, c.metadata, c.tensors)
     } else {
         let resolved = resolve_model(family, model, spec_override)?;
@@ -300,7 +308,8 @@ pub struct AsrOutput {
     pub audio_seconds: f64,
     /// The whole transcript (segments joined, trimmed).
     pub text: String,
-    /// One segment per decoded 30 s window that held speech.
+    /// The segments that held speech: one per 30 s window, or with timestamps one per
+    /// timed piece.
     pub segments: Vec<whisper::Segment>,
     /// Inference wall time in milliseconds (model load and audio decoding excluded).
     pub inference_ms: f64,
@@ -336,6 +345,25 @@ impl AsrModel {
                 .to_string(),
             no_speech_threshold: spec.default_f64("no_speech_threshold").unwrap_or(0.6) as f32,
             log_prob_threshold: spec.default_f64("log_prob_threshold").unwrap_or(-1.0) as f32,
+            timestamps: false,
+            max_initial_timestamp: 1.0,
+            temperatures: spec
+                .defaults
+                .get("temperatures")
+                .and_then(|v| v.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|t| t.as_f64())
+                        .map(|t| t as f32)
+                        .collect()
+                })
+                .unwrap_or_else(|| whisper::FALLBACK_TEMPERATURES.to_vec()),
+            compression_ratio_threshold: Some(
+                spec.default_f64("compression_ratio_threshold")
+                    .unwrap_or(2.4) as f32,
+            ),
+            best_of: spec.default_f64("best_of").unwrap_or(5.0) as usize,
+            seed: 0,
         };
         let model = Whisper::load(&resolved.file, spec, runtime)?;
         Ok(AsrModel {

@@ -1,6 +1,8 @@
 """Reference Whisper results for the Rust tests: faster-whisper (CTranslate2 on the CPU)
 on the same CTranslate2 model the converter reads, greedy (beam_size=1, temperature 0),
-without timestamps, each 30 s window decoded on its own (no previous-text prompt).
+without timestamps, each 30 s window decoded on its own (no previous-text prompt); and
+the same with timestamps (segments with start and end, windows seeking to the last
+timestamp).
 
 Writes, for every clip, the transcript, the token ids of every window, and the log-mel
 features faster-whisper's own front end computed (raw little-endian f32, n_mels rows of
@@ -63,6 +65,19 @@ def main():
             "mel": mel_path,
             "mel_shape": list(features.shape),
         }
+        timed, _ = model.transcribe(
+            audio,
+            language="en",
+            beam_size=1,
+            best_of=1,
+            temperature=0.0,
+            without_timestamps=False,
+            condition_on_previous_text=False,
+            vad_filter=False,
+        )
+        result["clips"][clip]["timestamped_segments"] = [
+            {"start": s.start, "end": s.end, "text": s.text} for s in timed
+        ]
     tok = model.hf_tokenizer
     from faster_whisper.tokenizer import Tokenizer
 

@@ -9,6 +9,8 @@ use crate::assets;
 use crate::project::project_root;
 use crate::test::cargo;
 
+mod asr;
+
 /// What to benchmark.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum Suite {
@@ -18,6 +20,8 @@ pub enum Suite {
     Deps,
     /// Kernel-name classification and a 1.3 GB kernel-tree filter vs `cp -r`.
     Kernels,
+    /// Whisper tiny.en (f16, q8_0) vs faster-whisper (float32, int8) on ~60 s of speech.
+    Asr,
     /// audiocpp_server's per-request overhead for VAD and ASR vs direct CLI runs.
     Server,
     /// `dist` of a 1.3 GB rocm6-sized SDK vs `zip -r -6` and `7z a -tzip`.
@@ -48,6 +52,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     if all || matches!(args.suite, Suite::Kernels) {
         crate::kernels::bench::bench()?;
+    }
+    if all || matches!(args.suite, Suite::Asr) {
+        asr::bench(args.repeat)?;
     }
     if all || matches!(args.suite, Suite::Server) {
         bench_server(args.repeat)?;

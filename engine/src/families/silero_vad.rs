@@ -166,17 +166,6 @@ pub fn check_tensors(file: &ModelFile, spec: &ModelSpec) -> Result<()> {
     Ok(())
 }
 
-fn to_f32(t: &HostTensor) -> Vec<f32> {
-    match t.dtype {
-        DType::F32 => t
-            .data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        DType::F16 => ggml::f16_bytes_to_f32(&t.data),
-    }
-}
-
 /// Builds the 640-sample model inputs of every window: 64 samples of context (the end
 /// of the previous window, zeros first), the 512-sample window (the last one
 /// zero-padded), then 64 samples reflected from the window's end.
@@ -261,7 +250,7 @@ impl SileroVad {
         for (name, ne) in &spec.tensors {
             let t = ctx.new_tensor(DType::F32, &squeeze(ne), name);
             let host = file.tensor(name).expect("checked above");
-            uploads.push((t, to_f32(host)));
+            uploads.push((t, host.to_f32()));
         }
         let buffer = Buffer::alloc_context(&ctx, runtime.main())?;
         for (t, data) in &uploads {

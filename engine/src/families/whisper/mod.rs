@@ -3,9 +3,11 @@
 //! Weights come from CTranslate2 models (what faster-whisper uses), converted once to
 //! GGUF by [`convert_ct2`]: tensors keep CTranslate2's names with `/` as `.`, the
 //! tokenizer vocabulary, the mel filterbank and the hyper-parameters travel in the file.
-//! [`Whisper`] runs the log-mel front end, the encoder per 30 s window and greedy
-//! decoding without timestamps, the way faster-whisper does with `beam_size=1`,
-//! `without_timestamps=True` and `condition_on_previous_text=False`.
+//! Linear layers may be stored as Q8_0 ([`WeightType`]). [`Whisper`] runs the log-mel
+//! front end, the encoder per 30 s window and greedy decoding with faster-whisper's
+//! temperature fallback, optionally with timestamps (segments, windows seeking to the
+//! last timestamp), the way faster-whisper does with `beam_size=1` and
+//! `condition_on_previous_text=False`.
 
 pub mod ct2;
 pub mod mel;
@@ -106,9 +108,65 @@ fn count_layers(m: &ct2::Ct2Model, prefix: &str) -> usize {
         .count()
 }
 
+/// How the converter stores the linear layers' weights; every other tensor (the token
+/// embedding included) keeps its CTranslate2 type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightType {
+    /// As in the CTranslate2 file (f16 or f32).
+    #[default]
+    Keep,
+    /// ggml Q8_0 (8-bit blocks of 32 with an f16 scale) for the linear layers.
+    Q8_0,
+}
+
+impl std::str::FromStr for WeightType {
+    type Err = EngineError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "keep" | "f16" => Ok(WeightType::Keep),
+            "q8_0" => Ok(WeightType::Q8_0),
+            other => Err(EngineError::Usage(format!(
+                "unknown --quantize '{other}' (expected q8_0, or f16 to keep the model's type)"
+            ))),
+        }
+    }
+}
+
+/// True for the linear layers' weights, the ones Q8_0 applies to. The token embedding
+/// (also the output projection) stays in the model's type: quantizing it turned the
+/// first word of the espeak clip `phrase_en_us` from "Speech" into "The" (as
+/// faster-whisper's int8 does), keeping it f16 gives the exact phrase.
+fn is_linear_weight(name: &str) -> bool {
+    model::is_matmul_weight(name) && name != "decoder.embeddings.weight"
+}
+
+/// The type a converted tensor is stored in: a pure decision from its name, its dims and
+/// the requested weight type. Quantized rows must be whole blocks; tensors that are not
+/// keep `source`.
+pub fn stored_type(name: &str, ne: &[i64], source: DType, want: WeightType) -> DType {
+    let q = DType::Q8_0;
+    let whole_blocks = ne.first().is_some_and(|&n| n as usize % q.block_len() == 0);
+    match want {
+        WeightType::Q8_0 if is_linear_weight(name) && whole_blocks => q,
+        _ => source,
+    }
+}
+
+fn store(t: HostTensor, want: WeightType) -> Result<HostTensor> {
+    let dtype = stored_type(&t.name, &t.ne, t.dtype, want);
+    if dtype == t.dtype {
+        return Ok(t);
+    }
+    let values = t.to_f32();
+    let data = ggml::quantize_rows(dtype, &values, t.ne[0] as usize)?;
+    Ok(HostTensor { dtype, data, ..t })
+}
+
 /// Reads a CTranslate2 Whisper model (`model.bin` or its folder, with `tokenizer.json`
-/// and optionally `config.json` beside it) into GGUF tensors and metadata.
-pub fn convert_ct2(path: &Path, spec: &ModelSpec) -> Result<Converted> {
+/// and optionally `config.json` beside it) into GGUF tensors and metadata, storing the
+/// matrix weights as `weights` asks.
+pub fn convert_ct2(path: &Path, spec: &ModelSpec, weights: WeightType) -> Result<Converted> {
     let (bin, dir) = ct2_paths(path);
     let bad = |reason: String| EngineError::Model {
         path: bin.clone(),
@@ -197,12 +255,13 @@ pub fn convert_ct2(path: &Path, spec: &ModelSpec) -> Result<Converted> {
                 )))
             }
         };
-        tensors.push(HostTensor {
+        let t = HostTensor {
             name,
             dtype,
             ne,
             data: v.data.clone(),
-        });
+        };
+        tensors.push(store(t, weights)?);
     }
     let mp = mel_params(spec, hp.n_mels)?;
     let filters = mel::filterbank(&mp);
@@ -280,7 +339,7 @@ fn mel_params(spec: &ModelSpec, n_mels: usize) -> Result<MelParams> {
     })
 }
 
-/// One decoded window.
+/// One transcribed stretch: a decoded window, or with timestamps one timed piece of it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Segment {
     /// Start in seconds.
@@ -289,7 +348,7 @@ pub struct Segment {
     pub end: f64,
     /// Text (with its leading space, as Whisper writes it).
     pub text: String,
-    /// Generated token ids (without the prompt and end-of-text).
+    /// Generated text token ids (no prompt, timestamps or end-of-text).
     pub tokens: Vec<u32>,
 }
 
@@ -302,6 +361,131 @@ pub struct DecodeOptions {
     pub no_speech_threshold: f32,
     /// ...and whose mean token log-probability is below this is dropped as silence.
     pub log_prob_threshold: f32,
+    /// Predict timestamp tokens: segments get their own start and end, and a window
+    /// that ends inside speech is re-read from its last timestamp (faster-whisper's
+    /// default). Off: one segment per 30 s window, read back to back.
+    pub timestamps: bool,
+    /// With timestamps, the latest the first timestamp may be, in seconds (1.0 as in
+    /// faster-whisper and OpenAI's Whisper).
+    pub max_initial_timestamp: f32,
+    /// Temperatures tried in order until a window's result passes the checks below
+    /// (faster-whisper: 0.0, 0.2, ..., 1.0); 0 is greedy, above 0 samples.
+    pub temperatures: Vec<f32>,
+    /// A result whose text compresses (zlib) better than this ratio is repetitive and
+    /// retried at the next temperature (2.4); `None` disables the check.
+    pub compression_ratio_threshold: Option<f32>,
+    /// Samples drawn per temperature above 0; the one with the best log-probability wins.
+    pub best_of: usize,
+    /// Seed of the sampler, so sampled results are reproducible.
+    pub seed: u64,
+}
+
+/// The temperatures faster-whisper and OpenAI's Whisper fall back through.
+pub const FALLBACK_TEMPERATURES: [f32; 6] = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0];
+
+/// How a window's decode at one temperature went, for the fallback decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Attempt {
+    /// zlib compression ratio of the text (bytes / compressed bytes).
+    pub compression_ratio: f32,
+    /// Mean log-probability per token (end-of-text included).
+    pub avg_logprob: f32,
+    /// Probability of the no-speech token at the start.
+    pub no_speech: f32,
+}
+
+/// Whether a window must be decoded again at the next temperature (faster-whisper's
+/// `generate_with_fallback`): too repetitive or too unlikely, unless it is silence
+/// (likely no speech and unlikely text), which is dropped instead.
+pub fn needs_fallback(a: &Attempt, opts: &DecodeOptions) -> bool {
+    let repetitive = opts
+        .compression_ratio_threshold
+        .is_some_and(|t| a.compression_ratio > t);
+    let unlikely = a.avg_logprob < opts.log_prob_threshold;
+    let silence = a.no_speech > opts.no_speech_threshold && unlikely;
+    (repetitive || unlikely) && !silence
+}
+
+/// Bytes of the UTF-8 text over the bytes of its zlib stream at level 6 (Python's
+/// `zlib.compress` default, which faster-whisper uses). zlib-rs is a port of zlib's
+/// deflate and gives the same sizes; miniz_oxide compresses repetitions, the very thing
+/// this ratio detects, markedly worse.
+pub fn compression_ratio(text: &str) -> f32 {
+    let bytes = text.as_bytes();
+    if bytes.is_empty() {
+        return 0.0;
+    }
+    let mut out = vec![0u8; zlib_rs::compress_bound(bytes.len())];
+    let (compressed, rc) = zlib_rs::compress_slice(&mut out, bytes, zlib_rs::DeflateConfig::new(6));
+    let n = if rc == zlib_rs::ReturnCode::Ok {
+        compressed.len()
+    } else {
+        bytes.len()
+    };
+    bytes.len() as f32 / n.max(1) as f32
+}
+
+/// A small deterministic generator (SplitMix64) for sampling at temperatures above 0.
+#[derive(Debug, Clone)]
+pub struct Sampler(u64);
+
+impl Sampler {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        Sampler(seed)
+    }
+
+    /// A uniform number in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The next token from masked logits: the argmax at temperature 0, else a draw from
+/// softmax(logits / temperature) with `u` uniform in [0, 1). Returns the token and its
+/// log-probability under the untempered distribution.
+pub fn pick_token(logits: &[f32], temperature: f32, u: f64) -> (usize, f32) {
+    let (best, _) = argmax_logprob(logits);
+    let max = logits[best];
+    let logprob = |i: usize| {
+        let sum: f64 = logits
+            .iter()
+            .filter(|l| l.is_finite())
+            .map(|&l| ((l - max) as f64).exp())
+            .sum();
+        (logits[i] - max) as f64 as f32 - sum.ln() as f32
+    };
+    if temperature <= 0.0 {
+        return (best, logprob(best));
+    }
+    let weights: Vec<f64> = logits
+        .iter()
+        .map(|&l| {
+            if l.is_finite() {
+                (((l - max) / temperature) as f64).exp()
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let mut target = u * total;
+    let mut chosen = best;
+    for (i, w) in weights.iter().enumerate() {
+        if *w > 0.0 {
+            chosen = i;
+            if target < *w {
+                break;
+            }
+            target -= w;
+        }
+    }
+    (chosen, logprob(chosen))
 }
 
 /// A loaded Whisper model.
@@ -339,15 +523,34 @@ fn meta_u32s(file: &ModelFile, key: &str) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-fn to_f32(t: &HostTensor) -> Vec<f32> {
-    match t.dtype {
-        DType::F32 => t
-            .data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        DType::F16 => ggml::f16_bytes_to_f32(&t.data),
+/// A tensor that the network needs as plain floats (norms, positions, the mel filters):
+/// a quantized one means the file was not made by this converter.
+fn to_f32(t: &HostTensor) -> Result<Vec<f32>> {
+    if t.dtype.block_len() > 1 {
+        return Err(EngineError::Usage(format!(
+            "tensor '{}' is {:?}; only matrix weights may be quantized (re-convert the model)",
+            t.name, t.dtype
+        )));
     }
+    Ok(t.to_f32())
+}
+
+/// A weight as the network computes with it: matrix weights as stored (f16, f32 or
+/// Q8_0), everything else as f32.
+fn compute_tensor(t: &HostTensor, name: String, path: &Path) -> Result<HostTensor> {
+    if model::is_matmul_weight(&name) {
+        return Ok(HostTensor { name, ..t.clone() });
+    }
+    let values = to_f32(t).map_err(|e| EngineError::Model {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    Ok(HostTensor {
+        name,
+        dtype: DType::F32,
+        ne: t.ne.clone(),
+        data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    })
 }
 
 /// Checks the spec's tensor list against the file: `{i}` in a name stands for every
@@ -389,7 +592,8 @@ fn check_spec(file: &ModelFile, spec: &ModelSpec, hp: &HParams) -> Result<()> {
 
 impl Whisper {
     /// Checks a converted GGUF against the spec and its own hyper-parameters, then
-    /// uploads the weights (as f32) to the runtime's device.
+    /// uploads the weights to the runtime's device (matrix weights in their stored type,
+    /// the rest as f32).
     pub fn load(file: &ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Self> {
         let mut v = [0usize; 10];
         for (slot, key) in v.iter_mut().zip(HPARAM_KEYS) {
@@ -419,7 +623,7 @@ impl Whisper {
                     t.ne
                 )));
             }
-            tensors.push((name, ne, to_f32(t)));
+            tensors.push(compute_tensor(t, name, &file.path)?);
         }
         let mel = MelParams {
             sample_rate: spec.sample_rate,
@@ -456,7 +660,7 @@ impl Whisper {
             sched,
             hp,
             mel,
-            filters: to_f32(filters_t),
+            filters: to_f32(filters_t).map_err(|e| bad(e.to_string()))?,
             tok,
             suppress: meta_u32s(file, "whisper.suppress_ids"),
             suppress_begin: meta_u32s(file, "whisper.suppress_ids_begin"),
@@ -495,17 +699,28 @@ impl Whisper {
                 opts.language
             )));
         }
-        prompt.push(s.no_timestamps);
+        if !opts.timestamps {
+            prompt.push(s.no_timestamps);
+        }
         Ok(prompt)
     }
 
-    /// Transcribes 16 kHz mono audio window by window (30 s each).
+    /// Transcribes 16 kHz mono audio window by window (30 s each; with timestamps, the
+    /// next window starts at the last timestamp of one that ends inside speech).
     pub fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Vec<Segment>> {
         let prompt = self.prompt(opts)?;
         let (mel, n_frames) = self.log_mel(samples);
         let content = n_frames.saturating_sub(1);
         let window = 2 * self.hp.n_audio_ctx;
         let per_second = self.mel.sample_rate as f64 / self.mel.hop as f64;
+        // A timestamp step is one encoder position: window / n_audio_ctx mel frames.
+        let frames_per_step = window / self.hp.n_audio_ctx;
+        let step_seconds = frames_per_step as f64 / per_second;
+        let max_initial = opts
+            .timestamps
+            .then(|| (opts.max_initial_timestamp as f64 / step_seconds).round() as usize);
+        let tb = self.tok.specials().timestamp_begin;
+        let mut sampler = Sampler::new(opts.seed);
         let mut segments = Vec::new();
         let mut seek = 0;
         while seek < content {
@@ -517,27 +732,112 @@ impl Whisper {
             // Decoder steps are many small ops: one thread avoids a barrier per op, which
             // costs more than the ops (and stalls badly on a loaded machine).
             self.net.runtime().set_threads(1);
-            let decoded = self.greedy(&prompt);
+            let decoded = self.decode_with_fallback(&prompt, max_initial, opts, &mut sampler);
             self.net.runtime().set_threads(threads);
             let (tokens, no_speech, avg_logprob) = decoded?;
             let silent =
                 no_speech > opts.no_speech_threshold && avg_logprob < opts.log_prob_threshold;
-            if !silent && !tokens.is_empty() {
-                segments.push(Segment {
-                    start: seek as f64 / per_second,
-                    end: (seek + size) as f64 / per_second,
-                    text: self.tok.decode(&tokens),
-                    tokens,
-                });
+            let offset = seek as f64 / per_second;
+            let split = if opts.timestamps {
+                split_at_timestamps(&tokens, tb, size / frames_per_step)
+            } else {
+                WindowSplit {
+                    pieces: vec![(0, size / frames_per_step, tokens)],
+                    advance_steps: None,
+                }
+            };
+            let advance = match split.advance_steps {
+                Some(steps) if !silent => (steps * frames_per_step).max(1),
+                _ => size,
+            };
+            if !silent {
+                for (start, end, tokens) in split.pieces {
+                    let text_tokens: Vec<u32> =
+                        tokens.iter().copied().filter(|&t| t < tb).collect();
+                    if text_tokens.is_empty() {
+                        continue;
+                    }
+                    segments.push(Segment {
+                        start: offset + start as f64 * step_seconds,
+                        end: offset + end as f64 * step_seconds,
+                        text: self.tok.decode(&text_tokens),
+                        tokens: text_tokens,
+                    });
+                }
             }
-            seek += size;
+            seek += advance;
         }
         Ok(segments)
     }
 
-    /// Greedy decoding of the current window: tokens, no-speech probability, mean
-    /// log-probability (end-of-text included, divided by tokens + 1).
-    fn greedy(&mut self, prompt: &[u32]) -> Result<(Vec<u32>, f32, f32)> {
+    /// Decodes the current window at each of `opts.temperatures` until a result passes
+    /// [`needs_fallback`]; when none does, the most likely one (among those not too
+    /// repetitive, if any) is kept. Returns tokens, no-speech probability, mean
+    /// log-probability.
+    fn decode_with_fallback(
+        &mut self,
+        prompt: &[u32],
+        max_initial: Option<usize>,
+        opts: &DecodeOptions,
+        sampler: &mut Sampler,
+    ) -> Result<(Vec<u32>, f32, f32)> {
+        let temperatures: &[f32] = if opts.temperatures.is_empty() {
+            &[0.0]
+        } else {
+            &opts.temperatures
+        };
+        let tb = self.tok.specials().timestamp_begin;
+        let mut tried = Vec::new();
+        for &t in temperatures {
+            let draws = if t > 0.0 { opts.best_of.max(1) } else { 1 };
+            let mut best: Option<(Vec<u32>, f32, f32, f64)> = None;
+            for _ in 0..draws {
+                let (tokens, no_speech, avg, sum) =
+                    self.sample_window(prompt, max_initial, t, sampler)?;
+                if best.as_ref().is_none_or(|b| sum > b.3) {
+                    best = Some((tokens, no_speech, avg, sum));
+                }
+            }
+            let (tokens, no_speech, avg, _) = best.expect("at least one draw");
+            let text: Vec<u32> = tokens.iter().copied().filter(|&x| x < tb).collect();
+            let attempt = Attempt {
+                compression_ratio: compression_ratio(self.tok.decode(&text).trim()),
+                avg_logprob: avg,
+                no_speech,
+            };
+            if !needs_fallback(&attempt, opts) {
+                return Ok((tokens, no_speech, avg));
+            }
+            tried.push((attempt, tokens));
+        }
+        let not_repetitive = |a: &Attempt| {
+            opts.compression_ratio_threshold
+                .is_none_or(|th| a.compression_ratio <= th)
+        };
+        let pool: Vec<&(Attempt, Vec<u32>)> = if tried.iter().any(|(a, _)| not_repetitive(a)) {
+            tried.iter().filter(|(a, _)| not_repetitive(a)).collect()
+        } else {
+            tried.iter().collect()
+        };
+        let (a, tokens) = pool
+            .into_iter()
+            .max_by(|x, y| x.0.avg_logprob.total_cmp(&y.0.avg_logprob))
+            .expect("at least one temperature");
+        Ok((tokens.clone(), a.no_speech, a.avg_logprob))
+    }
+
+    /// Decodes the current window at one temperature (0: greedy): tokens, no-speech
+    /// probability, mean log-probability (end-of-text included, divided by tokens + 1)
+    /// and the summed log-probability.
+    /// With `max_initial` (in timestamp steps), timestamp tokens are predicted under
+    /// Whisper's rules ([`apply_timestamp_rules`]); without it they are suppressed.
+    fn sample_window(
+        &mut self,
+        prompt: &[u32],
+        max_initial: Option<usize>,
+        temperature: f32,
+        sampler: &mut Sampler,
+    ) -> Result<(Vec<u32>, f32, f32, f64)> {
         let s = self.tok.specials().clone();
         let n_vocab = self.hp.n_vocab;
         let mut banned = vec![false; n_vocab];
@@ -555,8 +855,10 @@ impl Whisper {
                 *b = true;
             }
         }
-        for b in banned.iter_mut().skip(s.timestamp_begin as usize) {
-            *b = true;
+        if max_initial.is_none() {
+            for b in banned.iter_mut().skip(s.timestamp_begin as usize) {
+                *b = true;
+            }
         }
         let logits = self.net.decode(&mut self.sched, prompt, 0, prompt.len())?;
         let sot_pos = prompt.iter().position(|&t| t == s.sot).unwrap_or(0);
@@ -580,7 +882,21 @@ impl Whisper {
                     *l = f32::NEG_INFINITY;
                 }
             }
-            let (best, logprob) = argmax_logprob(&last);
+            if let Some(max_initial) = max_initial {
+                apply_timestamp_rules(
+                    &mut last,
+                    &tokens,
+                    s.timestamp_begin as usize,
+                    s.eot as usize,
+                    max_initial,
+                );
+            }
+            let u = if temperature > 0.0 {
+                sampler.uniform()
+            } else {
+                0.0
+            };
+            let (best, logprob) = pick_token(&last, temperature, u);
             sum_logprob += logprob as f64;
             if best as u32 == s.eot || tokens.len() >= max_new {
                 break;
@@ -592,7 +908,119 @@ impl Whisper {
             n_past += 1;
         }
         let avg = sum_logprob / (tokens.len() + 1) as f64;
-        Ok((tokens, no_speech, avg as f32))
+        Ok((tokens, no_speech, avg as f32, sum_logprob))
+    }
+}
+
+/// Whisper's timestamp rules (OpenAI's `ApplyTimestampRules`, which CTranslate2 follows)
+/// on the next token's logits, given the tokens generated so far in this window:
+/// timestamps come in pairs (a lone timestamp is followed by another or end-of-text,
+/// a pair by text), never decrease, the first token is a timestamp no later than
+/// `max_initial` steps, and when the timestamps' total probability beats every text
+/// token, a timestamp is chosen.
+pub fn apply_timestamp_rules(
+    logits: &mut [f32],
+    tokens: &[u32],
+    tb: usize,
+    eot: usize,
+    max_initial: usize,
+) {
+    let is_ts = |t: u32| t as usize >= tb;
+    let last_ts = tokens.last().is_some_and(|&t| is_ts(t));
+    let penultimate_ts = tokens.len() < 2 || is_ts(tokens[tokens.len() - 2]);
+    if last_ts {
+        if penultimate_ts {
+            logits[tb..].fill(f32::NEG_INFINITY);
+        } else {
+            logits[..eot].fill(f32::NEG_INFINITY);
+        }
+    }
+    if let Some(&t) = tokens.iter().rev().find(|&&t| is_ts(t)) {
+        let floor = if last_ts && !penultimate_ts {
+            t as usize
+        } else {
+            t as usize + 1
+        };
+        let n = logits.len();
+        logits[tb..floor.min(n)].fill(f32::NEG_INFINITY);
+    }
+    if tokens.is_empty() {
+        logits[..tb].fill(f32::NEG_INFINITY);
+        let last_allowed = tb + max_initial;
+        if last_allowed + 1 < logits.len() {
+            logits[last_allowed + 1..].fill(f32::NEG_INFINITY);
+        }
+    }
+    let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        return;
+    }
+    let sum = |r: &[f32]| -> f64 { r.iter().map(|&l| ((l - max) as f64).exp()).sum() };
+    let ts_mass = sum(&logits[tb..]);
+    let text_max = logits[..tb]
+        .iter()
+        .cloned()
+        .fold(f32::NEG_INFINITY, f32::max);
+    if ts_mass > 0.0 && ts_mass.ln() > (text_max - max) as f64 {
+        logits[..tb].fill(f32::NEG_INFINITY);
+    }
+}
+
+/// A window's tokens cut into segments: (start step, end step, tokens) each, and how
+/// far the next window starts (in timestamp steps; `None`: after the whole window).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowSplit {
+    /// Segments as (start, end, tokens with their timestamps).
+    pub pieces: Vec<(usize, usize, Vec<u32>)>,
+    /// Where the next window starts, when the window ended inside speech.
+    pub advance_steps: Option<usize>,
+}
+
+/// Cuts a window's tokens at each pair of consecutive timestamps (faster-whisper's
+/// `generate_segments`); `window_steps` is the window's length in timestamp steps.
+pub fn split_at_timestamps(tokens: &[u32], tb: u32, window_steps: usize) -> WindowSplit {
+    let step = |t: u32| (t - tb) as usize;
+    let single_ending =
+        tokens.len() >= 2 && tokens[tokens.len() - 2] < tb && tokens[tokens.len() - 1] >= tb;
+    let mut cuts: Vec<usize> = (1..tokens.len())
+        .filter(|&i| tokens[i] >= tb && tokens[i - 1] >= tb)
+        .collect();
+    if cuts.is_empty() {
+        let end = tokens
+            .iter()
+            .rev()
+            .find(|&&t| t >= tb)
+            .map(|&t| step(t))
+            .filter(|&e| e > 0)
+            .unwrap_or(window_steps);
+        return WindowSplit {
+            pieces: vec![(0, end, tokens.to_vec())],
+            advance_steps: None,
+        };
+    }
+    if single_ending {
+        cuts.push(tokens.len());
+    }
+    let mut pieces = Vec::new();
+    let mut from = 0;
+    for &cut in &cuts {
+        let piece = &tokens[from..cut];
+        let start = piece.first().filter(|&&t| t >= tb).map_or(0, |&t| step(t));
+        let end = piece
+            .last()
+            .filter(|&&t| t >= tb)
+            .map_or(start, |&t| step(t));
+        pieces.push((start, end, piece.to_vec()));
+        from = cut;
+    }
+    let advance_steps = if single_ending {
+        None
+    } else {
+        Some(step(tokens[from - 1]))
+    };
+    WindowSplit {
+        pieces,
+        advance_steps,
     }
 }
 
@@ -619,4 +1047,202 @@ fn argmax_logprob(logits: &[f32]) -> (usize, f32) {
         .map(|&l| ((l - max) as f64).exp())
         .sum();
     (best, -(sum.ln() as f32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_linear_weights_with_whole_blocks_are_quantized() {
+        let q = WeightType::Q8_0;
+        let f16 = DType::F16;
+        let lin = "decoder.layer_0.ffn.linear_1.weight";
+        assert_eq!(stored_type(lin, &[1536, 384], f16, q), DType::Q8_0);
+        assert_eq!(stored_type(lin, &[1536, 384], f16, WeightType::Keep), f16);
+        // Rows that do not split into blocks of 32 stay as they are.
+        assert_eq!(stored_type(lin, &[40, 384], f16, q), f16);
+        for other in [
+            "decoder.embeddings.weight",
+            "decoder.layer_0.ffn.linear_1.bias",
+            "encoder.conv1.weight",
+            "encoder.layer_0.ffn.layer_norm.gamma",
+            "decoder.position_encodings.encodings",
+        ] {
+            assert_eq!(stored_type(other, &[384, 384], f16, q), f16, "{other}");
+        }
+        assert!("q8_0".parse::<WeightType>().is_ok());
+        let err = "q4".parse::<WeightType>().unwrap_err().to_string();
+        assert!(err.contains("q8_0"), "{err}");
+    }
+
+    const TB: u32 = 100;
+
+    #[test]
+    fn timestamp_pairs_cut_segments_and_set_the_next_window() {
+        // <|0.00|> a b <|1.00|><|1.20|> c <|2.00|>: ends on a lone timestamp after
+        // text (speech continues past it), so the whole window is consumed.
+        let t = [TB, 1, 2, TB + 50, TB + 60, 3, TB + 100];
+        let split = split_at_timestamps(&t, TB, 1500);
+        assert_eq!(
+            split.pieces,
+            vec![
+                (0, 50, vec![TB, 1, 2, TB + 50]),
+                (60, 100, vec![TB + 60, 3, TB + 100])
+            ]
+        );
+        assert_eq!(split.advance_steps, None);
+        // Ends on a pair: the next window starts at the last timestamp.
+        let t = [TB, 1, TB + 40, TB + 40, 2, TB + 90, TB + 90];
+        let split = split_at_timestamps(&t, TB, 1500);
+        assert_eq!(split.pieces.len(), 2);
+        assert_eq!(split.advance_steps, Some(90));
+        // No pair: one segment up to the last timestamp, or the window without one.
+        let split = split_at_timestamps(&[TB, 1, 2, TB + 70], TB, 1500);
+        assert_eq!(split.pieces, vec![(0, 70, vec![TB, 1, 2, TB + 70])]);
+        assert_eq!(split_at_timestamps(&[1, 2], TB, 1500).pieces[0].1, 1500);
+    }
+
+    #[test]
+    fn timestamp_rules_follow_whisper() {
+        let n = TB as usize + 200;
+        let eot = TB as usize - 5;
+        let allowed = |tokens: &[u32], logits: &[f32]| -> Vec<usize> {
+            let mut l = logits.to_vec();
+            apply_timestamp_rules(&mut l, tokens, TB as usize, eot, 50);
+            (0..n).filter(|&i| l[i].is_finite()).collect()
+        };
+        let flat = vec![0f32; n];
+        // First token: a timestamp no later than step 50.
+        assert_eq!(
+            allowed(&[], &flat),
+            (TB as usize..=TB as usize + 50).collect::<Vec<_>>()
+        );
+        // After a lone timestamp following text: a timestamp not before it, or eot.
+        let mut eot_heavy = flat.clone();
+        eot_heavy[eot] = 10.0;
+        let after = allowed(&[TB, 1, TB + 30], &eot_heavy);
+        assert!(after.contains(&eot) && after.contains(&(TB as usize + 30)));
+        assert!(!after.contains(&1) && !after.contains(&(TB as usize + 29)));
+        // After a pair: text only, unless timestamps dominate.
+        let mut text_heavy = flat.clone();
+        text_heavy[7] = 10.0;
+        let after = allowed(&[TB, 1, TB + 30, TB + 30], &text_heavy);
+        assert!(after.contains(&7) && after.iter().all(|&i| i < TB as usize));
+        // Timestamps' total probability above the best text token forces a timestamp.
+        let mut ts_heavy = flat.clone();
+        ts_heavy[TB as usize + 80..].fill(3.0);
+        let after = allowed(&[TB, 1], &ts_heavy);
+        assert!(after.iter().all(|&i| i >= TB as usize), "{after:?}");
+    }
+
+    /// Python's `len(b) / len(zlib.compress(b))` for the same strings.
+    #[test]
+    fn compression_ratio_matches_python_zlib() {
+        let the = "the ".repeat(20);
+        let please =
+            "Please call stellar and ask for to bring these things with the from the store. "
+                .repeat(3);
+        for (text, want) in [
+            ("Speech recognition in Rust is working today.", 44.0 / 52.0),
+            (the.trim_end(), 79.0 / 15.0),
+            (please.as_str(), 237.0 / 78.0),
+        ] {
+            let got = compression_ratio(text);
+            assert!((got - want).abs() < 0.05, "{text:?}: {got} vs {want}");
+        }
+        assert_eq!(compression_ratio(""), 0.0);
+    }
+
+    fn options() -> DecodeOptions {
+        DecodeOptions {
+            language: "en".into(),
+            no_speech_threshold: 0.6,
+            log_prob_threshold: -1.0,
+            timestamps: false,
+            max_initial_timestamp: 1.0,
+            temperatures: FALLBACK_TEMPERATURES.to_vec(),
+            compression_ratio_threshold: Some(2.4),
+            best_of: 5,
+            seed: 0,
+        }
+    }
+
+    #[test]
+    fn fallback_on_repetitive_or_unlikely_text_but_not_on_silence() {
+        let o = options();
+        let a = |compression_ratio, avg_logprob, no_speech| Attempt {
+            compression_ratio,
+            avg_logprob,
+            no_speech,
+        };
+        assert!(!needs_fallback(&a(1.2, -0.3, 0.01), &o));
+        assert!(needs_fallback(&a(3.0, -0.3, 0.01), &o));
+        assert!(needs_fallback(&a(1.2, -1.5, 0.01), &o));
+        // Silence: likely no speech and unlikely text is dropped, not retried.
+        assert!(!needs_fallback(&a(1.2, -1.5, 0.9), &o));
+        assert!(needs_fallback(&a(3.0, -0.3, 0.9), &o));
+        let off = DecodeOptions {
+            compression_ratio_threshold: None,
+            ..o
+        };
+        assert!(!needs_fallback(&a(3.0, -0.3, 0.01), &off));
+    }
+
+    #[test]
+    fn sampling_follows_the_tempered_distribution() {
+        let logits = [0.0f32, 1.0, f32::NEG_INFINITY, 2.0];
+        // Greedy: the argmax and its log-softmax.
+        let (i, lp) = pick_token(&logits, 0.0, 0.9);
+        let norm = (1f64 + 1f64.exp() + 2f64.exp()).ln() as f32;
+        assert_eq!(i, 3);
+        assert!((lp - (2.0 - norm)).abs() < 1e-5);
+        // At temperature 1, draws land with probabilities softmax(logits).
+        let mut sampler = Sampler::new(7);
+        let mut counts = [0usize; 4];
+        let n = 20_000;
+        for _ in 0..n {
+            counts[pick_token(&logits, 1.0, sampler.uniform()).0] += 1;
+        }
+        assert_eq!(counts[2], 0, "a masked token is never drawn");
+        for (k, l) in [(0, 0.0f32), (1, 1.0), (3, 2.0)] {
+            let p = (l - norm).exp() as f64;
+            let got = counts[k] as f64 / n as f64;
+            assert!((got - p).abs() < 0.015, "token {k}: {got} vs {p}");
+        }
+        let (mut a, mut b) = (Sampler::new(3), Sampler::new(3));
+        assert_eq!(a.uniform(), b.uniform(), "same seed, same draws");
+    }
+
+    /// Q8_0 stores round(x / d) with d = max|x| / 127 per block of 32 and d as f16: each
+    /// value comes back within d / 2 (plus the f16 rounding of d, < 0.1 % of max|x|).
+    #[test]
+    fn q8_0_round_trip_is_within_half_a_step() {
+        let row = 96;
+        let data: Vec<f32> = (0..row * 3)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013 * (1.0 + (i / 32) as f32))
+            .collect();
+        let bytes = ggml::quantize_rows(DType::Q8_0, &data, row).unwrap();
+        assert_eq!(bytes.len(), 3 * 3 * 34);
+        let t = HostTensor {
+            name: "w".into(),
+            dtype: DType::Q8_0,
+            ne: vec![row as i64, 3],
+            data: bytes,
+        };
+        let back = t.to_f32();
+        assert_eq!(back.len(), data.len());
+        for (block, (x, y)) in data.chunks(32).zip(back.chunks(32)).enumerate() {
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let tol = amax / 127.0 / 2.0 + amax * 1e-3;
+            for (a, b) in x.iter().zip(y) {
+                assert!(
+                    (a - b).abs() <= tol,
+                    "block {block}: {a} -> {b} (tol {tol})"
+                );
+            }
+        }
+        assert!(ggml::quantize_rows(DType::Q8_0, &data, 40).is_err());
+        assert!(ggml::quantize_rows(DType::F16, &data, row).is_err());
+    }
 }

@@ -6,7 +6,7 @@
 
 use crate::backend::Runtime;
 use crate::error::Result;
-use crate::ggml::{Buffer, Context, DType, Scheduler, Tensor};
+use crate::ggml::{Buffer, Context, DType, HostTensor, Scheduler, Tensor};
 
 /// Model dimensions (from the GGUF metadata).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +102,13 @@ const LN_EPS: f32 = 1e-5;
 /// Graph node budget (the encoder of large models stays far below it).
 const GRAPH_NODES: usize = 4096;
 
+/// True for the weights that only ever feed a matrix product (linear layers and the
+/// token embedding, which is also the output projection): these may stay f16 or be
+/// block-quantized; every other tensor (norms, biases, positions, conv kernels) is f32.
+pub fn is_matmul_weight(name: &str) -> bool {
+    name == "decoder.embeddings.weight" || (name.contains(".linear_") && name.ends_with(".weight"))
+}
+
 /// Weights and caches on the device.
 pub struct WhisperNet {
     hp: HParams,
@@ -119,47 +126,33 @@ enum Mask {
 }
 
 impl WhisperNet {
-    /// Uploads `tensors` (name, ggml dims, f32 data; exactly [`HParams::tensor_shapes`])
-    /// and allocates the caches.
-    pub fn new(
-        hp: HParams,
-        tensors: Vec<(String, Vec<i64>, Vec<f32>)>,
-        runtime: Runtime,
-    ) -> Result<Self> {
+    /// Uploads `tensors` (exactly [`HParams::tensor_shapes`], each in the type it will
+    /// compute in: see [`is_matmul_weight`]) and allocates the caches. Keys are cached
+    /// position-major ([state, positions]); values transposed ([positions, state]), so
+    /// that attention reads both without copying.
+    pub fn new(hp: HParams, tensors: Vec<HostTensor>, runtime: Runtime) -> Result<Self> {
         let weights = Context::new(tensors.len() + 4, 0)?;
         let mut uploads = Vec::with_capacity(tensors.len());
-        for (name, ne, data) in &tensors {
-            uploads.push((weights.new_tensor(DType::F32, ne, name), data));
+        for t in &tensors {
+            uploads.push((weights.new_tensor(t.dtype, &t.ne, &t.name), &t.data));
         }
         let weights_buf = Buffer::alloc_context(&weights, runtime.main())?;
         for (t, data) in &uploads {
-            t.write_f32(data)?;
+            t.write_bytes(data)?;
         }
         drop(uploads);
         drop(tensors);
         let cache = Context::new(4 * hp.n_text_layer + 4, 0)?;
-        let t = hp.n_text_state as i64;
+        let (t, a_ctx, t_ctx) = (
+            hp.n_text_state as i64,
+            hp.n_audio_ctx as i64,
+            hp.n_text_ctx as i64,
+        );
         for l in 0..hp.n_text_layer {
-            cache.new_tensor(
-                DType::F32,
-                &[t, hp.n_audio_ctx as i64],
-                &format!("cross_k.{l}"),
-            );
-            cache.new_tensor(
-                DType::F32,
-                &[t, hp.n_audio_ctx as i64],
-                &format!("cross_v.{l}"),
-            );
-            cache.new_tensor(
-                DType::F32,
-                &[t, hp.n_text_ctx as i64],
-                &format!("self_k.{l}"),
-            );
-            cache.new_tensor(
-                DType::F32,
-                &[t, hp.n_text_ctx as i64],
-                &format!("self_v.{l}"),
-            );
+            cache.new_tensor(DType::F32, &[t, a_ctx], &format!("cross_k.{l}"));
+            cache.new_tensor(DType::F32, &[a_ctx, t], &format!("cross_v.{l}"));
+            cache.new_tensor(DType::F32, &[t, t_ctx], &format!("self_k.{l}"));
+            cache.new_tensor(DType::F32, &[t_ctx, t], &format!("self_v.{l}"));
         }
         let cache_buf = Buffer::alloc_context(&cache, runtime.main())?;
         Ok(WhisperNet {
@@ -209,26 +202,28 @@ impl WhisperNet {
         )
     }
 
-    /// Scaled dot-product attention over heads. `q`, `k`, `v` are [head_dim, heads, len]
-    /// views; returns [state, q_len].
+    /// Scaled dot-product attention over heads. `q` and `k` are [head_dim, heads, len]
+    /// views, `vt` the values transposed per head, [len, head_dim, heads] with `len`
+    /// contiguous; returns [state, q_len]. The queries are made contiguous so that long
+    /// products (the encoder's) take ggml's blocked GEMM instead of a dot per element.
     fn attention<'a>(
         &'a self,
         ctx: &'a Context,
         q: Tensor<'a>,
         k: Tensor<'a>,
-        v: Tensor<'a>,
+        vt: Tensor<'a>,
         mask: Mask,
     ) -> Tensor<'a> {
         let [dh, heads, t, _] = q.ne();
         let qp = ctx.permute(q, [0, 2, 1, 3]);
+        let qp = if t > 1 { ctx.cont(qp) } else { qp };
         let kp = ctx.permute(k, [0, 2, 1, 3]);
-        let kq = ctx.scale(ctx.mul_mat(kp, qp), 1.0 / (dh as f32).sqrt());
+        let kq = ctx.mul_mat(kp, qp);
         let kq = match mask {
             Mask::None => kq,
             Mask::Causal(n_past) => ctx.diag_mask_inf(kq, n_past),
         };
-        let probs = ctx.soft_max(kq);
-        let vt = ctx.cont(ctx.permute(v, [1, 2, 0, 3]));
+        let probs = ctx.soft_max_scaled(kq, 1.0 / (dh as f32).sqrt());
         let out = ctx.mul_mat(vt, probs);
         let merged = ctx.cont(ctx.permute(out, [0, 2, 1, 3]));
         ctx.reshape(merged, &[dh * heads, t])
@@ -253,6 +248,40 @@ impl WhisperNet {
             dh,
             parts * width,
             part * width,
+        )
+    }
+
+    /// Transposes a [width, len] tensor's `part`-th stacked projection into per-head
+    /// value matrices [len, head_dim, heads] (contiguous, for [`Self::attention`]).
+    fn values_t<'a>(
+        &self,
+        ctx: &'a Context,
+        x: Tensor<'a>,
+        part: usize,
+        parts: usize,
+        width: usize,
+        heads: usize,
+    ) -> Tensor<'a> {
+        ctx.cont(ctx.permute(self.heads(ctx, x, part, parts, width, heads), [1, 2, 0, 3]))
+    }
+
+    /// A transposed value cache ([capacity, width]) as per-head matrices over its first
+    /// `len` positions: [len, head_dim, heads].
+    fn cached_values_t<'a>(
+        &self,
+        ctx: &'a Context,
+        cache: Tensor<'a>,
+        len: usize,
+        heads: usize,
+    ) -> Tensor<'a> {
+        let [cap, width, _, _] = cache.ne();
+        let dh = width as usize / heads;
+        ctx.view_3d(
+            cache,
+            [len as i64, dh as i64, heads as i64],
+            cap as usize,
+            cap as usize * dh,
+            0,
         )
     }
 
@@ -284,7 +313,7 @@ impl WhisperNet {
             ctx,
             self.heads(ctx, qkv, 0, 3, d, h),
             self.heads(ctx, qkv, 1, 3, d, h),
-            self.heads(ctx, qkv, 2, 3, d, h),
+            self.values_t(ctx, qkv, 2, 3, d, h),
             Mask::None,
         );
         let x = ctx.add(
@@ -321,7 +350,7 @@ impl WhisperNet {
             let k = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, 0);
             let v = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, t);
             graph.expand(ctx.cpy(k, self.c(&format!("cross_k.{l}"))));
-            graph.expand(ctx.cpy(v, self.c(&format!("cross_v.{l}"))));
+            graph.expand(ctx.cpy(ctx.transpose(v), self.c(&format!("cross_v.{l}"))));
         }
         graph.expand(enc);
         sched.compute(&mut graph, &[(x_in, mel)])?;
@@ -340,26 +369,31 @@ impl WhisperNet {
         let p = format!("decoder.layer_{l}");
         let (d, h) = (hp.n_text_state, hp.n_text_head);
         let n_new = x.ne()[1];
-        // Self-attention with the cache: store the new keys/values, attend over all.
+        // Self-attention with the cache: store the new keys/values first (the copies
+        // enter the graph before the reads, and ggml runs nodes in order), then attend
+        // over the cache's first n_past + n_new positions.
         let n = self.layer_norm(ctx, x, &format!("{p}.self_attention.layer_norm"));
         let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"));
-        let mut kv_all = Vec::with_capacity(2);
-        for (part, cache) in [(1, format!("self_k.{l}")), (2, format!("self_v.{l}"))] {
-            let new = ctx.cont(ctx.view_2d_rows(qkv, d as i64, n_new, part * d));
-            let cache = self.c(&cache);
-            graph.expand(ctx.cpy(new, ctx.view_2d_rows(cache, d as i64, n_new, n_past * d)));
-            kv_all.push(if n_past == 0 {
-                new
-            } else {
-                ctx.concat(ctx.view_2d_rows(cache, d as i64, n_past as i64, 0), new, 1)
-            });
-        }
+        let (cache_k, cache_v) = (
+            self.c(&format!("self_k.{l}")),
+            self.c(&format!("self_v.{l}")),
+        );
+        let k_new = ctx.view_2d_rows(qkv, d as i64, n_new, d);
+        graph.expand(ctx.cpy(
+            k_new,
+            ctx.view_2d_rows(cache_k, d as i64, n_new, n_past * d),
+        ));
+        let v_new = ctx.transpose(ctx.view_2d_rows(qkv, d as i64, n_new, 2 * d));
+        let cap = hp.n_text_ctx;
+        let v_slot = ctx.view_3d(cache_v, [n_new, d as i64, 1], cap, cap * d, n_past);
+        graph.expand(ctx.cpy(v_new, v_slot));
+        let n_kv = n_past + n_new as usize;
         let split = |t: Tensor<'a>| self.heads(ctx, t, 0, 1, d, h);
         let att = self.attention(
             ctx,
             self.heads(ctx, qkv, 0, 3, d, h),
-            split(kv_all[0]),
-            split(kv_all[1]),
+            split(ctx.view_2d_rows(cache_k, d as i64, n_kv as i64, 0)),
+            self.cached_values_t(ctx, cache_v, n_kv, h),
             Mask::Causal(n_past as i32),
         );
         let x = ctx.add(
@@ -373,7 +407,7 @@ impl WhisperNet {
             ctx,
             split(q),
             split(self.c(&format!("cross_k.{l}"))),
-            split(self.c(&format!("cross_v.{l}"))),
+            self.cached_values_t(ctx, self.c(&format!("cross_v.{l}")), hp.n_audio_ctx, h),
             Mask::None,
         );
         let x = ctx.add(x, self.linear(ctx, att, &format!("{p}.attention.linear_2")));

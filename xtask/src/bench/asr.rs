@@ -1,0 +1,80 @@
+//! `cargo xtask bench asr`: Whisper tiny.en in audiocpp (GGUF in f16 and q8_0) against
+//! faster-whisper (the same CTranslate2 model in float32 and int8) on ~60 s of speech,
+//! at 1 and 2 threads, in one run: real-time factor and peak RSS side by side, with
+//! ratios. Reported, never asserted.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+use crate::assets;
+use crate::project::{project_root, target_dir};
+
+/// The GGUF files the bench converts the CTranslate2 model into: (file name, the
+/// `--quantize` value, if any).
+const MODELS: [(&str, Option<&str>); 2] = [
+    ("whisper-tiny.en-f16.gguf", None),
+    ("whisper-tiny.en-q8_0.gguf", Some("q8_0")),
+];
+
+/// Builds the CLI, converts the model both ways and runs the Python driver.
+pub fn bench(repeat: u32) -> Result<()> {
+    let a = assets::ensure()?;
+    let root = project_root();
+    let cli = super::release_binary("audiocpp_cli")?;
+    let ct2 = a.dir.join("whisper-tiny.en-ct2");
+    let out_dir = target_dir().join("bench-asr");
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let mut ggufs = Vec::new();
+    for (name, quantize) in MODELS {
+        let out = out_dir.join(name);
+        convert(&cli, &ct2, &root.join("model_specs"), quantize, &out)?;
+        ggufs.push(out);
+    }
+    println!("== bench asr: audiocpp (ggml) vs faster-whisper (CTranslate2), Whisper tiny.en");
+    let status = Command::new(&a.python)
+        .arg(root.join("xtask/python/asr_bench.py"))
+        .arg("--cli")
+        .arg(&cli)
+        .arg("--ct2")
+        .arg(&ct2)
+        .arg("--f16")
+        .arg(&ggufs[0])
+        .arg("--q8")
+        .arg(&ggufs[1])
+        .arg("--audio")
+        .arg(a.dir.join("clips/long.wav"))
+        .arg("--repeat")
+        .arg(repeat.to_string())
+        .status()
+        .context("running the ASR bench")?;
+    anyhow::ensure!(status.success(), "the ASR bench failed");
+    Ok(())
+}
+
+/// Converts the CTranslate2 model to `out` (every run, so the GGUF always comes from
+/// the converter being measured).
+fn convert(cli: &Path, ct2: &Path, specs: &Path, quantize: Option<&str>, out: &Path) -> Result<()> {
+    let mut cmd = Command::new(cli);
+    cmd.args(["--task", "convert", "--family", "whisper", "--model"])
+        .arg(ct2)
+        .arg("--out")
+        .arg(out)
+        .arg("--model-spec-override")
+        .arg(specs);
+    if let Some(q) = quantize {
+        cmd.args(["--quantize", q]);
+    }
+    let run = cmd
+        .output()
+        .with_context(|| format!("running {}", cli.display()))?;
+    anyhow::ensure!(
+        run.status.success(),
+        "converting {} to {} failed: {}",
+        ct2.display(),
+        out.display(),
+        String::from_utf8_lossy(&run.stderr).trim()
+    );
+    Ok(())
+}

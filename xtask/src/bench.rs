@@ -1,6 +1,8 @@
 //! `cargo xtask bench`: speed and memory measured against a peer in the same run,
 //! printed as ratios (never asserted as timed unit tests).
 
+use std::ffi::OsStr;
+use std::path::Path;
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result};
@@ -85,56 +87,71 @@ fn release_binary(name: &str) -> Result<std::path::PathBuf> {
         .join(format!("{name}{}", std::env::consts::EXE_SUFFIX)))
 }
 
-fn bench_vad(repeat: u32) -> Result<()> {
-    let a = assets::ensure()?;
-    let root = project_root();
-    let cli = release_binary("audiocpp_cli")?;
-    println!("== bench vad: audiocpp (ggml) vs onnxruntime (official Silero ONNX)");
-    let status = Command::new(&a.python)
-        .arg(root.join("xtask/python/vad_bench.py"))
-        .arg("--cli")
-        .arg(&cli)
-        .arg("--model")
-        .arg(a.dir.join("ggml-silero-v6.2.0.bin"))
-        .arg("--specs")
-        .arg(root.join("model_specs"))
-        .arg("--onnx")
-        .arg(a.dir.join("silero_vad.onnx"))
-        .arg("--audio")
-        .arg(a.dir.join("clips/long.wav"))
+/// Runs `xtask/python/<script>` in the reference venv with `--flag value` pairs and
+/// `--repeat`; the driver prints its own table.
+fn run_driver(
+    python: &Path,
+    script: &str,
+    what: &str,
+    flags: &[(&str, &OsStr)],
+    repeat: u32,
+) -> Result<()> {
+    let mut cmd = Command::new(python);
+    cmd.arg(project_root().join("xtask/python").join(script));
+    for (flag, value) in flags {
+        cmd.arg(flag).arg(value);
+    }
+    let status = cmd
         .arg("--repeat")
         .arg(repeat.to_string())
         .status()
-        .context("running the VAD bench")?;
-    anyhow::ensure!(status.success(), "the VAD bench failed");
+        .with_context(|| format!("running the {what} bench"))?;
+    anyhow::ensure!(status.success(), "the {what} bench failed");
     Ok(())
+}
+
+fn bench_vad(repeat: u32) -> Result<()> {
+    let a = assets::ensure()?;
+    let cli = release_binary("audiocpp_cli")?;
+    println!("== bench vad: audiocpp (ggml) vs onnxruntime (official Silero ONNX)");
+    run_driver(
+        &a.python,
+        "vad_bench.py",
+        "VAD",
+        &[
+            ("--cli", cli.as_os_str()),
+            ("--model", a.dir.join("ggml-silero-v6.2.0.bin").as_os_str()),
+            ("--specs", project_root().join("model_specs").as_os_str()),
+            ("--onnx", a.dir.join("silero_vad.onnx").as_os_str()),
+            ("--audio", a.dir.join("clips/long.wav").as_os_str()),
+        ],
+        repeat,
+    )
 }
 
 fn bench_server(repeat: u32) -> Result<()> {
     let a = assets::ensure()?;
-    let root = project_root();
     let cli = release_binary("audiocpp_cli")?;
     let server = release_binary("audiocpp_server")?;
-    let status = Command::new(&a.python)
-        .arg(root.join("xtask/python/server_bench.py"))
-        .arg("--server")
-        .arg(&server)
-        .arg("--cli")
-        .arg(&cli)
-        .arg("--vad-model")
-        .arg(a.dir.join("ggml-silero-v6.2.0.bin"))
-        .arg("--specs")
-        .arg(root.join("model_specs"))
-        .arg("--asr-ct2")
-        .arg(a.dir.join(assets::WHISPER_CT2_DIR))
-        .arg("--vad-audio")
-        .arg(a.dir.join("clips/long.wav"))
-        .arg("--asr-audio")
-        .arg(a.dir.join("clips-asr/phrase_en_us.wav"))
-        .arg("--repeat")
-        .arg(repeat.to_string())
-        .status()
-        .context("running the server bench")?;
-    anyhow::ensure!(status.success(), "the server bench failed");
-    Ok(())
+    run_driver(
+        &a.python,
+        "server_bench.py",
+        "server",
+        &[
+            ("--server", server.as_os_str()),
+            ("--cli", cli.as_os_str()),
+            (
+                "--vad-model",
+                a.dir.join("ggml-silero-v6.2.0.bin").as_os_str(),
+            ),
+            ("--specs", project_root().join("model_specs").as_os_str()),
+            ("--asr-ct2", a.dir.join(assets::WHISPER_CT2_DIR).as_os_str()),
+            ("--vad-audio", a.dir.join("clips/long.wav").as_os_str()),
+            (
+                "--asr-audio",
+                a.dir.join("clips-asr/phrase_en_us.wav").as_os_str(),
+            ),
+        ],
+        repeat,
+    )
 }

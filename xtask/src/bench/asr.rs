@@ -33,24 +33,19 @@ pub fn bench(repeat: u32) -> Result<()> {
         ggufs.push(out);
     }
     println!("== bench asr: audiocpp (ggml) vs faster-whisper (CTranslate2), Whisper tiny.en");
-    let status = Command::new(&a.python)
-        .arg(root.join("xtask/python/asr_bench.py"))
-        .arg("--cli")
-        .arg(&cli)
-        .arg("--ct2")
-        .arg(&ct2)
-        .arg("--f16")
-        .arg(&ggufs[0])
-        .arg("--q8")
-        .arg(&ggufs[1])
-        .arg("--audio")
-        .arg(a.dir.join("clips/long.wav"))
-        .arg("--repeat")
-        .arg(repeat.to_string())
-        .status()
-        .context("running the ASR bench")?;
-    anyhow::ensure!(status.success(), "the ASR bench failed");
-    Ok(())
+    super::run_driver(
+        &a.python,
+        "asr_bench.py",
+        "ASR",
+        &[
+            ("--cli", cli.as_os_str()),
+            ("--ct2", ct2.as_os_str()),
+            ("--f16", ggufs[0].as_os_str()),
+            ("--q8", ggufs[1].as_os_str()),
+            ("--audio", a.dir.join("clips/long.wav").as_os_str()),
+        ],
+        repeat,
+    )
 }
 
 /// Converts the CTranslate2 model to `out` (every run, so the GGUF always comes from

@@ -131,6 +131,20 @@ impl Tokenizer {
         })
     }
 
+    /// The language codes a multilingual model can be told or can detect, with their
+    /// token ids: the `<|xx|>` tokens between `<|startoftranscript|>` and `<|translate|>`,
+    /// in vocabulary order (English first).
+    pub fn languages(&self) -> Vec<(String, u32)> {
+        let s = &self.specials;
+        (s.sot + 1..s.translate)
+            .filter_map(|id| {
+                let t = self.tokens.get(id as usize)?;
+                let code = t.strip_prefix("<|")?.strip_suffix("|>")?;
+                Some((code.to_string(), id))
+            })
+            .collect()
+    }
+
     /// The special token ids.
     pub fn specials(&self) -> &SpecialTokens {
         &self.specials

@@ -210,4 +210,19 @@ mod tests {
         assert!(vocab_from_tokenizer_json(json, 5).is_err());
         assert!(vocab_from_tokenizer_json("{}", 5).is_err());
     }
+
+    #[test]
+    fn language_tokens_are_those_between_sot_and_translate() {
+        let json = r#"{"model":{"vocab":{"a":0}},
+            "added_tokens":[{"id":1,"content":"<|endoftext|>"},{"id":2,"content":"<|startoftranscript|>"},
+            {"id":3,"content":"<|en|>"},{"id":4,"content":"<|de|>"},
+            {"id":5,"content":"<|translate|>"},{"id":6,"content":"<|transcribe|>"},
+            {"id":7,"content":"<|startoflm|>"},{"id":8,"content":"<|startofprev|>"},
+            {"id":9,"content":"<|nospeech|>"},{"id":10,"content":"<|notimestamps|>"}]}"#;
+        let t = Tokenizer::new(vocab_from_tokenizer_json(json, 12).unwrap()).unwrap();
+        assert_eq!(
+            t.languages(),
+            [("en".to_string(), 3), ("de".to_string(), 4)]
+        );
+    }
 }

@@ -61,7 +61,8 @@ struct Flags {
     /// spec: 0,0.2,0.4,0.6,0.8,1); `0` decodes greedily only.
     #[arg(long, value_delimiter = ',')]
     temperatures: Option<Vec<f32>>,
-    /// ASR: spoken language code (default from the model spec: en).
+    /// ASR: spoken language code (de, en, ...) or auto: detect it on the first 30 s
+    /// (multilingual models; English-only ones take en). Default from the model spec: auto.
     #[arg(long)]
     language: Option<String>,
     /// Backend: cpu, cuda, hip (alias rocm), vulkan, metal, best.
@@ -302,6 +303,10 @@ fn print_asr(out: &AsrOutput) {
     println!("device={}", out.device);
     println!("spec_source={}", out.spec_source);
     println!("audio_seconds={:.3}", out.audio_seconds);
+    println!("language={}", out.language);
+    if let Some(p) = out.language_probability {
+        println!("language_probability={p:.4}");
+    }
     println!("segments={}", out.segments.len());
     for (i, s) in out.segments.iter().enumerate() {
         println!("segment.{i}={:.2}-{:.2} {}", s.start, s.end, s.text.trim());

@@ -14,6 +14,13 @@
 //! reproducible. The Q8_0 conversion gives the
 //! exact phrase too, and its word error rate against what espeak-ng was told to say is
 //! within 0.02 of faster-whisper float32's.
+//!
+//! Whisper base (multilingual), against faster-whisper on the same CTranslate2 model
+//! with `language=None` (asr-base/asr_reference.json): `--language auto` (the default)
+//! detects the same language as faster-whisper on the English phrase clips and on a
+//! German espeak-ng clip, with a probability within 0.02 of faster-whisper's (4e-4
+//! measured), and the greedy transcripts are identical; an unknown language code is
+//! exit 2 naming valid ones.
 
 mod common;
 use common::*;
@@ -137,6 +144,15 @@ fn conversion_writes_f16_gguf_with_the_spec() {
     let run = asr(s(&clip_asr("phrase_en_us.wav")), &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.value("spec_source").as_deref(), Some("gguf-metadata"));
+    // The spec's default language is auto; an English-only model resolves it to en
+    // without detection.
+    assert_eq!(
+        run.value("language").as_deref(),
+        Some("en"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(run.value("language_probability"), None, "{}", run.stdout);
 }
 
 fn clip_asr(name: &str) -> PathBuf {
@@ -485,4 +501,114 @@ fn corrupt_or_missing_models_fail_cleanly() {
         s(&clip_asr("phrase_en_us.wav")),
     ]);
     assert_user_error(&run, "does not support task 'asr'");
+}
+
+/// Max |difference| allowed between our detected language's probability and
+/// faster-whisper's (f16 weights computed in f32 by both; 4e-4 measured).
+const LANGUAGE_PROB_TOLERANCE: f64 = 0.02;
+
+fn base_reference() -> serde_json::Value {
+    let path = assets().join("asr-base").join("asr_reference.json");
+    assert!(
+        assets().join("whisper-base-ct2/model.bin").is_file() && path.is_file(),
+        "Whisper base assets are missing in {}: run `cargo xtask test`",
+        assets().display()
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Whisper base converted once per test run.
+fn gguf_base() -> &'static Path {
+    static GGUF: OnceLock<PathBuf> = OnceLock::new();
+    GGUF.get_or_init(|| {
+        base_reference();
+        let out = tempfile::tempdir()
+            .unwrap()
+            .keep()
+            .join("whisper-base.gguf");
+        let ct2 = assets().join("whisper-base-ct2");
+        let run = cli(&[
+            "--task",
+            "convert",
+            "--family",
+            "whisper",
+            "--model",
+            s(&ct2),
+            "--out",
+            s(&out),
+            "--model-spec-override",
+            s(&specs()),
+        ]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        out
+    })
+}
+
+#[test]
+fn base_detects_the_language_and_transcribes_like_faster_whisper() {
+    let size = std::fs::metadata(gguf_base()).unwrap().len();
+    // base has 72.6 M parameters: ~146 MB in f16.
+    assert!(
+        (135_000_000..160_000_000).contains(&size),
+        "unexpected GGUF size {size}"
+    );
+    let r = base_reference();
+    let clips = r["clips"].as_object().unwrap();
+    let mut detected = Vec::new();
+    for (clip, want) in clips {
+        let run = asr_with(gguf_base(), clip, &["--json"]);
+        assert_eq!(run.code, 0, "{clip}: {}", run.stderr);
+        let out: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        let (ours, theirs) = (
+            out["text"].as_str().unwrap(),
+            want["text"].as_str().unwrap(),
+        );
+        let lang = out["language"].as_str().unwrap();
+        let p = out["language_probability"]
+            .as_f64()
+            .expect("a detected probability");
+        let p_ref = want["language_probability"].as_f64().unwrap();
+        eprintln!(
+            "{clip}: language {lang} p={p:.4} (faster-whisper {} p={p_ref:.4})\n  ours:   {ours}\n  theirs: {theirs}",
+            want["language"].as_str().unwrap()
+        );
+        assert_eq!(Some(lang), want["language"].as_str(), "{clip}: language");
+        assert!(
+            (p - p_ref).abs() <= LANGUAGE_PROB_TOLERANCE,
+            "{clip}: language probability {p} vs faster-whisper {p_ref}"
+        );
+        assert_eq!(ours, theirs, "{clip}: greedy transcript");
+        if theirs == PHRASE {
+            assert_eq!(ours, PHRASE, "{clip}: the exact phrase must come out");
+        }
+        let name = Path::new(clip).file_stem().unwrap().to_str().unwrap();
+        detected.push((name.to_string(), lang.to_string()));
+    }
+    detected.sort();
+    assert_eq!(
+        detected,
+        [
+            ("phrase_de".to_string(), "de".to_string()),
+            ("phrase_en_f3".to_string(), "en".to_string()),
+            ("phrase_en_us".to_string(), "en".to_string()),
+        ],
+        "the reference covers German and both English voices"
+    );
+}
+
+#[test]
+fn base_takes_a_given_language_and_refuses_unknown_ones() {
+    let clip = assets().join("clips-lang").join("phrase_de.wav");
+    let r = base_reference();
+    let want = &r["clips"][s(&clip)];
+    let run = asr_with(gguf_base(), s(&clip), &["--language", "de"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.value("language").as_deref(), Some("de"));
+    // A given language is not detected, so there is no probability to report.
+    assert_eq!(run.value("language_probability"), None, "{}", run.stdout);
+    assert_eq!(run.value("text").as_deref(), want["text"].as_str());
+    let run = asr_with(gguf_base(), s(&clip), &["--language", "xx"]);
+    assert_user_error(&run, "unknown --language 'xx'");
+    assert!(run.stderr.contains("en, zh, de"), "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "no partial output: {}", run.stdout);
 }

@@ -306,6 +306,11 @@ pub struct AsrOutput {
     pub spec_source: String,
     /// Audio duration in seconds (after resampling).
     pub audio_seconds: f64,
+    /// The language the audio was transcribed as (detected when asked for `auto`).
+    pub language: String,
+    /// The detected language's probability (softmax over the language tokens); `None`
+    /// when the language was given or the model is English-only.
+    pub language_probability: Option<f32>,
     /// The whole transcript (segments joined, trimmed).
     pub text: String,
     /// The segments that held speech: one per 30 s window, or with timestamps one per
@@ -341,7 +346,7 @@ impl AsrModel {
                 .defaults
                 .get("language")
                 .and_then(|v| v.as_str())
-                .unwrap_or("en")
+                .unwrap_or("auto")
                 .to_string(),
             no_speech_threshold: spec.default_f64("no_speech_threshold").unwrap_or(0.6) as f32,
             log_prob_threshold: spec.default_f64("log_prob_threshold").unwrap_or(-1.0) as f32,
@@ -393,7 +398,13 @@ impl AsrModel {
     /// Transcribes mono samples at the model's rate.
     pub fn run_samples(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<AsrOutput> {
         let t0 = Instant::now();
-        let segments = self.model.transcribe(samples, opts)?;
+        let (language, language_probability) =
+            self.model.resolve_language(samples, &opts.language)?;
+        let opts = DecodeOptions {
+            language: language.clone(),
+            ..opts.clone()
+        };
+        let segments = self.model.transcribe(samples, &opts)?;
         let text = segments
             .iter()
             .map(|s| s.text.as_str())
@@ -405,6 +416,8 @@ impl AsrModel {
             device: self.model.runtime().device().name.clone(),
             spec_source: self.spec_source.to_string(),
             audio_seconds: samples.len() as f64 / self.sample_rate as f64,
+            language,
+            language_probability,
             text,
             segments,
             inference_ms: t0.elapsed().as_secs_f64() * 1000.0,

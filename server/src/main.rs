@@ -646,8 +646,7 @@ async fn transcriptions(
     let audio = r
         .audio
         .ok_or_else(|| ApiError::bad_request("no audio: send a 'file' part or 'audio_base64'"))?;
-    let language = r.language.clone();
-    let (out, wall) = run_asr(&state, slot, audio, language.clone()).await?;
+    let (out, wall) = run_asr(&state, slot, audio, r.language.clone()).await?;
     let resp = match format.as_str() {
         "text" => (
             [(
@@ -673,7 +672,7 @@ async fn transcriptions(
                 .map(|(i, s)| json!({ "id": i, "start": s.start, "end": s.end, "text": s.text, "tokens": s.tokens }))
                 .collect();
             Json(json!({
-                "task": "transcribe", "language": language.unwrap_or_else(|| "en".into()),
+                "task": "transcribe", "language": out.language,
                 "duration": out.audio_seconds, "text": out.text, "segments": segments,
             }))
             .into_response()

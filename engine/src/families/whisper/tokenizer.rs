@@ -131,6 +131,20 @@ impl Tokenizer {
         })
     }
 
+    /// The language codes a multilingual model can be told or can detect, with their
+    /// token ids: the `<|xx|>` tokens between `<|startoftranscript|>` and `<|translate|>`,
+    /// in vocabulary order (English first).
+    pub fn languages(&self) -> Vec<(String, u32)> {
+        let s = &self.specials;
+        (s.sot + 1..s.translate)
+            .filter_map(|id| {
+                let t = self.tokens.get(id as usize)?;
+                let code = t.strip_prefix("<|")?.strip_suffix("|>")?;
+                Some((code.to_string(), id))
+            })
+            .collect()
+    }
+
     /// The special token ids.
     pub fn specials(&self) -> &SpecialTokens {
         &self.specials
@@ -195,5 +209,20 @@ mod tests {
         assert_eq!(t.decode(&[5, 0, 1, 2, 3, 4]), " hello world.");
         assert!(vocab_from_tokenizer_json(json, 5).is_err());
         assert!(vocab_from_tokenizer_json("{}", 5).is_err());
+    }
+
+    #[test]
+    fn language_tokens_are_those_between_sot_and_translate() {
+        let json = r#"{"model":{"vocab":{"a":0}},
+            "added_tokens":[{"id":1,"content":"<|endoftext|>"},{"id":2,"content":"<|startoftranscript|>"},
+            {"id":3,"content":"<|en|>"},{"id":4,"content":"<|de|>"},
+            {"id":5,"content":"<|translate|>"},{"id":6,"content":"<|transcribe|>"},
+            {"id":7,"content":"<|startoflm|>"},{"id":8,"content":"<|startofprev|>"},
+            {"id":9,"content":"<|nospeech|>"},{"id":10,"content":"<|notimestamps|>"}]}"#;
+        let t = Tokenizer::new(vocab_from_tokenizer_json(json, 12).unwrap()).unwrap();
+        assert_eq!(
+            t.languages(),
+            [("en".to_string(), 3), ("de".to_string(), 4)]
+        );
     }
 }

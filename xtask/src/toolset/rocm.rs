@@ -104,6 +104,26 @@ pub fn join(root: &str, rel: &str, os: Os) -> String {
     out
 }
 
+/// A runtime file `name` of the SDK at `root`, declared under `source` (`lib`): found
+/// there (AMD's `/opt/rocm/lib`, the Windows SDK's `bin`) or in a Debian/Ubuntu
+/// multiarch folder below it (`/usr/lib/x86_64-linux-gnu`).
+pub fn find_runtime_file(root: &Path, source: &str, name: &str) -> Option<PathBuf> {
+    let dir = root.join(source);
+    let direct = dir.join(name);
+    if direct.exists() {
+        return Some(direct);
+    }
+    children(&dir, "")
+        .into_iter()
+        .filter(|d| {
+            d.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with("-linux-gnu"))
+        })
+        .map(|d| d.join(name))
+        .find(|p| p.exists())
+}
+
 /// Reads `HIP_VERSION_MAJOR/MINOR/PATCH` from `hip_version.h`.
 pub fn parse_hip_version_h(text: &str) -> Option<SdkVersion> {
     let define = |name: &str| -> Option<u32> {

@@ -393,3 +393,25 @@ fn newest_binding_out(build: &Path) -> Result<Option<PathBuf>> {
     }
     Ok(best.map(|(_, d)| d))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_targets_narrow_the_track_and_its_known_gaps() {
+        let tracks = TracksFile::load(&TracksFile::default_path()).unwrap();
+        let mut t = tracks.track("linux-hip-rocm6").unwrap().clone();
+        narrow_targets("linux-hip-rocm6", &mut t, "gfx1100, gfx1151").unwrap();
+        assert_eq!(t.gpu_targets, vec!["gfx1100", "gfx1151"]);
+        assert_eq!(t.uncovered_targets, vec!["gfx1151"]);
+        let mut t = tracks.track("linux-hip-rocm6").unwrap().clone();
+        let err = narrow_targets("linux-hip-rocm6", &mut t, "gfx942").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("has no such target (it has gfx1100"),
+            "{err}"
+        );
+        assert!(narrow_targets("linux-hip-rocm6", &mut t, " , ").is_err());
+    }
+}

@@ -375,6 +375,65 @@ mod tests {
         assert_eq!(p.bytes_by_role()[&Role::GgmlLibrary], (3, 12));
     }
 
+    fn debian_rocblas_facts(track: &Track, dir: &str) -> DistFacts {
+        use crate::kernels::{debian, filter as kfilter, layout::LibraryKind};
+        let listing = crate::kernels::fixtures::ROCBLAS_644_LISTING;
+        let lib = debian::listing_library(LibraryKind::Rocblas, Path::new(dir), listing).unwrap();
+        let targets = kfilter::parse_targets(&["gfx1100"]).unwrap();
+        let kernels = kfilter::plan_filter(
+            Path::new("/usr"),
+            &[lib],
+            &targets,
+            &kfilter::CoverageNotes::default(),
+        )
+        .unwrap();
+        DistFacts {
+            binaries: [
+                found("audiocpp_cli", 10),
+                found("audiocpp_server", 11),
+                found("libggml-base.so.0", 5),
+                found("libggml-hip.so", 7),
+            ]
+            .into_iter()
+            .collect(),
+            runtime: track.runtime.iter().map(|r| found(&r.name, 1)).collect(),
+            kernels: Some(kernels),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn linux_hip_runtime_sits_next_to_the_executables_and_kernels_keep_their_debian_path() {
+        let t = tracks();
+        let track = t.track("linux-hip-rocm6").unwrap();
+        let facts = debian_rocblas_facts(track, "lib/x86_64-linux-gnu/rocblas/4.4.1/library");
+        let p = plan("linux-hip-rocm6", track, &facts).unwrap();
+        let dest = |name: &str| p.files.iter().any(|f| f.dest == name);
+        for r in &track.runtime {
+            assert!(dest(&r.name), "{} not at the package root", r.name);
+        }
+        assert!(dest(
+            "rocblas/4.4.1/library/TensileLibrary_lazy_gfx1100.dat"
+        ));
+        assert!(!dest(
+            "rocblas/4.4.1/library/TensileLibrary_lazy_gfx1030.dat"
+        ));
+        assert!(!p.files.iter().any(|f| f.dest.starts_with("lib/")));
+    }
+
+    #[test]
+    fn a_rocblas_folder_of_another_version_is_refused_with_the_fix() {
+        let t = tracks();
+        let track = t.track("linux-hip-rocm6").unwrap();
+        let facts = debian_rocblas_facts(track, "lib/x86_64-linux-gnu/rocblas/4.5.0/library");
+        let err = plan("linux-hip-rocm6", track, &facts)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rocblas/4.4.1/library"), "{err}");
+        assert!(err.contains("rocblas/4.5.0/library"), "{err}");
+        assert!(err.contains("update the track's source and dest"), "{err}");
+    }
+
     #[test]
     fn missing_executable_and_runtime_are_named() {
         let t = tracks();

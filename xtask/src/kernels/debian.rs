@@ -214,14 +214,10 @@ pub fn check(deb: &KernelDeb, mirror: &str, cache: &Path) -> Result<DebCheck> {
             .spawn()
             .context("cannot run dpkg-deb; install it with `apt-get install dpkg`")?;
         let tar = Command::new("tar")
-            .args([
-                "-x",
-                "--wildcards",
-                "--wildcards-match-slash",
-                "*/library/*",
-                "-C",
-            ])
+            .arg("-x")
+            .arg("-C")
             .arg(&partial)
+            .args(["--wildcards", "--wildcards-match-slash", "*/library/*"])
             .stdin(dpkg.stdout.take().context("dpkg-deb's output")?)
             .status()
             .context("cannot run tar")?;
@@ -230,6 +226,12 @@ pub fn check(deb: &KernelDeb, mirror: &str, cache: &Path) -> Result<DebCheck> {
             dpkg.success() && tar.success(),
             "extracting {} failed (dpkg-deb {dpkg}, tar {tar})",
             deb_path.display()
+        );
+        ensure!(
+            partial.join("usr").is_dir(),
+            "extracting {} gave no usr/ folder in {}",
+            deb_path.display(),
+            partial.display()
         );
         std::fs::write(partial.join(".extracted"), &deb.sha256)?;
         std::fs::rename(&partial, &root)

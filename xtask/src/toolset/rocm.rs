@@ -451,3 +451,30 @@ pub fn probe_gpus(tool: &Path) -> GpuProbe {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_files_are_found_in_the_sdk_folder_or_a_multiarch_one_below_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let opt = tmp.path().join("opt-rocm");
+        std::fs::create_dir_all(opt.join("lib")).unwrap();
+        std::fs::write(opt.join("lib/libamdhip64.so.6"), b"x").unwrap();
+        assert_eq!(
+            find_runtime_file(&opt, "lib", "libamdhip64.so.6"),
+            Some(opt.join("lib/libamdhip64.so.6"))
+        );
+        let usr = tmp.path().join("usr");
+        std::fs::create_dir_all(usr.join("lib/x86_64-linux-gnu")).unwrap();
+        std::fs::create_dir_all(usr.join("lib/python3")).unwrap();
+        std::fs::write(usr.join("lib/python3/librocblas.so.4"), b"x").unwrap();
+        std::fs::write(usr.join("lib/x86_64-linux-gnu/librocblas.so.4"), b"x").unwrap();
+        assert_eq!(
+            find_runtime_file(&usr, "lib", "librocblas.so.4"),
+            Some(usr.join("lib/x86_64-linux-gnu/librocblas.so.4"))
+        );
+        assert_eq!(find_runtime_file(&usr, "lib", "libhipblas.so.2"), None);
+    }
+}

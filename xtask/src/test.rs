@@ -204,6 +204,14 @@ fn hip_end_to_end(assets: &assets::Assets) -> Result<()> {
         .filter_map(|o| o.as_str())
         .filter_map(|o| Path::new(o).parent().map(|p| p.display().to_string()))
         .collect();
+    // The binding leaves only links to ggml's shared libraries in the profile folder;
+    // the libraries themselves are in `out/lib`, next to `out/backends`.
+    let libs: Vec<String> = dirs
+        .iter()
+        .filter(|d| d.ends_with("/out/backends"))
+        .map(|d| format!("{}/lib", d.trim_end_matches("/backends")))
+        .collect();
+    dirs.extend(libs);
     dirs.sort();
     dirs.dedup();
     let out = chroot_target.join("dist-test");

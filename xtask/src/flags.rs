@@ -36,6 +36,8 @@ pub enum Command {
     VerifyPackage(crate::verify_package::Args),
     /// Report on and filter rocBLAS/hipBLASLt kernel libraries by GPU architecture.
     Kernels(crate::kernels::Args),
+    /// Make a Debian chroot with a real ROCm SDK, and run commands in it.
+    Sdk(crate::sdk::Args),
 }
 
 /// Parses the process arguments; clap exits with code 2 on usage errors.

@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod flags;
 pub mod kernels;
 pub mod project;
+pub mod sdk;
 pub mod test;
 pub mod toolset;
 pub mod tracks;

@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         flags::Command::VerifyDeps(args) => verify_deps::run(args),
         flags::Command::VerifyPackage(args) => verify_package::run(args),
         flags::Command::Kernels(args) => kernels::run(args),
+        flags::Command::Sdk(args) => xtask::sdk::run(args),
     };
     match result {
         Ok(code) => code,

@@ -22,6 +22,11 @@ pub struct Args {
     /// Seconds for the fuzz run.
     #[arg(long, default_value_t = 30)]
     pub fuzz_seconds: u32,
+    /// Instead of the suite above: build the linux-hip-rocm6 package for real in the
+    /// Debian sid chroot (made when missing; needs root), package and verify it, and run
+    /// it there. Builds gfx1100 only (all targets take hours on 2 cores); CI does not run it.
+    #[arg(long)]
+    pub hip: bool,
     /// Extra arguments passed to `cargo test` (after `--`).
     #[arg(last = true)]
     pub cargo_args: Vec<String>,
@@ -63,6 +68,12 @@ pub fn cargo() -> Command {
 pub fn run(args: Args) -> Result<ExitCode> {
     let assets = assets::ensure().context("preparing test assets")?;
     eprintln!("test: assets ready in {}", assets.dir.display());
+    if args.hip {
+        hip_end_to_end(&assets)
+            .context("linux-hip-rocm6 built, packaged and run in the sid chroot")?;
+        eprintln!("test: HIP package test passed");
+        return Ok(ExitCode::SUCCESS);
+    }
     let status = cargo()
         .current_dir(project_root())
         .args(["test", "--workspace", "--release", "--no-fail-fast"])
@@ -77,6 +88,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     crate::actionlint::lint_workflows().context("linting the GitHub workflows with actionlint")?;
     eprintln!("test: actionlint passed on every workflow");
+    real_kernel_folders().context("real rocBLAS/hipBLASLt kernel folders from Debian")?;
     if !args.no_dist {
         dist_end_to_end(&assets).context("dist end to end: package, unpack, run")?;
         windows_end_to_end(&assets).context("Windows package end to end under Wine")?;
@@ -94,12 +106,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
 fn dist_track(track: &str, out: &Path) -> Result<PathBuf> {
     let code = crate::dist::run(crate::dist::Args {
         track: Some(track.to_string()),
-        bin_dir: None,
+        bin_dir: Vec::new(),
         rocm_path: None,
         cuda_path: None,
         crt_dir: None,
         out_dir: Some(out.to_path_buf()),
         allow_uncovered: false,
+        gpu_targets: None,
+        chroot: None,
         dry_run: false,
         tracks_file: None,
     })?;
@@ -113,6 +127,184 @@ fn dist_track(track: &str, out: &Path) -> Result<PathBuf> {
         zip.display()
     );
     Ok(zip)
+}
+
+/// The pinned Debian kernel packages, downloaded and extracted into the cache once and
+/// checked against the recorded listings ([`crate::kernels::debian`]).
+pub fn real_kernel_folders() -> Result<()> {
+    let started = std::time::Instant::now();
+    let spec = crate::sdk::DebianSpec::load(&crate::sdk::DebianSpec::default_path())?;
+    let mirror = crate::sdk::host_mirror().context(
+        "no Debian mirror in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list",
+    )?;
+    let cache = crate::project::target_dir().join("cache/debian-kernels");
+    anyhow::ensure!(
+        !spec.kernel_debs.is_empty(),
+        "packaging/sdk/debian.toml pins no kernel packages"
+    );
+    for deb in &spec.kernel_debs {
+        let c = crate::kernels::debian::check(deb, &mirror, &cache)
+            .with_context(|| format!("checking {} {}", deb.package, deb.version))?;
+        eprintln!("test: {}", c.line());
+    }
+    eprintln!(
+        "test: real kernel folders match their listings ({:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The GPU target `test --hip` builds (one: the full list takes hours on 2 cores).
+const HIP_TEST_TARGET: &str = "gfx1100";
+
+/// `test --hip`: the sid chroot (made when missing), the HIP build of the engine in it,
+/// `dist` of linux-hip-rocm6 for the built target, `verify-package`, then the unpacked
+/// package run inside the chroot (its binaries need sid's glibc): it must say that no
+/// HIP device was found and still run VAD on the CPU.
+fn hip_end_to_end(assets: &assets::Assets) -> Result<()> {
+    let suite = "sid";
+    let track = "linux-hip-rocm6";
+    let t0 = std::time::Instant::now();
+    crate::sdk::make_chroot(&crate::sdk::DebianArgs {
+        suite: suite.into(),
+        mirror: None,
+        dry_run: false,
+    })?;
+    let t_chroot = t0.elapsed().as_secs_f64();
+    let exe = std::env::current_exe()?.display().to_string();
+    let in_chroot = |args: &[&str]| -> Result<()> {
+        let mut argv = vec![exe.clone()];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        let code = crate::sdk::run_in_chroot(suite, &argv)?;
+        anyhow::ensure!(
+            code == ExitCode::SUCCESS,
+            "{args:?} failed in the {suite} chroot"
+        );
+        Ok(())
+    };
+    in_chroot(&[
+        "build",
+        "--backend",
+        "hip",
+        "--track",
+        track,
+        "--gpu-targets",
+        HIP_TEST_TARGET,
+        "--deployment",
+    ])?;
+    let t_build = t0.elapsed().as_secs_f64() - t_chroot;
+    let chroot_target = crate::project::target_dir().join(format!("chroot-{suite}"));
+    let record = newest_build_record(&chroot_target.join("build"), track)?;
+    let text = std::fs::read_to_string(&record)
+        .with_context(|| format!("reading {}", record.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)?;
+    let mut dirs: Vec<String> = v["outputs"]
+        .as_array()
+        .context("build-record.json has no outputs")?
+        .iter()
+        .filter_map(|o| o.as_str())
+        .filter_map(|o| Path::new(o).parent().map(|p| p.display().to_string()))
+        .collect();
+    // The binding leaves only links to ggml's shared libraries in the profile folder;
+    // the libraries themselves are in `out/lib`, next to `out/backends`.
+    let libs: Vec<String> = dirs
+        .iter()
+        .filter(|d| d.ends_with("/out/backends"))
+        .map(|d| format!("{}/lib", d.trim_end_matches("/backends")))
+        .collect();
+    dirs.extend(libs);
+    dirs.sort();
+    dirs.dedup();
+    let out = chroot_target.join("dist-test");
+    let mut dist: Vec<String> = ["dist", "--track", track, "--gpu-targets", HIP_TEST_TARGET]
+        .map(String::from)
+        .to_vec();
+    dist.extend(["--rocm-path".into(), "/usr".into()]);
+    dist.extend(["--out-dir".into(), out.display().to_string()]);
+    for d in &dirs {
+        dist.extend(["--bin-dir".into(), d.clone()]);
+    }
+    in_chroot(&dist.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let tracks = crate::tracks::TracksFile::load(&crate::tracks::TracksFile::default_path())?;
+    let zip = out.join(format!("{}.zip", tracks.track(track)?.package));
+    let problems = crate::verify_package::verify(&zip, None, None)?;
+    anyhow::ensure!(
+        problems.is_empty(),
+        "verify-package {}: {problems:?}",
+        zip.display()
+    );
+    let t_dist = t0.elapsed().as_secs_f64() - t_chroot - t_build;
+    let root = unzip(&zip, &out.join("unpacked"))?;
+    let cli = root.join("audiocpp_cli").display().to_string();
+    let log = out.join("run.log");
+    let run = |args: &[&str]| -> Result<(bool, String)> {
+        let mut argv = vec![
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            format!("\"$@\" > {} 2>&1", log.display()),
+            "sh".to_string(),
+            cli.clone(),
+        ];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        let ok = crate::sdk::run_in_chroot(suite, &argv)? == ExitCode::SUCCESS;
+        Ok((ok, std::fs::read_to_string(&log).unwrap_or_default()))
+    };
+    let (ok, devices) = run(&["--list-devices"])?;
+    anyhow::ensure!(
+        ok && devices.contains("device.cpu.0="),
+        "--list-devices in the chroot: {devices}"
+    );
+    let vad = vad_args(assets);
+    let mut hip_args: Vec<&str> = vad.iter().map(String::as_str).collect();
+    hip_args.extend(["--backend", "hip"]);
+    let (ok, hip) = run(&hip_args)?;
+    anyhow::ensure!(
+        !ok && hip.to_lowercase().contains("no hip device was found"),
+        "--backend hip with no GPU must fail, saying no HIP device was found; got: {hip}"
+    );
+    let mut cpu_args: Vec<&str> = vad.iter().map(String::as_str).collect();
+    cpu_args.extend(["--backend", "cpu"]);
+    let (ok, cpu) = run(&cpu_args)?;
+    anyhow::ensure!(
+        ok && cpu.contains("segments=3") && cpu.contains("spec_source=embedded"),
+        "--backend cpu VAD in the chroot: {cpu}"
+    );
+    eprintln!(
+        "test: {track} ({HIP_TEST_TARGET}) chroot {t_chroot:.0} s, build {t_build:.0} s, dist {t_dist:.0} s, run {:.0} s; `--backend hip` said: {}",
+        t0.elapsed().as_secs_f64() - t_chroot - t_build - t_dist,
+        hip.lines().last().unwrap_or("")
+    );
+    Ok(())
+}
+
+/// The most recent `build-record.json` of `track` under `build_root`.
+fn newest_build_record(build_root: &Path, track: &str) -> Result<PathBuf> {
+    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
+    for e in std::fs::read_dir(build_root)
+        .with_context(|| format!("listing {}", build_root.display()))?
+    {
+        let e = e?;
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .starts_with(&format!("{track}-"))
+        {
+            continue;
+        }
+        let rec = e.path().join("build-record.json");
+        if let Ok(m) = std::fs::metadata(&rec) {
+            let t = m.modified()?;
+            if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
+                best = Some((t, rec));
+            }
+        }
+    }
+    best.map(|(_, p)| p).with_context(|| {
+        format!(
+            "no build-record.json of {track} under {}",
+            build_root.display()
+        )
+    })
 }
 
 fn unzip(zip: &Path, into: &Path) -> Result<PathBuf> {

@@ -273,6 +273,11 @@ pub struct Track {
     /// Runtime files copied from the SDK.
     #[serde(default)]
     pub runtime: Vec<RuntimeFile>,
+    /// RUNPATH written into the bundled copies of the ELF runtime files (`$ORIGIN`):
+    /// a distribution's libraries have none and RUNPATH is not inherited, so without it
+    /// `librocblas.so.4` could not find `libroctx64.so.4` next to itself.
+    #[serde(default)]
+    pub runtime_runpath: Option<String>,
     /// Kernel library folders copied from the SDK, filtered to `gpu_targets`.
     #[serde(default)]
     pub kernel_libraries: Vec<KernelLibrary>,

@@ -91,6 +91,10 @@ pub struct Args {
     /// 14.50 and newer are refused for HIP.
     #[arg(long, value_name = "VERSION")]
     pub msvc_toolset: Option<String>,
+    /// Build inside the Debian chroot of this suite (`cargo xtask sdk debian --suite
+    /// SUITE`), against its ROCm SDK; the outputs land in <target>/chroot-SUITE.
+    #[arg(long, value_name = "SUITE")]
+    pub chroot: Option<String>,
     /// Print the plan (environment with reasons, files, commands) and stop.
     #[arg(long)]
     pub dry_run: bool,
@@ -137,6 +141,9 @@ pub fn request_from_args(args: &Args) -> Result<BuildRequest> {
 
 /// Runs the verb.
 pub fn run(args: Args) -> Result<ExitCode> {
+    if let Some(suite) = &args.chroot {
+        return crate::sdk::reexec_in_chroot(suite);
+    }
     let req = request_from_args(&args)?;
     let host = match &args.facts {
         Some(path) => HostFacts::load(path)?,

@@ -515,6 +515,11 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         );
         if dynamic {
             notes.push("dynamic backends: ggml builds every CPU variant (GGML_CPU_ALL_VARIANTS) and picks the best at start".into());
+            if target_os == Os::Linux {
+                let why = "ggml's shared libraries and backend plugins find each other and the bundled GPU runtime next to themselves in an unpacked package";
+                env.set("CMAKE_BUILD_RPATH", "$ORIGIN", why);
+                env.set("CMAKE_INSTALL_RPATH", "$ORIGIN", why);
+            }
         } else if effective_triple.starts_with("x86_64") {
             // With GGML_NATIVE=OFF on a non-cross build, ggml turns SSE4.2, AVX, AVX2, BMI2,
             // FMA and F16C *on* by default (INS_ENB): that is Haswell, not portable. The

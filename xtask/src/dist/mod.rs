@@ -28,9 +28,10 @@ pub struct Args {
     /// Track to package (see packaging/tracks.toml); default: this host's CPU track.
     #[arg(long)]
     pub track: Option<String>,
-    /// Package prebuilt binaries from this folder instead of building.
+    /// Package prebuilt binaries from this folder instead of building; repeat it for a
+    /// dynamic-backends build whose libraries and plugins lie in several folders.
     #[arg(long)]
-    pub bin_dir: Option<PathBuf>,
+    pub bin_dir: Vec<PathBuf>,
     /// SDK root for HIP tracks (default: HIP_PATH / ROCM_PATH).
     #[arg(long)]
     pub rocm_path: Option<PathBuf>,
@@ -46,6 +47,14 @@ pub struct Args {
     /// Ship targets whose GEMM kernels are missing (recorded in the manifest).
     #[arg(long)]
     pub allow_uncovered: bool,
+    /// Package only these of the track's GPU targets (comma-separated), for binaries
+    /// built with `build --gpu-targets`; recorded as the package's targets.
+    #[arg(long, value_name = "LIST")]
+    pub gpu_targets: Option<String>,
+    /// Package inside the Debian chroot of this suite (`cargo xtask sdk debian --suite
+    /// SUITE`), from its ROCm SDK; the package lands in <target>/chroot-SUITE/dist.
+    #[arg(long, value_name = "SUITE")]
+    pub chroot: Option<String>,
     /// Print the plan and change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -65,6 +74,9 @@ pub fn host_track() -> &'static str {
 
 /// Runs the verb.
 pub fn run(args: Args) -> Result<ExitCode> {
+    if let Some(suite) = &args.chroot {
+        return crate::sdk::reexec_in_chroot(suite);
+    }
     let tracks_path = args
         .tracks_file
         .clone()
@@ -74,20 +86,26 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .track
         .clone()
         .unwrap_or_else(|| host_track().to_string());
-    let track = tracks.track(&track_name)?;
+    let mut narrowed = tracks.track(&track_name)?.clone();
+    if let Some(list) = &args.gpu_targets {
+        narrow_targets(&track_name, &mut narrowed, list)?;
+    }
+    let track = &narrowed;
     let out_dir = args
         .out_dir
         .clone()
         .unwrap_or_else(|| target_dir().join("dist"));
-    let bin_dirs = match &args.bin_dir {
-        Some(d) => {
+    let bin_dirs = if !args.bin_dir.is_empty() {
+        for d in &args.bin_dir {
             if !d.is_dir() {
                 bail!("--bin-dir {} is not a folder", d.display());
             }
-            vec![d.clone()]
         }
-        None if args.dry_run => Vec::new(),
-        None => build_binaries(&track_name, track)?,
+        args.bin_dir.clone()
+    } else if args.dry_run {
+        Vec::new()
+    } else {
+        build_binaries(&track_name, track)?
     };
     let facts = gather(&track_name, track, &bin_dirs, &args)?;
     let plan = plan::plan(&track_name, track, &facts)?;
@@ -120,6 +138,31 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let result = package::execute(&plan, &ctx)?;
     print!("{}", result.size_table);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Keeps only `list` of the track's GPU targets (and of its known-uncovered ones); a
+/// target the track does not have is an error naming the ones it has.
+pub fn narrow_targets(track_name: &str, track: &mut Track, list: &str) -> Result<()> {
+    let wanted: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .collect();
+    if wanted.is_empty() {
+        bail!("--gpu-targets is empty: give a list like gfx1100,gfx1101");
+    }
+    for w in &wanted {
+        if !track.gpu_targets.contains(w) {
+            bail!(
+                "--gpu-targets {w}: track {track_name} has no such target (it has {})",
+                track.gpu_targets.join(", ")
+            );
+        }
+    }
+    track.gpu_targets.retain(|t| wanted.contains(t));
+    track.uncovered_targets.retain(|t| wanted.contains(t));
+    Ok(())
 }
 
 /// Lists the regular files of `dir` (symlinks followed, dangling ones skipped). ELF
@@ -229,7 +272,9 @@ fn gather(track_name: &str, track: &Track, bin_dirs: &[PathBuf], args: &Args) ->
     if needs_sdk {
         let root = sdk_root(track_name, track, args)?;
         for r in &track.runtime {
-            let p = root.join(&r.source).join(&r.name);
+            let Some(p) = crate::toolset::rocm::find_runtime_file(&root, &r.source, &r.name) else {
+                continue;
+            };
             if let Ok(m) = std::fs::metadata(&p) {
                 facts.runtime.insert(
                     r.name.clone(),
@@ -242,7 +287,17 @@ fn gather(track_name: &str, track: &Track, bin_dirs: &[PathBuf], args: &Args) ->
         }
         if !track.kernel_libraries.is_empty() {
             let targets = kfilter::parse_targets(&track.gpu_targets)?;
-            let plan = kfilter::plan(&root, &targets, &CoverageNotes::default())?;
+            // Only the libraries the track ships count for coverage: a hipBLASLt the SDK
+            // also has is no use to binaries that never load it.
+            let mut libraries = crate::kernels::layout::scan(&root)?;
+            libraries.retain(|l| {
+                track
+                    .kernel_libraries
+                    .iter()
+                    .any(|d| d.name == l.kind.dir_name())
+            });
+            let plan = kfilter::plan_filter(&root, &libraries, &targets, &CoverageNotes::default())
+                .with_context(|| format!("planning the kernel filter of {}", root.display()))?;
             facts.kernels = Some(plan);
         }
     }
@@ -385,4 +440,26 @@ fn newest_binding_out(build: &Path) -> Result<Option<PathBuf>> {
         }
     }
     Ok(best.map(|(_, d)| d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_targets_narrow_the_track_and_its_known_gaps() {
+        let tracks = TracksFile::load(&TracksFile::default_path()).unwrap();
+        let mut t = tracks.track("linux-hip-rocm6").unwrap().clone();
+        narrow_targets("linux-hip-rocm6", &mut t, "gfx1100, gfx1151").unwrap();
+        assert_eq!(t.gpu_targets, vec!["gfx1100", "gfx1151"]);
+        assert_eq!(t.uncovered_targets, vec!["gfx1151"]);
+        let mut t = tracks.track("linux-hip-rocm6").unwrap().clone();
+        let err = narrow_targets("linux-hip-rocm6", &mut t, "gfx942").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("has no such target (it has gfx1100"),
+            "{err}"
+        );
+        assert!(narrow_targets("linux-hip-rocm6", &mut t, " , ").is_err());
+    }
 }

@@ -183,6 +183,34 @@ fn place(src: &Path, dst: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Copies `src` (never a hard link: the SDK's file must stay as it is) and gives the copy
+/// the RUNPATH `runpath` with patchelf.
+fn set_runpath_on_copy(src: &Path, dst: &Path, runpath: &str) -> Result<()> {
+    if let Some(p) = dst.parent() {
+        std::fs::create_dir_all(p)?;
+    }
+    std::fs::copy(src, dst)
+        .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    let status = Command::new("patchelf")
+        .arg("--set-rpath")
+        .arg(runpath)
+        .arg(dst)
+        .status()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot run patchelf ({e}) to set the RUNPATH {runpath} of {}; install it with `apt-get install patchelf`",
+                dst.display()
+            )
+        })?;
+    if !status.success() {
+        bail!(
+            "patchelf --set-rpath {runpath} {} failed ({status})",
+            dst.display()
+        );
+    }
+    Ok(())
+}
+
 fn bar(len: u64, what: &str) -> ProgressBar {
     let pb = if std::env::var_os("CI").is_some() {
         ProgressBar::hidden()
@@ -219,7 +247,13 @@ fn stage_verify_zip(
     let total: u64 = plan.files.iter().map(|f| f.size).sum();
     let pb = bar(total, "copy");
     for f in &plan.files {
-        place(&f.src, &stage.join(&f.dest))?;
+        let dst = stage.join(&f.dest);
+        match (&ctx.track.runtime_runpath, f.role) {
+            (Some(runpath), Role::Runtime | Role::RuntimeLoaded) => {
+                set_runpath_on_copy(&f.src, &dst, runpath)?
+            }
+            _ => place(&f.src, &dst)?,
+        }
         pb.inc(f.size);
     }
     pb.finish_and_clear();
@@ -244,7 +278,7 @@ fn stage_verify_zip(
     for f in &plan.files {
         files.push(ManifestFile {
             path: f.dest.clone(),
-            size: f.size,
+            size: std::fs::metadata(stage.join(&f.dest))?.len(),
             sha256: sha256_file(&stage.join(&f.dest))?,
             role: serde_json::to_value(f.role)?
                 .as_str()

@@ -3,14 +3,14 @@
 //! every track's plan is testable with invented facts.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use serde::Serialize;
 
 use crate::kernels::filter::FilterPlan;
 use crate::kernels::layout::LibraryKind;
-use crate::tracks::{Glob, Load, Os, Track};
+use crate::tracks::{Glob, Load, Track};
 
 /// What a packaged file is, for the size table and the manifest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -133,15 +133,6 @@ impl DistPlan {
     }
 }
 
-/// Where runtime files go inside the package: next to the executables on Windows (the
-/// DLL search starts there), `lib/` on Linux (reached through the `$ORIGIN` run path).
-fn runtime_dir(os: Os) -> &'static str {
-    match os {
-        Os::Windows => "",
-        Os::Linux => "lib/",
-    }
-}
-
 /// Decides every file of the package for `track` from `facts`.
 pub fn plan(track_name: &str, track: &Track, facts: &DistFacts) -> Result<DistPlan> {
     let mut files = Vec::new();
@@ -187,12 +178,15 @@ pub fn plan(track_name: &str, track: &Track, facts: &DistFacts) -> Result<DistPl
     {
         missing.push("ggml libraries".into());
     }
-    let rt_dir = runtime_dir(track.os);
+    // Runtime files go next to the executables on every OS. On Windows the DLL search
+    // starts there; on Linux ggml's libraries and the bundled runtime libraries reach each
+    // other through an `$ORIGIN` run path, which is not inherited, so one folder is the
+    // layout in which every library's own run path works.
     for r in &track.runtime {
         match facts.runtime.get(&r.name) {
             Some(f) => files.push(PlannedFile {
                 src: f.path.clone(),
-                dest: format!("{rt_dir}{}", r.name),
+                dest: r.name.clone(),
                 role: if r.load == Load::RuntimeLoaded {
                     Role::RuntimeLoaded
                 } else {
@@ -250,6 +244,19 @@ pub fn plan(track_name: &str, track: &Track, facts: &DistFacts) -> Result<DistPl
             else {
                 continue;
             };
+            // The declared source below its first folder (`rocblas/4.4.1/library` of
+            // `lib/rocblas/4.4.1/library`) is where the library looks for its kernels
+            // (Debian's rocBLAS has its version compiled in); the SDK's folder must end so.
+            let tail: PathBuf = Path::new(&declared.source).components().skip(1).collect();
+            if !lib.source_dir.ends_with(&tail) {
+                missing.push(format!(
+                    "kernel library {} at {} (the SDK has {}; update the track's source and dest)",
+                    declared.name,
+                    tail.display(),
+                    lib.source_dir.display()
+                ));
+                continue;
+            }
             let role = match lib.kind {
                 LibraryKind::Rocblas => Role::RocblasKernels,
                 LibraryKind::Hipblaslt => Role::HipblasltKernels,
@@ -366,6 +373,65 @@ mod tests {
             ]
         );
         assert_eq!(p.bytes_by_role()[&Role::GgmlLibrary], (3, 12));
+    }
+
+    fn debian_rocblas_facts(track: &Track, dir: &str) -> DistFacts {
+        use crate::kernels::{debian, filter as kfilter, layout::LibraryKind};
+        let listing = crate::kernels::fixtures::ROCBLAS_644_LISTING;
+        let lib = debian::listing_library(LibraryKind::Rocblas, Path::new(dir), listing).unwrap();
+        let targets = kfilter::parse_targets(&["gfx1100"]).unwrap();
+        let kernels = kfilter::plan_filter(
+            Path::new("/usr"),
+            &[lib],
+            &targets,
+            &kfilter::CoverageNotes::default(),
+        )
+        .unwrap();
+        DistFacts {
+            binaries: [
+                found("audiocpp_cli", 10),
+                found("audiocpp_server", 11),
+                found("libggml-base.so.0", 5),
+                found("libggml-hip.so", 7),
+            ]
+            .into_iter()
+            .collect(),
+            runtime: track.runtime.iter().map(|r| found(&r.name, 1)).collect(),
+            kernels: Some(kernels),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn linux_hip_runtime_sits_next_to_the_executables_and_kernels_keep_their_debian_path() {
+        let t = tracks();
+        let track = t.track("linux-hip-rocm6").unwrap();
+        let facts = debian_rocblas_facts(track, "lib/x86_64-linux-gnu/rocblas/4.4.1/library");
+        let p = plan("linux-hip-rocm6", track, &facts).unwrap();
+        let dest = |name: &str| p.files.iter().any(|f| f.dest == name);
+        for r in &track.runtime {
+            assert!(dest(&r.name), "{} not at the package root", r.name);
+        }
+        assert!(dest(
+            "rocblas/4.4.1/library/TensileLibrary_lazy_gfx1100.dat"
+        ));
+        assert!(!dest(
+            "rocblas/4.4.1/library/TensileLibrary_lazy_gfx1030.dat"
+        ));
+        assert!(!p.files.iter().any(|f| f.dest.starts_with("lib/")));
+    }
+
+    #[test]
+    fn a_rocblas_folder_of_another_version_is_refused_with_the_fix() {
+        let t = tracks();
+        let track = t.track("linux-hip-rocm6").unwrap();
+        let facts = debian_rocblas_facts(track, "lib/x86_64-linux-gnu/rocblas/4.5.0/library");
+        let err = plan("linux-hip-rocm6", track, &facts)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rocblas/4.4.1/library"), "{err}");
+        assert!(err.contains("rocblas/4.5.0/library"), "{err}");
+        assert!(err.contains("update the track's source and dest"), "{err}");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 pub mod bench;
 pub mod classify;
+pub mod debian;
 pub mod filter;
 pub mod fixtures;
 pub mod layout;
@@ -39,6 +40,10 @@ pub enum KernelsCommand {
     Report(ReportArgs),
     /// Copy the kernel libraries keeping only the targets' and arch-independent files.
     Filter(FilterArgs),
+    /// Download the pinned Debian rocBLAS/hipBLASLt packages (packaging/sdk/debian.toml),
+    /// extract them and check their real folders against the recorded listings (part of
+    /// `cargo xtask test`).
+    CheckDebian,
 }
 
 /// Flags of `kernels report`.
@@ -97,6 +102,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         KernelsCommand::Filter(args) => run_filter(&args),
+        KernelsCommand::CheckDebian => {
+            crate::test::real_kernel_folders()?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -104,6 +104,26 @@ pub fn join(root: &str, rel: &str, os: Os) -> String {
     out
 }
 
+/// A runtime file `name` of the SDK at `root`, declared under `source` (`lib`): found
+/// there (AMD's `/opt/rocm/lib`, the Windows SDK's `bin`) or in a Debian/Ubuntu
+/// multiarch folder below it (`/usr/lib/x86_64-linux-gnu`).
+pub fn find_runtime_file(root: &Path, source: &str, name: &str) -> Option<PathBuf> {
+    let dir = root.join(source);
+    let direct = dir.join(name);
+    if direct.exists() {
+        return Some(direct);
+    }
+    children(&dir, "")
+        .into_iter()
+        .filter(|d| {
+            d.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with("-linux-gnu"))
+        })
+        .map(|d| d.join(name))
+        .find(|p| p.exists())
+}
+
 /// Reads `HIP_VERSION_MAJOR/MINOR/PATCH` from `hip_version.h`.
 pub fn parse_hip_version_h(text: &str) -> Option<SdkVersion> {
     let define = |name: &str| -> Option<u32> {
@@ -429,5 +449,32 @@ pub fn probe_gpus(tool: &Path) -> GpuProbe {
             stdout: String::new(),
             stderr: format!("could not start: {e}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_files_are_found_in_the_sdk_folder_or_a_multiarch_one_below_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let opt = tmp.path().join("opt-rocm");
+        std::fs::create_dir_all(opt.join("lib")).unwrap();
+        std::fs::write(opt.join("lib/libamdhip64.so.6"), b"x").unwrap();
+        assert_eq!(
+            find_runtime_file(&opt, "lib", "libamdhip64.so.6"),
+            Some(opt.join("lib/libamdhip64.so.6"))
+        );
+        let usr = tmp.path().join("usr");
+        std::fs::create_dir_all(usr.join("lib/x86_64-linux-gnu")).unwrap();
+        std::fs::create_dir_all(usr.join("lib/python3")).unwrap();
+        std::fs::write(usr.join("lib/python3/librocblas.so.4"), b"x").unwrap();
+        std::fs::write(usr.join("lib/x86_64-linux-gnu/librocblas.so.4"), b"x").unwrap();
+        assert_eq!(
+            find_runtime_file(&usr, "lib", "librocblas.so.4"),
+            Some(usr.join("lib/x86_64-linux-gnu/librocblas.so.4"))
+        );
+        assert_eq!(find_runtime_file(&usr, "lib", "libhipblas.so.2"), None);
     }
 }

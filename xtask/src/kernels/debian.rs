@@ -1,0 +1,394 @@
+//! Real kernel folders from Debian's packages, for `cargo xtask test`: the pinned
+//! `.deb`s of `packaging/sdk/debian.toml` (`[[kernel_debs]]`, by version and SHA-256) are
+//! downloaded into the cache, extracted with `dpkg-deb`, and their `library/` folders
+//! checked against the recorded listings (`xtask/tests/fixtures/rocm-library-listings/`):
+//! same names and sizes, the same per-arch report, the filter's kept/dropped split for
+//! the pin's targets, and the coverage verdict per target.
+//!
+//! The comparisons are pure functions ([`listing_library`], [`listing_differences`],
+//! [`coverage_verdicts`]); [`check`] is the thin layer that fetches and extracts.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::filter::{self, CoverageNotes, FilterPlan};
+use super::layout::{self, LibraryFiles, LibraryKind, SourceFile};
+use super::report::CoverageReport;
+use crate::assets::sha256_file;
+use crate::project::project_root;
+
+/// One pinned Debian package holding a kernel `library/` folder.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelDeb {
+    /// Binary package (`librocblas4`).
+    pub package: String,
+    /// Exact version (`6.4.4-4`).
+    pub version: String,
+    /// Path below the mirror (`pool/main/r/rocblas/librocblas4_6.4.4-4_amd64.deb`).
+    pub pool_path: String,
+    /// SHA-256 of the `.deb` (from the suite's Packages index).
+    pub sha256: String,
+    /// Which library its folder holds.
+    pub library: LibraryKind,
+    /// The recorded listing it must match, in `xtask/tests/fixtures/rocm-library-listings/`.
+    pub listing: String,
+    /// Targets to filter for and judge coverage of.
+    pub targets: Vec<String>,
+    /// The targets this library has no lazy index for (the expected verdict).
+    pub uncovered: Vec<String>,
+}
+
+impl KernelDeb {
+    /// The `.deb` file name.
+    pub fn file_name(&self) -> &str {
+        self.pool_path.rsplit('/').next().unwrap_or(&self.pool_path)
+    }
+}
+
+/// The library folder a listing describes (pure): `name<TAB>size` lines under a header.
+pub fn listing_library(kind: LibraryKind, dir: &Path, listing: &str) -> Result<LibraryFiles> {
+    let mut files = Vec::new();
+    for (i, line) in listing.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (name, size) = line
+            .split_once('\t')
+            .with_context(|| format!("listing line {}: expected NAME<TAB>SIZE", i + 1))?;
+        let size = size
+            .trim()
+            .parse()
+            .with_context(|| format!("listing line {}: size '{size}'", i + 1))?;
+        files.push(SourceFile {
+            rel_path: PathBuf::from(name),
+            size,
+        });
+    }
+    files.sort();
+    Ok(LibraryFiles {
+        kind,
+        dir: dir.to_path_buf(),
+        files,
+    })
+}
+
+/// How a real folder differs from its listing (pure; empty when they are the same).
+pub fn listing_differences(real: &LibraryFiles, listed: &LibraryFiles) -> Vec<String> {
+    let mut out = Vec::new();
+    let find = |set: &LibraryFiles, p: &Path| set.files.iter().find(|f| f.rel_path == p).cloned();
+    for f in &listed.files {
+        match find(real, &f.rel_path) {
+            None => out.push(format!(
+                "{}: listed, not in the package",
+                f.rel_path.display()
+            )),
+            Some(r) if r.size != f.size => out.push(format!(
+                "{}: {} bytes in the package, {} listed",
+                f.rel_path.display(),
+                r.size,
+                f.size
+            )),
+            Some(_) => {}
+        }
+    }
+    for f in &real.files {
+        if find(listed, &f.rel_path).is_none() {
+            out.push(format!(
+                "{}: in the package, not listed",
+                f.rel_path.display()
+            ));
+        }
+    }
+    out
+}
+
+/// The targets of `plan` with no lazy index (pure), in target order.
+pub fn coverage_verdicts(plan: &FilterPlan) -> Vec<String> {
+    let mut v: Vec<String> = plan.uncovered.iter().map(|u| u.target.clone()).collect();
+    v.dedup();
+    v
+}
+
+/// What [`check`] measured for one package.
+#[derive(Debug, Clone, Serialize)]
+pub struct DebCheck {
+    /// `librocblas4 6.4.4-4`.
+    pub package: String,
+    /// `.deb` size.
+    pub deb_bytes: u64,
+    /// Seconds spent downloading (0 when cached).
+    pub download_s: f64,
+    /// Seconds spent extracting (0 when cached).
+    pub extract_s: f64,
+    /// Files and bytes of the library folder.
+    pub files: usize,
+    /// Bytes of the library folder.
+    pub bytes: u64,
+    /// Kept for the targets: files, bytes.
+    pub kept: (usize, u64),
+    /// Dropped: files, bytes.
+    pub dropped: (usize, u64),
+    /// Targets without a lazy index.
+    pub uncovered: Vec<String>,
+}
+
+impl DebCheck {
+    /// One line for the test log.
+    pub fn line(&self) -> String {
+        format!(
+            "{}: deb {:.1} MB (download {:.1} s, extract {:.1} s); library {} files {:.1} MB; kept {} files {:.1} MB, dropped {} files {:.1} MB; no GEMM kernels for: {}",
+            self.package,
+            self.deb_bytes as f64 / 1e6,
+            self.download_s,
+            self.extract_s,
+            self.files,
+            self.bytes as f64 / 1e6,
+            self.kept.0,
+            self.kept.1 as f64 / 1e6,
+            self.dropped.0,
+            self.dropped.1 as f64 / 1e6,
+            if self.uncovered.is_empty() {
+                "none".to_string()
+            } else {
+                self.uncovered.join(", ")
+            }
+        )
+    }
+}
+
+fn download(url: &str, dest: &Path, sha256: &str) -> Result<()> {
+    let part = dest.with_extension("deb.part");
+    let status = Command::new("curl")
+        .args(["-fsSL", "--retry", "3", "-o"])
+        .arg(&part)
+        .arg(url)
+        .status()
+        .context(
+            "cannot run curl to download the pinned .deb; install it with `apt-get install curl`",
+        )?;
+    if !status.success() {
+        let _ = std::fs::remove_file(&part);
+        bail!("downloading {url} failed ({status})");
+    }
+    let got = sha256_file(&part)?;
+    if got != sha256 {
+        let _ = std::fs::remove_file(&part);
+        bail!("{url}: SHA-256 is {got}, the pin says {sha256}; the mirror serves another file (update the pin in packaging/sdk/debian.toml only after checking why)");
+    }
+    std::fs::rename(&part, dest).with_context(|| format!("renaming {}", part.display()))
+}
+
+/// Fetches (once), extracts (once) and checks one pinned package against its listing.
+pub fn check(deb: &KernelDeb, mirror: &str, cache: &Path) -> Result<DebCheck> {
+    let what = format!("{} {}", deb.package, deb.version);
+    std::fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
+    let deb_path = cache.join(deb.file_name());
+    let mut download_s = 0.0;
+    let have = deb_path.is_file() && sha256_file(&deb_path)? == deb.sha256;
+    if !have {
+        let url = format!("{}/{}", mirror.trim_end_matches('/'), deb.pool_path);
+        eprintln!("kernels: downloading {url}");
+        let t = Instant::now();
+        download(&url, &deb_path, &deb.sha256)?;
+        download_s = t.elapsed().as_secs_f64();
+    }
+    let root = cache.join(format!("{}_{}", deb.package, deb.version));
+    let mut extract_s = 0.0;
+    if !root.join(".extracted").is_file() {
+        let partial = cache.join(format!("{}_{}.partial", deb.package, deb.version));
+        let _ = std::fs::remove_dir_all(&partial);
+        let _ = std::fs::remove_dir_all(&root);
+        let t = Instant::now();
+        std::fs::create_dir_all(&partial)?;
+        // Only the library folder: the package's shared library (1 GB for rocBLAS) is
+        // not needed here.
+        let mut dpkg = Command::new("dpkg-deb")
+            .arg("--fsys-tarfile")
+            .arg(&deb_path)
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("cannot run dpkg-deb; install it with `apt-get install dpkg`")?;
+        let tar = Command::new("tar")
+            .arg("-x")
+            .arg("-C")
+            .arg(&partial)
+            .args(["--wildcards", "--wildcards-match-slash", "*/library/*"])
+            .stdin(dpkg.stdout.take().context("dpkg-deb's output")?)
+            .status()
+            .context("cannot run tar")?;
+        let dpkg = dpkg.wait()?;
+        ensure!(
+            dpkg.success() && tar.success(),
+            "extracting {} failed (dpkg-deb {dpkg}, tar {tar})",
+            deb_path.display()
+        );
+        ensure!(
+            partial.join("usr").is_dir(),
+            "extracting {} gave no usr/ folder in {}",
+            deb_path.display(),
+            partial.display()
+        );
+        std::fs::write(partial.join(".extracted"), &deb.sha256)?;
+        std::fs::rename(&partial, &root)
+            .with_context(|| format!("renaming {}", partial.display()))?;
+        extract_s = t.elapsed().as_secs_f64();
+    }
+    let usr = root.join("usr");
+    let mut libs = layout::scan(&usr).with_context(|| format!("scanning {what}"))?;
+    libs.retain(|l| l.kind == deb.library);
+    ensure!(
+        libs.len() == 1,
+        "{what}: expected one {} folder, found {}",
+        deb.library,
+        libs.len()
+    );
+    let real = libs.remove(0);
+    let listing_path = project_root()
+        .join("xtask/tests/fixtures/rocm-library-listings")
+        .join(&deb.listing);
+    let listing = std::fs::read_to_string(&listing_path)
+        .with_context(|| format!("reading {}", listing_path.display()))?;
+    let listed = listing_library(deb.library, &real.dir, &listing)?;
+    let diffs = listing_differences(&real, &listed);
+    if !diffs.is_empty() {
+        bail!(
+            "{what}: the real folder {} differs from {} in {} file(s):\n  {}",
+            real.dir.display(),
+            deb.listing,
+            diffs.len(),
+            diffs
+                .iter()
+                .take(20)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        );
+    }
+    let real_report = CoverageReport::from_libraries(&usr, std::slice::from_ref(&real))?;
+    let listed_report = CoverageReport::from_libraries(&usr, std::slice::from_ref(&listed))?;
+    ensure!(
+        real_report.libraries == listed_report.libraries,
+        "{what}: the per-arch report of the real folder differs from the listing's"
+    );
+    let targets = filter::parse_targets(&deb.targets)?;
+    let plan = filter::plan_filter(
+        &usr,
+        std::slice::from_ref(&real),
+        &targets,
+        &CoverageNotes::default(),
+    )?;
+    let uncovered = coverage_verdicts(&plan);
+    ensure!(
+        uncovered == deb.uncovered,
+        "{what}: targets without GEMM kernels are {uncovered:?}, the pin expects {:?}",
+        deb.uncovered
+    );
+    let lib = &plan.libraries[0];
+    let sum = |v: &[super::KernelFile]| (v.len(), v.iter().map(|f| f.size).sum::<u64>());
+    ensure!(
+        lib.kept.len() + lib.dropped.len() == real.files.len(),
+        "{what}: the filter lost files"
+    );
+    Ok(DebCheck {
+        package: what,
+        deb_bytes: std::fs::metadata(&deb_path)?.len(),
+        download_s,
+        extract_s,
+        files: real.files.len(),
+        bytes: real.files.iter().map(|f| f.size).sum(),
+        kept: sum(&lib.kept),
+        dropped: sum(&lib.dropped),
+        uncovered,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LISTING: &str = "name\tsize_bytes\nKernels.so-000-gfx1100.hsaco\t10\nTensileLibrary_lazy_gfx1100.dat\t5\nTensileLibrary_Type_HH_Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback.dat\t7\n";
+
+    fn lib(files: &[(&str, u64)]) -> LibraryFiles {
+        let mut files: Vec<SourceFile> = files
+            .iter()
+            .map(|(n, s)| SourceFile {
+                rel_path: n.into(),
+                size: *s,
+            })
+            .collect();
+        files.sort();
+        LibraryFiles {
+            kind: LibraryKind::Rocblas,
+            dir: "lib/rocblas/library".into(),
+            files,
+        }
+    }
+
+    #[test]
+    fn a_listing_reads_into_sorted_files() {
+        let l = listing_library(LibraryKind::Rocblas, Path::new("d"), LISTING).unwrap();
+        assert_eq!(l.files.len(), 3);
+        assert_eq!(
+            l.files[0].rel_path,
+            Path::new("Kernels.so-000-gfx1100.hsaco")
+        );
+        assert!(listing_library(LibraryKind::Rocblas, Path::new("d"), "h\nno-tab\n").is_err());
+        assert!(listing_library(LibraryKind::Rocblas, Path::new("d"), "h\na\tx\n").is_err());
+    }
+
+    #[test]
+    fn differences_name_missing_extra_and_resized_files() {
+        let listed = lib(&[("a", 1), ("b", 2), ("c", 3)]);
+        assert!(listing_differences(&listed, &listed).is_empty());
+        let real = lib(&[("a", 1), ("b", 9), ("d", 4)]);
+        let d = listing_differences(&real, &listed);
+        assert_eq!(
+            d,
+            vec![
+                "b: 9 bytes in the package, 2 listed",
+                "c: listed, not in the package",
+                "d: in the package, not listed"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_pins_name_listings_that_exist_and_targets_they_judge() {
+        let spec = crate::sdk::DebianSpec::load(&crate::sdk::DebianSpec::default_path()).unwrap();
+        assert!(spec.kernel_debs.len() >= 2);
+        for d in &spec.kernel_debs {
+            let p = project_root()
+                .join("xtask/tests/fixtures/rocm-library-listings")
+                .join(&d.listing);
+            assert!(p.is_file(), "{}", p.display());
+            assert_eq!(d.sha256.len(), 64);
+            assert!(d.uncovered.iter().all(|u| d.targets.contains(u)));
+            assert!(d.file_name().starts_with(&d.package));
+        }
+    }
+
+    #[test]
+    fn verdicts_from_the_listing_match_the_pins() {
+        // The same verdict the real-folder check reaches, from the recorded listing alone.
+        let spec = crate::sdk::DebianSpec::load(&crate::sdk::DebianSpec::default_path()).unwrap();
+        for d in &spec.kernel_debs {
+            let text = std::fs::read_to_string(
+                project_root()
+                    .join("xtask/tests/fixtures/rocm-library-listings")
+                    .join(&d.listing),
+            )
+            .unwrap();
+            let l = listing_library(d.library, Path::new("lib/x/library"), &text).unwrap();
+            let targets = filter::parse_targets(&d.targets).unwrap();
+            let plan =
+                filter::plan_filter(Path::new("/"), &[l], &targets, &CoverageNotes::default())
+                    .unwrap();
+            assert_eq!(coverage_verdicts(&plan), d.uncovered, "{}", d.package);
+        }
+    }
+}

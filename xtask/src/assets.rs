@@ -386,7 +386,7 @@ fn asr_clip_recipes() -> Vec<(&'static str, Vec<Part>)> {
     use Part::*;
     let s1 = "Speech recognition in Rust is working today.";
     // en-us at 140 wpm: tiny.en (f16 and q8_0, ours and faster-whisper's float32 and
-    // int8) all hear the phrase exactly; at 150 the q8_0 models hear "The recognition".
+    // int8) all hear the phrase exactly; at 150 several of them hear "The recognition".
     // en+f3 is heard as "speech recognition in lost is working to me" by every engine:
     // it checks agreement with faster-whisper, not the phrase.
     [

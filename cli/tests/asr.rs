@@ -48,25 +48,29 @@ fn reference() -> serde_json::Value {
         .unwrap()
 }
 
-/// Converts tiny.en with extra convert flags into a fresh folder.
-fn convert_tiny(file: &str, extra: &[&str]) -> PathBuf {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let out = dir.join(file);
-    let (ct2, specs) = (ct2_dir(), specs());
+/// Runs `--task convert --family whisper` of `model` into `out` with extra flags.
+fn convert(model: &Path, out: &Path, extra: &[&str]) -> Run {
+    let specs = specs();
     let mut args = vec![
         "--task",
         "convert",
         "--family",
         "whisper",
         "--model",
-        s(&ct2),
+        s(model),
         "--out",
-        s(&out),
+        s(out),
         "--model-spec-override",
         s(&specs),
     ];
     args.extend_from_slice(extra);
-    let run = cli(&args);
+    cli(&args)
+}
+
+/// Converts tiny.en with extra convert flags into a fresh folder.
+fn convert_tiny(file: &str, extra: &[&str]) -> PathBuf {
+    let out = tempfile::tempdir().unwrap().keep().join(file);
+    let run = convert(&ct2_dir(), &out, extra);
     assert_eq!(run.code, 0, "{}", run.stderr);
     out
 }
@@ -235,21 +239,7 @@ fn q8_0_model_is_smaller_and_keeps_the_phrase_and_the_error_rate() {
     assert!(q8 * 100 < f16 * 85, "q8_0 GGUF is {q8} bytes, f16 is {f16}");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("x.gguf");
-    let (ct2, specs) = (ct2_dir(), specs());
-    let bad = cli(&[
-        "--task",
-        "convert",
-        "--family",
-        "whisper",
-        "--model",
-        s(&ct2),
-        "--out",
-        s(&out),
-        "--model-spec-override",
-        s(&specs),
-        "--quantize",
-        "q4",
-    ]);
+    let bad = convert(&ct2_dir(), &out, &["--quantize", "q4"]);
     assert_user_error(&bad, "q8_0");
     assert!(!out.exists(), "a failed conversion leaves no file");
     let run = asr_with(gguf_q8(), s(&clip_asr("phrase_en_us.wav")), &[]);
@@ -457,20 +447,7 @@ fn corrupt_or_missing_models_fail_cleanly() {
     std::fs::write(bad.join("model.bin"), &bin[..bin.len() / 2]).unwrap();
     std::fs::copy(ct2_dir().join("tokenizer.json"), bad.join("tokenizer.json")).unwrap();
     let out = dir.path().join("x.gguf");
-    let convert = |model: &Path| {
-        cli(&[
-            "--task",
-            "convert",
-            "--family",
-            "whisper",
-            "--model",
-            s(model),
-            "--out",
-            s(&out),
-            "--model-spec-override",
-            s(&specs()),
-        ])
-    };
+    let convert = |model: &Path| convert(model, &out, &[]);
     assert_user_error(&convert(&bad), "truncated");
     std::fs::write(bad.join("model.bin"), b"not a model at all").unwrap();
     assert_user_error(
@@ -526,19 +503,7 @@ fn gguf_base() -> &'static Path {
             .unwrap()
             .keep()
             .join("whisper-base.gguf");
-        let ct2 = assets().join("whisper-base-ct2");
-        let run = cli(&[
-            "--task",
-            "convert",
-            "--family",
-            "whisper",
-            "--model",
-            s(&ct2),
-            "--out",
-            s(&out),
-            "--model-spec-override",
-            s(&specs()),
-        ]);
+        let run = convert(&assets().join("whisper-base-ct2"), &out, &[]);
         assert_eq!(run.code, 0, "{}", run.stderr);
         out
     })

@@ -128,6 +128,20 @@ fn usage(message: impl Into<String>) -> Failure {
     }
 }
 
+/// `println!` for results: a closed pipe (`audiocpp_cli ... | head`) ends the process
+/// quietly with status 0, as SIGPIPE does for C tools, instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            panic!("writing to stdout: {e}");
+        }
+    }};
+}
+
 fn main() -> ExitCode {
     let flags = Flags::parse();
     match run(flags) {
@@ -186,9 +200,9 @@ fn run(flags: Flags) -> Result<(), Failure> {
                 weights,
             )?;
             if flags.json {
-                println!("{}", serde_json::to_string_pretty(&r).expect("serialises"));
+                out!("{}", serde_json::to_string_pretty(&r).expect("serialises"));
             } else {
-                println!(
+                out!(
                     "task=convert\nout={}\nbytes={}\ntensors={}",
                     r.out.display(),
                     r.bytes,
@@ -239,7 +253,7 @@ fn run_vad(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         write_atomic(path, segments_json(&out).as_bytes())?;
     }
     if flags.json {
-        println!(
+        out!(
             "{}",
             serde_json::to_string_pretty(&out).expect("serialises")
         );
@@ -287,7 +301,7 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         write_atomic(path, asr_segments_json(&out).as_bytes())?;
     }
     if flags.json {
-        println!(
+        out!(
             "{}",
             serde_json::to_string_pretty(&out).expect("serialises")
         );
@@ -298,23 +312,23 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
 }
 
 fn print_asr(out: &AsrOutput) {
-    println!("task=asr");
-    println!("family={}", out.family);
-    println!("device={}", out.device);
-    println!("spec_source={}", out.spec_source);
-    println!("audio_seconds={:.3}", out.audio_seconds);
-    println!("language={}", out.language);
+    out!("task=asr");
+    out!("family={}", out.family);
+    out!("device={}", out.device);
+    out!("spec_source={}", out.spec_source);
+    out!("audio_seconds={:.3}", out.audio_seconds);
+    out!("language={}", out.language);
     if let Some(p) = out.language_probability {
-        println!("language_probability={p:.4}");
+        out!("language_probability={p:.4}");
     }
-    println!("segments={}", out.segments.len());
+    out!("segments={}", out.segments.len());
     for (i, s) in out.segments.iter().enumerate() {
-        println!("segment.{i}={:.2}-{:.2} {}", s.start, s.end, s.text.trim());
+        out!("segment.{i}={:.2}-{:.2} {}", s.start, s.end, s.text.trim());
     }
-    println!("text={}", out.text);
-    println!("inference_ms={:.2}", out.inference_ms);
+    out!("text={}", out.text);
+    out!("inference_ms={:.2}", out.inference_ms);
     if out.audio_seconds > 0.0 {
-        println!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);
+        out!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);
     }
 }
 
@@ -350,23 +364,23 @@ fn segments_json(out: &VadOutput) -> String {
 
 fn print_vad(out: &VadOutput) {
     let rate = out.sample_rate as f64;
-    println!("task=vad");
-    println!("family={}", out.family);
-    println!("device={}", out.device);
-    println!("spec_source={}", out.spec_source);
-    println!("audio_seconds={:.3}", out.audio_seconds);
-    println!("windows={}", out.probabilities.len());
-    println!("segments={}", out.segments.len());
+    out!("task=vad");
+    out!("family={}", out.family);
+    out!("device={}", out.device);
+    out!("spec_source={}", out.spec_source);
+    out!("audio_seconds={:.3}", out.audio_seconds);
+    out!("windows={}", out.probabilities.len());
+    out!("segments={}", out.segments.len());
     for (i, s) in out.segments.iter().enumerate() {
-        println!(
+        out!(
             "segment.{i}={:.3}-{:.3}",
             s.start as f64 / rate,
             s.end as f64 / rate
         );
     }
-    println!("inference_ms={:.2}", out.inference_ms);
+    out!("inference_ms={:.2}", out.inference_ms);
     if out.audio_seconds > 0.0 {
-        println!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);
+        out!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);
     }
 }
 
@@ -387,16 +401,16 @@ fn list_devices(json: bool) -> Result<(), Failure> {
     let devices = backend::list_devices();
     if json {
         let v = serde_json::json!({ "compiled_backends": backend::compiled_backends(), "devices": devices });
-        println!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
+        out!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
         return Ok(());
     }
-    println!(
+    out!(
         "compiled_backends={}",
         backend::compiled_backends().join(",")
     );
-    println!("devices={}", devices.len());
+    out!("devices={}", devices.len());
     for d in &devices {
-        println!(
+        out!(
             "device.{}.{}={} | {} | {} | free_mib={} | total_mib={}",
             d.backend,
             d.index,
@@ -412,14 +426,14 @@ fn list_devices(json: bool) -> Result<(), Failure> {
 
 fn list_loaders(json: bool) -> Result<(), Failure> {
     if json {
-        println!(
+        out!(
             "{}",
             serde_json::to_string_pretty(&families::LOADERS).expect("serialises")
         );
         return Ok(());
     }
     for l in families::LOADERS {
-        println!(
+        out!(
             "loader={} tasks={} formats={} | {}",
             l.family,
             l.tasks.join(","),

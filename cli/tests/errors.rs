@@ -234,3 +234,21 @@ fn info_commands() {
     let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(v[0]["family"], "silero_vad");
 }
+
+#[test]
+fn a_closed_stdout_ends_the_run_quietly() {
+    // `audiocpp_cli ... | head`: the reader is gone before the results are printed (the
+    // read end is closed right after the start; the run loads a model first).
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_audiocpp_cli"))
+        .args(vad_args(s(&silero_bin()), s(&clip("speech_gaps.wav"))))
+        .args(["--model-spec-override", s(&specs()), "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}

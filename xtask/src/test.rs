@@ -118,6 +118,11 @@ fn dist_track(track: &str, out: &Path) -> Result<PathBuf> {
         tracks_file: None,
     })?;
     anyhow::ensure!(code == ExitCode::SUCCESS, "dist --track {track} failed");
+    verified_zip(track, out)
+}
+
+/// The zip `dist --track track --out-dir out` wrote, after `verify-package` passed on it.
+fn verified_zip(track: &str, out: &Path) -> Result<PathBuf> {
     let tracks = crate::tracks::TracksFile::load(&crate::tracks::TracksFile::default_path())?;
     let zip = out.join(format!("{}.zip", tracks.track(track)?.package));
     let problems = crate::verify_package::verify(&zip, None, None)?;
@@ -225,14 +230,7 @@ fn hip_end_to_end(assets: &assets::Assets) -> Result<()> {
         dist.extend(["--bin-dir".into(), d.clone()]);
     }
     in_chroot(&dist.iter().map(String::as_str).collect::<Vec<_>>())?;
-    let tracks = crate::tracks::TracksFile::load(&crate::tracks::TracksFile::default_path())?;
-    let zip = out.join(format!("{}.zip", tracks.track(track)?.package));
-    let problems = crate::verify_package::verify(&zip, None, None)?;
-    anyhow::ensure!(
-        problems.is_empty(),
-        "verify-package {}: {problems:?}",
-        zip.display()
-    );
+    let zip = verified_zip(track, &out)?;
     let t_dist = t0.elapsed().as_secs_f64() - t_chroot - t_build;
     let root = unzip(&zip, &out.join("unpacked"))?;
     let cli = root.join("audiocpp_cli").display().to_string();

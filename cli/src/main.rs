@@ -326,6 +326,7 @@ fn print_asr(out: &AsrOutput) {
         out!("segment.{i}={:.2}-{:.2} {}", s.start, s.end, s.text.trim());
     }
     out!("text={}", out.text);
+    out!("decode_passes={}", out.decode_passes);
     out!("inference_ms={:.2}", out.inference_ms);
     if out.audio_seconds > 0.0 {
         out!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);

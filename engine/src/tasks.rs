@@ -316,6 +316,9 @@ pub struct AsrOutput {
     /// The segments that held speech: one per 30 s window, or with timestamps one per
     /// timed piece.
     pub segments: Vec<whisper::Segment>,
+    /// Decoder passes, each sampled draw counted (see [`whisper::Transcript`]): more than
+    /// one per window means temperature fallback ran.
+    pub decode_passes: usize,
     /// Inference wall time in milliseconds (model load and audio decoding excluded).
     pub inference_ms: f64,
 }
@@ -404,7 +407,10 @@ impl AsrModel {
             language: language.clone(),
             ..opts.clone()
         };
-        let segments = self.model.transcribe(samples, &opts)?;
+        let whisper::Transcript {
+            segments,
+            decode_passes,
+        } = self.model.transcribe(samples, &opts)?;
         let text = segments
             .iter()
             .map(|s| s.text.as_str())
@@ -420,6 +426,7 @@ impl AsrModel {
             language_probability,
             text,
             segments,
+            decode_passes,
             inference_ms: t0.elapsed().as_secs_f64() * 1000.0,
         })
     }

@@ -352,6 +352,16 @@ pub struct Segment {
     pub tokens: Vec<u32>,
 }
 
+/// What [`Whisper::transcribe`] produced.
+#[derive(Debug, Clone)]
+pub struct Transcript {
+    /// The segments that held speech.
+    pub segments: Vec<Segment>,
+    /// Decoder passes over all windows, each sampled draw counted: one per window when
+    /// greedy decoding passes its checks, more when temperature fallback had to sample.
+    pub decode_passes: usize,
+}
+
 /// Decoding options.
 #[derive(Debug, Clone)]
 pub struct DecodeOptions {
@@ -773,7 +783,7 @@ impl Whisper {
     /// next window starts at the last timestamp of one that ends inside speech).
     /// `opts.language` must be a language code: resolve `auto` first with
     /// [`Whisper::resolve_language`].
-    pub fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Vec<Segment>> {
+    pub fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript> {
         let prompt = self.prompt(opts)?;
         let (mel, n_frames) = self.log_mel(samples);
         let content = n_frames.saturating_sub(1);
@@ -788,6 +798,7 @@ impl Whisper {
         let tb = self.tok.specials().timestamp_begin;
         let mut sampler = Sampler::new(opts.seed);
         let mut segments = Vec::new();
+        let mut decode_passes = 0;
         let mut seek = 0;
         while seek < content {
             let size = window.min(content - seek);
@@ -800,7 +811,8 @@ impl Whisper {
             self.net.runtime().set_threads(1);
             let decoded = self.decode_with_fallback(&prompt, max_initial, opts, &mut sampler);
             self.net.runtime().set_threads(threads);
-            let (tokens, no_speech, avg_logprob) = decoded?;
+            let (tokens, no_speech, avg_logprob, passes) = decoded?;
+            decode_passes += passes;
             let silent =
                 no_speech > opts.no_speech_threshold && avg_logprob < opts.log_prob_threshold;
             let offset = seek as f64 / per_second;
@@ -833,20 +845,23 @@ impl Whisper {
             }
             seek += advance;
         }
-        Ok(segments)
+        Ok(Transcript {
+            segments,
+            decode_passes,
+        })
     }
 
     /// Decodes the current window at each of `opts.temperatures` until a result passes
     /// [`needs_fallback`]; when none does, the most likely one (among those not too
     /// repetitive, if any) is kept. Returns tokens, no-speech probability, mean
-    /// log-probability.
+    /// log-probability and the number of decoder passes it took.
     fn decode_with_fallback(
         &mut self,
         prompt: &[u32],
         max_initial: Option<usize>,
         opts: &DecodeOptions,
         sampler: &mut Sampler,
-    ) -> Result<(Vec<u32>, f32, f32)> {
+    ) -> Result<(Vec<u32>, f32, f32, usize)> {
         let temperatures: &[f32] = if opts.temperatures.is_empty() {
             &[0.0]
         } else {
@@ -854,12 +869,14 @@ impl Whisper {
         };
         let tb = self.tok.specials().timestamp_begin;
         let mut tried = Vec::new();
+        let mut passes = 0;
         for &t in temperatures {
             let draws = if t > 0.0 { opts.best_of.max(1) } else { 1 };
             let mut best: Option<(Vec<u32>, f32, f32, f64)> = None;
             for _ in 0..draws {
                 let (tokens, no_speech, avg, sum) =
                     self.sample_window(prompt, max_initial, t, sampler)?;
+                passes += 1;
                 if best.as_ref().is_none_or(|b| sum > b.3) {
                     best = Some((tokens, no_speech, avg, sum));
                 }
@@ -872,7 +889,7 @@ impl Whisper {
                 no_speech,
             };
             if !needs_fallback(&attempt, opts) {
-                return Ok((tokens, no_speech, avg));
+                return Ok((tokens, no_speech, avg, passes));
             }
             tried.push((attempt, tokens));
         }
@@ -889,7 +906,7 @@ impl Whisper {
             .into_iter()
             .max_by(|x, y| x.0.avg_logprob.total_cmp(&y.0.avg_logprob))
             .expect("at least one temperature");
-        Ok((tokens.clone(), a.no_speech, a.avg_logprob))
+        Ok((tokens.clone(), a.no_speech, a.avg_logprob, passes))
     }
 
     /// Decodes the current window at one temperature (0: greedy): tokens, no-speech

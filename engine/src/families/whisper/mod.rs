@@ -806,8 +806,11 @@ impl Whisper {
             let threads = self.net.runtime().threads();
             self.net.runtime().set_threads(threads);
             self.net.encode(&mut self.sched, &input)?;
-            // Decoder steps are many small ops: one thread avoids a barrier per op, which
-            // costs more than the ops (and stalls badly on a loaded machine).
+            // Decoder steps are hundreds of small ops, each ending in a spinning barrier:
+            // with more threads than free cores (a loaded machine, parallel requests) every
+            // barrier waits a scheduler slice, which made the ASR tests (two in parallel
+            // on two cores) 9x slower; one thread is steady, and only about 2x slower on
+            // an idle machine.
             self.net.runtime().set_threads(1);
             let decoded = self.decode_with_fallback(&prompt, max_initial, opts, &mut sampler);
             self.net.runtime().set_threads(threads);

@@ -102,11 +102,14 @@ const LN_EPS: f32 = 1e-5;
 /// Graph node budget (the encoder of large models stays far below it).
 const GRAPH_NODES: usize = 4096;
 
+/// The token embedding, which is also the output projection.
+const EMBEDDING: &str = "decoder.embeddings.weight";
+
 /// True for the weights that only ever feed a matrix product (linear layers and the
 /// token embedding, which is also the output projection): these may stay f16 or be
 /// block-quantized; every other tensor (norms, biases, positions, conv kernels) is f32.
 pub fn is_matmul_weight(name: &str) -> bool {
-    name == "decoder.embeddings.weight" || (name.contains(".linear_") && name.ends_with(".weight"))
+    name == EMBEDDING || (name.contains(".linear_") && name.ends_with(".weight"))
 }
 
 /// Weights and caches on the device.
@@ -149,8 +152,8 @@ impl WhisperNet {
             hp.n_text_ctx as i64,
         );
         for l in 0..hp.n_text_layer {
-            cache.new_tensor(DType::F32, &[t, a_ctx], &format!("cross_k.{l}"));
-            cache.new_tensor(DType::F32, &[a_ctx, t], &format!("cross_v.{l}"));
+            cache.new_tensor(DType::F16, &[t, a_ctx], &format!("cross_k.{l}"));
+            cache.new_tensor(DType::F16, &[a_ctx, t], &format!("cross_v.{l}"));
             cache.new_tensor(DType::F32, &[t, t_ctx], &format!("self_k.{l}"));
             cache.new_tensor(DType::F32, &[t_ctx, t], &format!("self_v.{l}"));
         }
@@ -202,10 +205,10 @@ impl WhisperNet {
         )
     }
 
-    /// Scaled dot-product attention over heads. `q` and `k` are [head_dim, heads, len]
-    /// views, `vt` the values transposed per head, [len, head_dim, heads] with `len`
-    /// contiguous; returns [state, q_len]. The queries are made contiguous so that long
-    /// products (the encoder's) take ggml's blocked GEMM instead of a dot per element.
+    /// The decoder's scaled dot-product attention over heads against a cache. `q` and
+    /// `k` are [head_dim, heads, len] views, `vt` the values transposed per head,
+    /// [len, head_dim, heads] with `len` contiguous; returns [state, q_len]. Several
+    /// queries (the prompt) are made contiguous so that they take ggml's blocked GEMM.
     fn attention<'a>(
         &'a self,
         ctx: &'a Context,
@@ -251,20 +254,6 @@ impl WhisperNet {
         )
     }
 
-    /// Transposes a [width, len] tensor's `part`-th stacked projection into per-head
-    /// value matrices [len, head_dim, heads] (contiguous, for [`Self::attention`]).
-    fn values_t<'a>(
-        &self,
-        ctx: &'a Context,
-        x: Tensor<'a>,
-        part: usize,
-        parts: usize,
-        width: usize,
-        heads: usize,
-    ) -> Tensor<'a> {
-        ctx.cont(ctx.permute(self.heads(ctx, x, part, parts, width, heads), [1, 2, 0, 3]))
-    }
-
     /// A transposed value cache ([capacity, width]) as per-head matrices over its first
     /// `len` positions: [len, head_dim, heads].
     fn cached_values_t<'a>(
@@ -287,7 +276,7 @@ impl WhisperNet {
 
     fn ffn<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Tensor<'a> {
         let h = self.layer_norm(ctx, x, &format!("{p}.ffn.layer_norm"));
-        let h = ctx.gelu_erf(self.linear(ctx, h, &format!("{p}.ffn.linear_0")));
+        let h = ctx.gelu(self.linear(ctx, h, &format!("{p}.ffn.linear_0")));
         ctx.add(x, self.linear(ctx, h, &format!("{p}.ffn.linear_1")))
     }
 
@@ -301,7 +290,7 @@ impl WhisperNet {
         stride: i32,
     ) -> Tensor<'a> {
         let y = ctx.conv_1d_f32(self.w(&format!("encoder.conv{i}.weight")), x, stride, 1);
-        ctx.gelu_erf(ctx.add(y, self.w(&format!("encoder.conv{i}.bias"))))
+        ctx.gelu(ctx.add(y, self.w(&format!("encoder.conv{i}.bias"))))
     }
 
     fn encoder_layer<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, l: usize) -> Tensor<'a> {
@@ -309,13 +298,11 @@ impl WhisperNet {
         let (d, h) = (self.hp.n_audio_state, self.hp.n_audio_head);
         let n = self.layer_norm(ctx, x, &format!("{p}.self_attention.layer_norm"));
         let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"));
-        let att = self.attention(
-            ctx,
-            self.heads(ctx, qkv, 0, 3, d, h),
-            self.heads(ctx, qkv, 1, 3, d, h),
-            self.values_t(ctx, qkv, 2, 3, d, h),
-            Mask::None,
-        );
+        // Fused attention: over 1500 positions, materialising the scores (54 MB per
+        // layer for tiny) and transposing the values cost more than the products.
+        let part = |i| ctx.permute(self.heads(ctx, qkv, i, 3, d, h), [0, 2, 1, 3]);
+        let out = ctx.flash_attn(part(0), part(1), part(2), 1.0 / ((d / h) as f32).sqrt());
+        let att = ctx.reshape(out, &[d as i64, qkv.ne()[1]]);
         let x = ctx.add(
             x,
             self.linear(ctx, att, &format!("{p}.self_attention.linear_1")),
@@ -430,7 +417,7 @@ impl WhisperNet {
         ids.mark_input();
         let mut graph = ctx.new_graph(GRAPH_NODES);
         let d = hp.n_text_state;
-        let emb = self.w("decoder.embeddings.weight");
+        let emb = self.w(EMBEDDING);
         let pos = ctx.view_2d_rows(
             self.w("decoder.position_encodings.encodings"),
             d as i64,

@@ -27,7 +27,7 @@ def read_wav16k(path):
 
 def ours_cmd(args, gguf, threads):
     return [args.cli, "--task", "asr", "--family", "whisper", "--model", gguf, "--audio", args.audio,
-            "--threads", str(threads), "--temperatures", "0", "--json"]
+            "--threads", str(threads), "--temperatures", "0", "--language", "en", "--json"]
 
 
 def fw_cmd(args, compute_type, threads):

@@ -9,7 +9,6 @@ use anyhow::{Context, Result};
 
 use crate::assets;
 use crate::project::project_root;
-use crate::test::cargo;
 
 mod asr;
 
@@ -67,24 +66,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Builds the release binaries and returns the path of `name` among them.
-fn release_binary(name: &str) -> Result<std::path::PathBuf> {
-    let status = cargo()
-        .current_dir(project_root())
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "audiocpp-cli",
-            "-p",
-            "audiocpp-server",
-        ])
-        .status()
-        .context("building the release binaries")?;
-    anyhow::ensure!(status.success(), "building the release binaries failed");
-    Ok(crate::project::target_dir()
-        .join("release")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX)))
+/// Executable `name` of a staged package folder (see [`crate::dist::host_package`]).
+fn exe(package: &Path, name: &str) -> std::path::PathBuf {
+    package.join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
 }
 
 /// Runs `xtask/python/<script>` in the reference venv with `--flag value` pairs and
@@ -112,7 +96,7 @@ fn run_driver(
 
 fn bench_vad(repeat: u32) -> Result<()> {
     let a = assets::ensure()?;
-    let cli = release_binary("audiocpp_cli")?;
+    let cli = exe(&crate::dist::host_package()?, "audiocpp_cli");
     println!("== bench vad: audiocpp (ggml) vs onnxruntime (official Silero ONNX)");
     run_driver(
         &a.python,
@@ -131,8 +115,11 @@ fn bench_vad(repeat: u32) -> Result<()> {
 
 fn bench_server(repeat: u32) -> Result<()> {
     let a = assets::ensure()?;
-    let cli = release_binary("audiocpp_cli")?;
-    let server = release_binary("audiocpp_server")?;
+    let package = crate::dist::host_package()?;
+    let (cli, server) = (
+        exe(&package, "audiocpp_cli"),
+        exe(&package, "audiocpp_server"),
+    );
     run_driver(
         &a.python,
         "server_bench.py",

@@ -1,4 +1,4 @@
-//! `cargo xtask bench asr`: Whisper tiny.en in audiocpp (GGUF in f16 and q8_0) against
+//! `cargo xtask bench asr`: Whisper tiny.en and base in audiocpp (GGUF in f16 and q8_0) against
 //! faster-whisper (the same CTranslate2 model in float32 and int8) on ~60 s of speech,
 //! at 1 and 2 threads, in one run: real-time factor and peak RSS side by side, with
 //! ratios. Reported, never asserted.
@@ -11,41 +11,47 @@ use anyhow::{Context, Result};
 use crate::assets;
 use crate::project::{project_root, target_dir};
 
-/// The GGUF files the bench converts the CTranslate2 model into: (file name, the
-/// `--quantize` value, if any).
-const MODELS: [(&str, Option<&str>); 2] = [
-    ("whisper-tiny.en-f16.gguf", None),
-    ("whisper-tiny.en-q8_0.gguf", Some("q8_0")),
+/// The Whisper models the bench runs: (name, the CTranslate2 folder in the assets).
+const MODELS: [(&str, &str); 2] = [
+    ("tiny.en", "whisper-tiny.en-ct2"),
+    ("base", "whisper-base-ct2"),
 ];
 
-/// Builds the CLI, converts the model both ways and runs the Python driver.
+/// The weight types each model is converted to: (file suffix, the `--quantize` value).
+const WEIGHTS: [(&str, Option<&str>); 2] = [("f16", None), ("q8_0", Some("q8_0"))];
+
+/// Stages the host package, converts each model both ways and runs the Python driver
+/// once per model.
 pub fn bench(repeat: u32) -> Result<()> {
     let a = assets::ensure()?;
     let root = project_root();
-    let cli = super::release_binary("audiocpp_cli")?;
-    let ct2 = a.dir.join("whisper-tiny.en-ct2");
+    let cli = super::exe(&crate::dist::host_package()?, "audiocpp_cli");
     let out_dir = target_dir().join("bench-asr");
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let mut ggufs = Vec::new();
-    for (name, quantize) in MODELS {
-        let out = out_dir.join(name);
-        convert(&cli, &ct2, &root.join("model_specs"), quantize, &out)?;
-        ggufs.push(out);
+    for (model, folder) in MODELS {
+        let ct2 = a.dir.join(folder);
+        let mut ggufs = Vec::new();
+        for (suffix, quantize) in WEIGHTS {
+            let out = out_dir.join(format!("whisper-{model}-{suffix}.gguf"));
+            convert(&cli, &ct2, &root.join("model_specs"), quantize, &out)?;
+            ggufs.push(out);
+        }
+        println!("== bench asr: audiocpp (ggml) vs faster-whisper (CTranslate2), Whisper {model}");
+        super::run_driver(
+            &a.python,
+            "asr_bench.py",
+            "ASR",
+            &[
+                ("--cli", cli.as_os_str()),
+                ("--ct2", ct2.as_os_str()),
+                ("--f16", ggufs[0].as_os_str()),
+                ("--q8", ggufs[1].as_os_str()),
+                ("--audio", a.dir.join("clips/long.wav").as_os_str()),
+            ],
+            repeat,
+        )?;
     }
-    println!("== bench asr: audiocpp (ggml) vs faster-whisper (CTranslate2), Whisper tiny.en");
-    super::run_driver(
-        &a.python,
-        "asr_bench.py",
-        "ASR",
-        &[
-            ("--cli", cli.as_os_str()),
-            ("--ct2", ct2.as_os_str()),
-            ("--f16", ggufs[0].as_os_str()),
-            ("--q8", ggufs[1].as_os_str()),
-            ("--audio", a.dir.join("clips/long.wav").as_os_str()),
-        ],
-        repeat,
-    )
+    Ok(())
 }
 
 /// Converts the CTranslate2 model to `out` (every run, so the GGUF always comes from

@@ -23,7 +23,7 @@ use crate::tracks::{Os, SdkKind, Track, TracksFile};
 use plan::{DistFacts, FoundFile};
 
 /// Flags of `cargo xtask dist`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Default, clap::Args)]
 pub struct Args {
     /// Track to package (see packaging/tracks.toml); default: this host's CPU track.
     #[arg(long)]
@@ -70,6 +70,16 @@ pub fn host_track() -> &'static str {
     } else {
         "linux-cpu"
     }
+}
+
+/// Builds and stages this host's package (`cargo xtask dist` with no flags) and returns
+/// its folder: benches run the binaries users get, with the CPU variants picked at start.
+pub fn host_package() -> Result<PathBuf> {
+    run(Args::default())?;
+    let tracks = TracksFile::load(&TracksFile::default_path())?;
+    Ok(target_dir()
+        .join("dist")
+        .join(&tracks.track(host_track())?.package))
 }
 
 /// Runs the verb.

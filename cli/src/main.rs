@@ -61,6 +61,14 @@ struct Flags {
     /// spec: 0,0.2,0.4,0.6,0.8,1); `0` decodes greedily only.
     #[arg(long, value_delimiter = ',')]
     temperatures: Option<Vec<f32>>,
+    /// ASR: find speech with this VAD model first (e.g. ggml-silero-v6.2.0.bin) and
+    /// transcribe it in chunks of up to 30 s that start and end in pauses, skipping long
+    /// silences; the --vad-* flags tune it (padding defaults to 400 ms here).
+    #[arg(long, value_name = "FILE")]
+    vad_model: Option<PathBuf>,
+    /// ASR: family of --vad-model.
+    #[arg(long, default_value = "silero_vad")]
+    vad_family: String,
     /// ASR: spoken language code (de, en, ...) or auto: detect it on the first 30 s
     /// (multilingual models; English-only ones take en). Default from the model spec: auto.
     #[arg(long)]
@@ -236,18 +244,13 @@ fn run_vad(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         device: flags.device,
         threads: flags.threads,
     };
+    if flags.vad_model.is_some() {
+        return Err(usage(
+            "--vad-model is for --task asr; --task vad takes the VAD model as --model",
+        ));
+    }
     let mut vad = VadModel::load(family, model, flags.model_spec_override.as_deref(), &opts)?;
-    let d = vad.default_params();
-    let params = VadParams {
-        threshold: flags.vad_threshold.unwrap_or(d.threshold),
-        min_speech_duration_ms: flags.vad_min_speech_ms.unwrap_or(d.min_speech_duration_ms),
-        min_silence_duration_ms: flags
-            .vad_min_silence_ms
-            .unwrap_or(d.min_silence_duration_ms),
-        speech_pad_ms: flags.vad_speech_pad_ms.unwrap_or(d.speech_pad_ms),
-        max_speech_duration_s: flags.vad_max_speech_s.or(d.max_speech_duration_s),
-        neg_threshold: d.neg_threshold,
-    };
+    let params = vad_params(flags, vad.default_params());
     let out = vad.run_file(audio, &params)?;
     if let Some(path) = &flags.vad_chunks_out {
         write_atomic(path, segments_json(&out).as_bytes())?;
@@ -262,6 +265,24 @@ fn run_vad(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+/// The VAD model's segmentation defaults with the --vad-* flags applied.
+fn vad_params(flags: &Flags, d: VadParams) -> VadParams {
+    VadParams {
+        threshold: flags.vad_threshold.unwrap_or(d.threshold),
+        min_speech_duration_ms: flags.vad_min_speech_ms.unwrap_or(d.min_speech_duration_ms),
+        min_silence_duration_ms: flags
+            .vad_min_silence_ms
+            .unwrap_or(d.min_silence_duration_ms),
+        speech_pad_ms: flags.vad_speech_pad_ms.unwrap_or(d.speech_pad_ms),
+        max_speech_duration_s: flags.vad_max_speech_s.or(d.max_speech_duration_s),
+        neg_threshold: d.neg_threshold,
+    }
+}
+
+/// Padding around speech when VAD cuts audio for ASR: chunk edges fall in pauses, and
+/// a generous margin keeps soft word onsets and endings (faster-whisper's default).
+const ASR_VAD_PAD_MS: u32 = 400;
 
 fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     let audio = flags
@@ -293,7 +314,47 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         }
         decode.temperatures = t.clone();
     }
-    let out = asr.run_file(audio, &decode)?;
+    if flags.vad_chunks_out.is_some() {
+        return Err(usage("--vad-chunks-out is for --task vad"));
+    }
+    let tuning = [
+        ("--vad-threshold", flags.vad_threshold.is_some()),
+        ("--vad-min-speech-ms", flags.vad_min_speech_ms.is_some()),
+        ("--vad-min-silence-ms", flags.vad_min_silence_ms.is_some()),
+        ("--vad-speech-pad-ms", flags.vad_speech_pad_ms.is_some()),
+        ("--vad-max-speech-s", flags.vad_max_speech_s.is_some()),
+    ];
+    if let (None, Some((flag, _))) = (&flags.vad_model, tuning.iter().find(|(_, given)| *given)) {
+        return Err(usage(format!(
+            "{flag} tunes the VAD of --task asr: give --vad-model FILE too (or run --task vad)"
+        )));
+    }
+    let out = match &flags.vad_model {
+        None => asr.run_file(audio, &decode)?,
+        Some(vad_path) => {
+            if !vad_path.is_file() {
+                return Err(usage(format!(
+                    "--vad-model '{}' does not exist or is not a file",
+                    vad_path.display()
+                )));
+            }
+            // A spec folder serves both models; a single spec file is the ASR model's.
+            let specs = flags.model_spec_override.as_deref().filter(|p| p.is_dir());
+            let mut vad =
+                VadModel::load(&flags.vad_family, vad_path, specs, &opts).map_err(|e| {
+                    let f = Failure::from(e);
+                    Failure {
+                        message: format!("--vad-model: {}", f.message),
+                        ..f
+                    }
+                })?;
+            let mut defaults = vad.default_params();
+            defaults.speech_pad_ms = ASR_VAD_PAD_MS;
+            let params = vad_params(flags, defaults);
+            let samples = audiocpp_engine::audio::load(audio, asr.sample_rate())?.samples;
+            asr.run_samples_with_vad(&samples, &decode, &mut vad, &params)?
+        }
+    };
     if let Some(path) = &flags.text_out {
         write_atomic(path, format!("{}\n", out.text).as_bytes())?;
     }

@@ -400,17 +400,74 @@ impl AsrModel {
 
     /// Transcribes mono samples at the model's rate.
     pub fn run_samples(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<AsrOutput> {
+        self.run_chunks(
+            samples,
+            &[vad::Segment {
+                start: 0,
+                end: samples.len(),
+            }],
+            opts,
+        )
+    }
+
+    /// Transcribes mono samples at the model's rate chunk by chunk, as a VAD model
+    /// found speech: chunks of at most one 30 s window ([`vad::chunks_for_window`]),
+    /// so windows start and end in pauses instead of inside words, and long silences
+    /// are skipped. Segment times stay relative to the whole audio. The VAD model must
+    /// run at the same sample rate.
+    pub fn run_samples_with_vad(
+        &mut self,
+        samples: &[f32],
+        opts: &DecodeOptions,
+        vad: &mut VadModel,
+        params: &VadParams,
+    ) -> Result<AsrOutput> {
+        if vad.sample_rate() != self.sample_rate {
+            return Err(EngineError::Usage(format!(
+                "the VAD model runs at {} Hz and the ASR model at {} Hz; use a VAD model at {} Hz",
+                vad.sample_rate(),
+                self.sample_rate,
+                self.sample_rate
+            )));
+        }
         let t0 = Instant::now();
+        let speech = vad.run_samples(samples, params)?.segments;
+        let chunks = vad::chunks_for_window(&speech, self.model.window_samples());
+        let mut out = self.run_chunks(samples, &chunks, opts)?;
+        out.inference_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        Ok(out)
+    }
+
+    /// Transcribes each chunk of `samples` on its own and joins the results; the
+    /// language (when `auto`) is detected on the first chunk.
+    fn run_chunks(
+        &mut self,
+        samples: &[f32],
+        chunks: &[vad::Segment],
+        opts: &DecodeOptions,
+    ) -> Result<AsrOutput> {
+        let t0 = Instant::now();
+        let first = chunks
+            .first()
+            .map_or(&samples[..0], |c| &samples[c.start..c.end]);
         let (language, language_probability) =
-            self.model.resolve_language(samples, &opts.language)?;
+            self.model.resolve_language(first, &opts.language)?;
         let opts = DecodeOptions {
             language: language.clone(),
             ..opts.clone()
         };
-        let whisper::Transcript {
-            segments,
-            decode_passes,
-        } = self.model.transcribe(samples, &opts)?;
+        let mut segments = Vec::new();
+        let mut decode_passes = 0;
+        for c in chunks {
+            let part = self.model.transcribe(&samples[c.start..c.end], &opts)?;
+            let offset = c.start as f64 / self.sample_rate as f64;
+            segments.extend(part.segments.into_iter().map(|s| whisper::Segment {
+                start: s.start + offset,
+                end: s.end + offset,
+                ..s
+            }));
+            decode_passes += part.decode_passes;
+        }
         let text = segments
             .iter()
             .map(|s| s.text.as_str())

@@ -199,9 +199,114 @@ pub fn speech_segments(
     segs
 }
 
+/// Groups speech segments (sorted, not overlapping) into chunks of at most `max_len`
+/// samples for a model with a fixed input window (Whisper's 30 s): consecutive segments
+/// share a chunk while it spans at most `max_len`, pauses inside it included; a segment
+/// longer than `max_len` is cut into pieces of `max_len`. Chunks cover every speech
+/// sample, are ordered and never overlap; what lies between chunks is not speech.
+pub fn chunks_for_window(segments: &[Segment], max_len: usize) -> Vec<Segment> {
+    let max_len = max_len.max(1);
+    let mut chunks = Vec::new();
+    let mut current: Option<Segment> = None;
+    for s in segments {
+        let mut start = s.start;
+        while start < s.end {
+            let end = s.end.min(start + max_len);
+            current = match current {
+                Some(c) if end - c.start <= max_len => Some(Segment {
+                    start: c.start,
+                    end,
+                }),
+                Some(c) => {
+                    chunks.push(c);
+                    Some(Segment { start, end })
+                }
+                None => Some(Segment { start, end }),
+            };
+            start = end;
+        }
+    }
+    chunks.extend(current);
+    chunks
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn seg(start: usize, end: usize) -> Segment {
+        Segment { start, end }
+    }
+
+    #[test]
+    fn chunks_join_close_segments_and_split_at_the_window() {
+        assert_eq!(chunks_for_window(&[], 100), vec![]);
+        assert_eq!(chunks_for_window(&[seg(5, 20)], 100), vec![seg(5, 20)]);
+        // Two segments within one window share a chunk, the pause included.
+        assert_eq!(
+            chunks_for_window(&[seg(0, 30), seg(60, 100)], 100),
+            vec![seg(0, 100)]
+        );
+        // One sample more and they do not.
+        assert_eq!(
+            chunks_for_window(&[seg(0, 30), seg(60, 101)], 100),
+            vec![seg(0, 30), seg(60, 101)]
+        );
+        // A long segment is cut into whole windows; the rest joins the next segment.
+        assert_eq!(
+            chunks_for_window(&[seg(10, 260), seg(270, 300)], 100),
+            vec![seg(10, 110), seg(110, 210), seg(210, 300)]
+        );
+        // Far-apart segments stay apart: the silence between them is skipped.
+        assert_eq!(
+            chunks_for_window(&[seg(0, 10), seg(500, 510), seg(520, 530)], 100),
+            vec![seg(0, 10), seg(500, 530)]
+        );
+    }
+
+    #[test]
+    fn chunks_cover_all_speech_in_order_within_the_window() {
+        // Deterministic pseudo-random segment lists (a small LCG), many window sizes.
+        let mut state = 12345u64;
+        let mut next = |m: u64| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) % m
+        };
+        for _ in 0..500 {
+            let max_len = 1 + next(200) as usize;
+            let mut segs = Vec::new();
+            let mut at = next(50) as usize;
+            for _ in 0..next(12) {
+                let len = 1 + next(400) as usize;
+                segs.push(seg(at, at + len));
+                at += len + next(300) as usize;
+            }
+            let chunks = chunks_for_window(&segs, max_len);
+            for c in &chunks {
+                assert!(
+                    c.start < c.end && c.end - c.start <= max_len,
+                    "{c:?} > {max_len}"
+                );
+            }
+            for w in chunks.windows(2) {
+                assert!(w[0].end <= w[1].start, "{chunks:?}");
+            }
+            for s in &segs {
+                let covered: usize = chunks
+                    .iter()
+                    .map(|c| c.end.min(s.end).saturating_sub(c.start.max(s.start)))
+                    .sum();
+                assert_eq!(covered, s.end - s.start, "{s:?} in {chunks:?}");
+            }
+            // Every chunk starts and ends on speech.
+            for c in &chunks {
+                assert!(segs.iter().any(|s| s.start <= c.start && c.start < s.end));
+                assert!(segs.iter().any(|s| s.start < c.end && c.end <= s.end));
+            }
+        }
+    }
 
     fn run(probs: &[f32], p: &VadParams) -> Vec<(usize, usize)> {
         let n = probs.len() * 512;

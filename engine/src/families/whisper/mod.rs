@@ -683,6 +683,12 @@ impl Whisper {
         self.net.runtime()
     }
 
+    /// Samples in one input window (30 s for every Whisper size): what
+    /// [`Whisper::transcribe`] encodes at a time.
+    pub fn window_samples(&self) -> usize {
+        2 * self.hp.n_audio_ctx * self.mel.hop
+    }
+
     /// True for multilingual models (English-only ones have one token fewer).
     pub fn is_multilingual(&self) -> bool {
         self.hp.n_vocab >= 51865

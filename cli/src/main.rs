@@ -280,10 +280,6 @@ fn vad_params(flags: &Flags, d: VadParams) -> VadParams {
     }
 }
 
-/// Padding around speech when VAD cuts audio for ASR: chunk edges fall in pauses, and
-/// a generous margin keeps soft word onsets and endings (faster-whisper's default).
-const ASR_VAD_PAD_MS: u32 = 400;
-
 fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     let audio = flags
         .audio
@@ -348,9 +344,7 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
                         ..f
                     }
                 })?;
-            let mut defaults = vad.default_params();
-            defaults.speech_pad_ms = ASR_VAD_PAD_MS;
-            let params = vad_params(flags, defaults);
+            let params = vad_params(flags, vad.asr_chunking_params());
             let samples = audiocpp_engine::audio::load(audio, asr.sample_rate())?.samples;
             asr.run_samples_with_vad(&samples, &decode, &mut vad, &params)?
         }

@@ -139,6 +139,16 @@ impl VadModel {
         self.sample_rate
     }
 
+    /// Segmentation parameters for cutting audio before ASR
+    /// ([`AsrModel::run_samples_with_vad`]): the spec's defaults with 400 ms of padding
+    /// (faster-whisper's), so that chunk edges keep soft word onsets and endings.
+    pub fn asr_chunking_params(&self) -> VadParams {
+        VadParams {
+            speech_pad_ms: 400,
+            ..self.defaults.clone()
+        }
+    }
+
     /// Runs on mono samples at the model's rate.
     pub fn run_samples(&mut self, samples: &[f32], params: &VadParams) -> Result<VadOutput> {
         params.validate().map_err(EngineError::Usage)?;

@@ -57,6 +57,17 @@ pub struct ModelEntry {
     /// Model spec file or folder, as `--model-spec-override`.
     #[serde(default)]
     pub model_spec_override: Option<PathBuf>,
+    /// ASR models: a VAD model file (Silero); speech is found first and transcribed in
+    /// chunks of up to 30 s that start and end in pauses, as `audiocpp_cli --vad-model`.
+    #[serde(default)]
+    pub vad_model: Option<PathBuf>,
+    /// Family of `vad_model`.
+    #[serde(default = "default_vad_family")]
+    pub vad_family: String,
+}
+
+fn default_vad_family() -> String {
+    "silero_vad".into()
 }
 
 fn default_host() -> String {
@@ -87,9 +98,12 @@ impl Config {
             if m.path.is_relative() {
                 m.path = base.join(&m.path);
             }
-            if let Some(o) = &m.model_spec_override {
-                if o.is_relative() {
-                    m.model_spec_override = Some(base.join(o));
+            for p in [&mut m.model_spec_override, &mut m.vad_model]
+                .into_iter()
+                .flatten()
+            {
+                if p.is_relative() {
+                    *p = base.join(&*p);
                 }
             }
         }
@@ -134,6 +148,23 @@ impl Config {
                     m.id,
                     m.path.display()
                 ));
+            }
+            if let Some(v) = &m.vad_model {
+                if m.task != "asr" {
+                    return Err(format!(
+                        "model '{}': vad_model is for task 'asr' models, not '{}'",
+                        m.id, m.task
+                    ));
+                }
+                if !v.is_file() {
+                    return Err(format!(
+                        "model '{}': vad_model '{}' does not exist",
+                        m.id,
+                        v.display()
+                    ));
+                }
+                audiocpp_engine::families::find(&m.vad_family)
+                    .map_err(|e| format!("model '{}': vad_family: {e}", m.id))?;
             }
         }
         self.backend

@@ -57,8 +57,8 @@ struct Flags {
 enum Loaded {
     /// Voice activity detection.
     Vad(Box<VadModel>),
-    /// Speech recognition.
-    Asr(Box<AsrModel>),
+    /// Speech recognition, with the VAD model that cuts its audio when configured.
+    Asr(Box<AsrModel>, Option<Box<VadModel>>),
 }
 
 /// A served model: its config entry and, once loaded, the engine model.
@@ -210,8 +210,20 @@ async fn load(entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<Loaded, St
     tokio::task::spawn_blocking(move || {
         let spec = entry.model_spec_override.as_deref();
         let loaded = match entry.task.as_str() {
-            "asr" => AsrModel::load(&entry.family, &entry.path, spec, &runtime)
-                .map(|m| Loaded::Asr(Box::new(m))),
+            "asr" => AsrModel::load(&entry.family, &entry.path, spec, &runtime).and_then(|m| {
+                // A spec folder serves both models; a single spec file is the ASR model's.
+                let vad_spec = spec.filter(|p| p.is_dir());
+                let vad = match &entry.vad_model {
+                    Some(v) => Some(Box::new(VadModel::load(
+                        &entry.vad_family,
+                        v,
+                        vad_spec,
+                        &runtime,
+                    )?)),
+                    None => None,
+                };
+                Ok(Loaded::Asr(Box::new(m), vad))
+            }),
             _ => VadModel::load(&entry.family, &entry.path, spec, &runtime)
                 .map(|m| Loaded::Vad(Box::new(m))),
         };
@@ -571,17 +583,26 @@ async fn run_asr(
     slot: &Slot,
     audio: Vec<u8>,
     language: Option<String>,
+    timestamps: bool,
 ) -> Result<(AsrOutput, f64), ApiError> {
     with_model(state, slot, move |loaded| {
-        let Loaded::Asr(model) = loaded else {
+        let Loaded::Asr(model, vad) = loaded else {
             return Err(ApiError::bad_request("this model does not do asr"));
         };
         let mut opts = model.default_options();
         if let Some(l) = language.filter(|l| !l.is_empty()) {
             opts.language = l;
         }
+        opts.timestamps = timestamps;
         let samples = decode_upload(&audio, model.sample_rate())?;
-        model.run_samples(&samples, &opts).map_err(engine_error)
+        match vad {
+            Some(vad) => {
+                let params = vad.asr_chunking_params();
+                model.run_samples_with_vad(&samples, &opts, vad, &params)
+            }
+            None => model.run_samples(&samples, &opts),
+        }
+        .map_err(engine_error)
     })
     .await
 }
@@ -646,7 +667,9 @@ async fn transcriptions(
     let audio = r
         .audio
         .ok_or_else(|| ApiError::bad_request("no audio: send a 'file' part or 'audio_base64'"))?;
-    let (out, wall) = run_asr(&state, slot, audio, r.language.clone()).await?;
+    // Segment formats get Whisper's own timestamps, not one segment per 30 s window.
+    let timestamps = ["verbose_json", "srt", "vtt"].contains(&format.as_str());
+    let (out, wall) = run_asr(&state, slot, audio, r.language.clone(), timestamps).await?;
     let resp = match format.as_str() {
         "text" => (
             [(

@@ -259,6 +259,14 @@ fn bad_configs_exit_2_with_the_reason() {
             serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "silero_vad", "task": "asr" }] }),
             "does not do task 'asr'",
         ),
+        (
+            serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "silero_vad", "task": "vad", "vad_model": "server.json" }] }),
+            "vad_model is for task 'asr' models",
+        ),
+        (
+            serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "whisper", "task": "asr", "vad_model": "no-vad.bin" }] }),
+            "no-vad.bin' does not exist",
+        ),
     ];
     for (extra, needle) in cases {
         let cfg = write_config(dir.path(), extra);

@@ -1,6 +1,8 @@
 //! The real `openai` Python package against the real server: Whisper tiny.en (converted
 //! from the pinned CTranslate2 wheel to GGUF through the engine) served next to Silero
-//! VAD, and `client.audio.transcriptions.create` in three response formats.
+//! VAD, and `client.audio.transcriptions.create` in three response formats. A second
+//! tiny.en entry with `vad_model` transcribes two phrases 70 s apart into two
+//! timestamped segments placed in the whole file, skipping the silence.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -30,7 +32,7 @@ fn python() -> PathBuf {
 const CLIENT: &str = r#"
 import json, sys
 from openai import OpenAI
-base, wav = sys.argv[1], sys.argv[2]
+base, wav, gap_wav = sys.argv[1], sys.argv[2], sys.argv[3]
 client = OpenAI(base_url=base + "/v1", api_key="test-key", max_retries=0)
 out = {}
 with open(wav, "rb") as f:
@@ -42,6 +44,10 @@ with open(wav, "rb") as f:
     out["verbose_text"] = v.text
     out["language"] = v.language
     out["segments"] = len(v.segments)
+with open(gap_wav, "rb") as f:
+    v = client.audio.transcriptions.create(model="tiny-vad", file=f, response_format="verbose_json")
+    out["vad_text"] = v.text
+    out["vad_segments"] = [[s.start, s.end] for s in v.segments]
 print(json.dumps(out))
 "#;
 
@@ -63,6 +69,9 @@ fn openai_client_transcribes_through_the_server() {
         "api_key": "test-key",
         "models": [
             { "id": "tiny", "path": gguf, "family": "whisper", "task": "asr" },
+            { "id": "tiny-vad", "path": gguf, "family": "whisper", "task": "asr",
+              "vad_model": assets().join("ggml-silero-v6.2.0.bin"),
+              "model_spec_override": root().join("model_specs") },
             { "id": "silero", "path": assets().join("ggml-silero-v6.2.0.bin"), "family": "silero_vad", "task": "vad",
               "model_spec_override": root().join("model_specs") },
         ],
@@ -81,11 +90,14 @@ fn openai_client_transcribes_through_the_server() {
         .unwrap();
     let base = line.trim().rsplit(' ').next().unwrap().to_string();
     let wav = assets().join("clips-asr/phrase_en_us.wav");
+    let gap_wav = dir.path().join("phrase_gap_phrase.wav");
+    let phrase_s = phrase_gap_phrase(&wav, &gap_wav, 70.0);
     let out = Command::new(python())
         .arg("-c")
         .arg(CLIENT)
         .arg(&base)
         .arg(&wav)
+        .arg(&gap_wav)
         .output()
         .unwrap();
     let _ = child.kill();
@@ -105,4 +117,27 @@ fn openai_client_transcribes_through_the_server() {
     let srt = v["srt"].as_str().unwrap();
     assert!(srt.starts_with("1\n00:00:00,000 --> 00:00:"), "{srt}");
     assert!(srt.contains(PHRASE), "{srt}");
+    assert_eq!(v["vad_text"], format!("{PHRASE} {PHRASE}"));
+    let segs = v["vad_segments"].as_array().unwrap();
+    assert_eq!(segs.len(), 2, "{segs:?}");
+    let (first, second) = (segs[0][0].as_f64().unwrap(), segs[1][0].as_f64().unwrap());
+    assert!(
+        (second - first - (phrase_s + 70.0)).abs() < 0.05,
+        "the second phrase starts {phrase_s} + 70 s after the first: {segs:?}"
+    );
+}
+
+/// Writes the clip `phrase`, `gap_s` seconds of silence, then `phrase` again, to `out`;
+/// returns the clip's length in seconds.
+fn phrase_gap_phrase(phrase: &std::path::Path, out: &std::path::Path, gap_s: f64) -> f64 {
+    let mut reader = hound::WavReader::open(phrase).unwrap();
+    let spec = reader.spec();
+    let samples: Vec<i16> = reader.samples::<i16>().map(|x| x.unwrap()).collect();
+    let mut w = hound::WavWriter::create(out, spec).unwrap();
+    let silence = vec![0i16; (gap_s * spec.sample_rate as f64) as usize * spec.channels as usize];
+    for x in samples.iter().chain(&silence).chain(&samples) {
+        w.write_sample(*x).unwrap();
+    }
+    w.finalize().unwrap();
+    samples.len() as f64 / spec.channels as f64 / spec.sample_rate as f64
 }

@@ -747,17 +747,10 @@ fn vad_flags_need_their_task() {
     let wrong = asr(s(&phrase), &["--vad-model", s(gguf())]);
     assert_ne!(wrong.code, 0);
     assert!(wrong.stderr.contains("--vad-model"), "{}", wrong.stderr);
-    let vad_task = cli(&[
-        "--task",
-        "vad",
-        "--family",
-        "silero_vad",
-        "--model",
+    let vad_task = vad_run(
         s(&silero_bin()),
-        "--audio",
         s(&phrase),
-        "--vad-model",
-        s(&silero_bin()),
-    ]);
+        &["--vad-model", s(&silero_bin())],
+    );
     assert_user_error(&vad_task, "--vad-model");
 }

@@ -38,21 +38,17 @@ fn probabilities_and_segments_match_onnxruntime() {
     assert!(clips.len() >= 4, "reference covers every clip");
     let model = silero_bin();
     for (clip, r) in clips {
-        let run = cli(&[
-            "--task",
-            "vad",
-            "--family",
-            "silero_vad",
-            "--model",
+        let run = vad_run(
             s(&model),
-            "--audio",
             clip,
-            "--model-spec-override",
-            s(&specs()),
-            "--json",
-            "--threads",
-            "2",
-        ]);
+            &[
+                "--model-spec-override",
+                s(&specs()),
+                "--json",
+                "--threads",
+                "2",
+            ],
+        );
         assert_eq!(run.code, 0, "{}", run.stderr);
         let out: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
         let ours = probs(&out["probabilities"]);
@@ -81,18 +77,11 @@ fn probabilities_and_segments_match_onnxruntime() {
 #[test]
 fn speech_clip_has_three_segments_and_silence_none() {
     let model = silero_bin();
-    let run = cli(&[
-        "--task",
-        "vad",
-        "--family",
-        "silero_vad",
-        "--model",
+    let run = vad_run(
         s(&model),
-        "--audio",
         s(&clip("speech_gaps.wav")),
-        "--model-spec-override",
-        s(&specs()),
-    ]);
+        &["--model-spec-override", s(&specs())],
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(
         run.value("segments").as_deref(),
@@ -106,18 +95,11 @@ fn speech_clip_has_three_segments_and_silence_none() {
         (0.6..1.0).contains(&start),
         "first speech starts after the 0.8 s silence: {first}"
     );
-    let run = cli(&[
-        "--task",
-        "vad",
-        "--family",
-        "silero_vad",
-        "--model",
+    let run = vad_run(
         s(&model),
-        "--audio",
         s(&clip("silence.wav")),
-        "--model-spec-override",
-        s(&specs()),
-    ]);
+        &["--model-spec-override", s(&specs())],
+    );
     assert_eq!(
         run.value("segments").as_deref(),
         Some("0"),
@@ -147,19 +129,11 @@ fn segments(run: &Run) -> Vec<(f64, f64)> {
 fn any_rate_width_and_channel_count_gives_the_same_segments() {
     let model = silero_bin();
     let args = |audio: &str| -> Run {
-        cli(&[
-            "--task",
-            "vad",
-            "--family",
-            "silero_vad",
-            "--model",
+        vad_run(
             s(&model),
-            "--audio",
             audio,
-            "--model-spec-override",
-            s(&specs()),
-            "--json",
-        ])
+            &["--model-spec-override", s(&specs()), "--json"],
+        )
     };
     let base = segments(&args(s(&clip("speech_gaps.wav"))));
     for variant in [
@@ -198,33 +172,15 @@ fn gguf_conversion_embeds_the_spec_and_gives_identical_results() {
     assert_eq!(run.value("tensors").as_deref(), Some("15"));
     let audio = clip("voice_f3.wav");
     // No override and an empty working directory: the spec must come from the GGUF itself.
-    let from_gguf = cli(&[
-        "--task",
-        "vad",
-        "--family",
-        "silero_vad",
-        "--model",
-        s(&gguf),
-        "--audio",
-        s(&audio),
-        "--json",
-    ]);
+    let from_gguf = vad_run(s(&gguf), s(&audio), &["--json"]);
     assert_eq!(from_gguf.code, 0, "{}", from_gguf.stderr);
     let a: serde_json::Value = serde_json::from_str(&from_gguf.stdout).unwrap();
     assert_eq!(a["spec_source"], "gguf-metadata");
-    let from_bin = cli(&[
-        "--task",
-        "vad",
-        "--family",
-        "silero_vad",
-        "--model",
+    let from_bin = vad_run(
         s(&silero_bin()),
-        "--audio",
         s(&audio),
-        "--json",
-        "--model-spec-override",
-        s(&specs()),
-    ]);
+        &["--json", "--model-spec-override", s(&specs())],
+    );
     let b: serde_json::Value = serde_json::from_str(&from_bin.stdout).unwrap();
     assert_eq!(
         a["probabilities"], b["probabilities"],
@@ -261,20 +217,16 @@ fn spec_is_found_by_searching_upward_from_the_working_directory() {
 fn chunks_out_writes_the_segments_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("chunks.json");
-    let run = cli(&[
-        "--task",
-        "vad",
-        "--family",
-        "silero_vad",
-        "--model",
+    let run = vad_run(
         s(&silero_bin()),
-        "--audio",
         s(&clip("speech_gaps.wav")),
-        "--model-spec-override",
-        s(&specs()),
-        "--vad-chunks-out",
-        s(&out),
-    ]);
+        &[
+            "--model-spec-override",
+            s(&specs()),
+            "--vad-chunks-out",
+            s(&out),
+        ],
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();

@@ -48,6 +48,22 @@ pub fn specs() -> PathBuf {
     root().join("model_specs")
 }
 
+/// Runs `--task vad --family silero_vad` on `model` and `audio` with extra flags.
+pub fn vad_run(model: &str, audio: &str, extra: &[&str]) -> Run {
+    let mut args = vec![
+        "--task",
+        "vad",
+        "--family",
+        "silero_vad",
+        "--model",
+        model,
+        "--audio",
+        audio,
+    ];
+    args.extend_from_slice(extra);
+    cli(&args)
+}
+
 /// Output of one CLI run.
 pub struct Run {
     pub code: i32,

@@ -3,19 +3,6 @@
 mod common;
 use common::*;
 
-fn vad_args<'a>(model: &'a str, audio: &'a str) -> Vec<&'a str> {
-    vec![
-        "--task",
-        "vad",
-        "--family",
-        "silero_vad",
-        "--model",
-        model,
-        "--audio",
-        audio,
-    ]
-}
-
 #[test]
 fn missing_model_file() {
     let run = cli(&vad_args("/nonexistent/model.bin", "/nonexistent/a.wav"));

@@ -48,9 +48,9 @@ pub fn specs() -> PathBuf {
     root().join("model_specs")
 }
 
-/// Runs `--task vad --family silero_vad` on `model` and `audio` with extra flags.
-pub fn vad_run(model: &str, audio: &str, extra: &[&str]) -> Run {
-    let mut args = vec![
+/// The arguments of a `--task vad --family silero_vad` run on `model` and `audio`.
+pub fn vad_args<'a>(model: &'a str, audio: &'a str) -> Vec<&'a str> {
+    vec![
         "--task",
         "vad",
         "--family",
@@ -59,7 +59,12 @@ pub fn vad_run(model: &str, audio: &str, extra: &[&str]) -> Run {
         model,
         "--audio",
         audio,
-    ];
+    ]
+}
+
+/// Runs [`vad_args`] with extra flags.
+pub fn vad_run(model: &str, audio: &str, extra: &[&str]) -> Run {
+    let mut args = vad_args(model, audio);
     args.extend_from_slice(extra);
     cli(&args)
 }

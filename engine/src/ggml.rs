@@ -610,11 +610,10 @@ impl Context {
         self.wrap(unsafe { sys::ggml_norm(self.raw.as_ptr(), a.raw(), eps) })
     }
 
-    /// Element-wise GELU, tanh approximation (within 1e-3 of the exact one; on the CPU a
-    /// table lookup, several times cheaper than the error function).
-    pub fn gelu<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+    /// Element-wise GELU with the exact error function (not the tanh approximation).
+    pub fn gelu_erf<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
         // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_gelu(self.raw.as_ptr(), a.raw()) })
+        self.wrap(unsafe { sys::ggml_gelu_erf(self.raw.as_ptr(), a.raw()) })
     }
 
     /// Multiplies every element by `s`.

@@ -378,7 +378,7 @@ fn clip_recipes() -> Vec<(&'static str, Vec<Part>)> {
 }
 
 /// Bumped whenever the clip recipe or the reference script changes.
-const CLIPS_VERSION: &str = "clips-v2";
+const CLIPS_VERSION: &str = "clips-v3";
 
 /// Short clips of the one sentence Whisper tiny.en transcribes exactly with espeak-ng
 /// voices (ENVIRONMENT.md), for the ASR tests' exact-match assert.
@@ -412,7 +412,7 @@ fn asr_clip_recipes() -> Vec<(&'static str, Vec<Part>)> {
 }
 
 /// Bumped whenever the ASR clip recipe changes.
-const ASR_CLIPS_VERSION: &str = "asr-clips-v2";
+const ASR_CLIPS_VERSION: &str = "asr-clips-v3";
 
 /// A clip in another language (German, espeak-ng's `de` voice) for the language
 /// detection tests of multilingual Whisper models.
@@ -432,7 +432,7 @@ fn lang_clip_recipes() -> Vec<(&'static str, Vec<Part>)> {
 }
 
 /// Bumped whenever the language clip recipe changes.
-const LANG_CLIPS_VERSION: &str = "lang-clips-v2";
+const LANG_CLIPS_VERSION: &str = "lang-clips-v3";
 
 fn generate_clips(dir: &Path) -> Result<Vec<PathBuf>> {
     let paths = generate_clip_set(&dir.join("clips"), clip_recipes(), CLIPS_VERSION)?;
@@ -482,6 +482,7 @@ fn generate_clip_set(
             match part {
                 Part::Silence(secs) => run_cmd(
                     Command::new("sox")
+                        .arg("-D")
                         .args(["-n", "-r", "16000", "-c", "1", "-b", "16"])
                         .arg(&f)
                         .args(["trim", "0", &secs.to_string()]),

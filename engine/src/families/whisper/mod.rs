@@ -146,7 +146,9 @@ fn is_linear_weight(name: &str) -> bool {
 /// keep `source`.
 pub fn stored_type(name: &str, ne: &[i64], source: DType, want: WeightType) -> DType {
     let q = DType::Q8_0;
-    let whole_blocks = ne.first().is_some_and(|&n| n as usize % q.block_len() == 0);
+    let whole_blocks = ne
+        .first()
+        .is_some_and(|&n| (n as usize).is_multiple_of(q.block_len()));
     match want {
         WeightType::Q8_0 if is_linear_weight(name) && whole_blocks => q,
         _ => source,
@@ -230,8 +232,8 @@ pub fn convert_ct2(path: &Path, spec: &ModelSpec, weights: WeightType) -> Result
     };
     if hp.n_audio_layer == 0
         || hp.n_text_layer == 0
-        || hp.n_audio_state % hp.n_audio_head != 0
-        || hp.n_text_state % hp.n_text_head != 0
+        || !hp.n_audio_state.is_multiple_of(hp.n_audio_head)
+        || !hp.n_text_state.is_multiple_of(hp.n_text_head)
     {
         return Err(bad(format!("inconsistent dimensions {hp:?}")));
     }
@@ -617,8 +619,8 @@ impl Whisper {
         };
         if hp.n_audio_head == 0
             || hp.n_text_head == 0
-            || hp.n_audio_state % hp.n_audio_head != 0
-            || hp.n_text_state % hp.n_text_head != 0
+            || !hp.n_audio_state.is_multiple_of(hp.n_audio_head)
+            || !hp.n_text_state.is_multiple_of(hp.n_text_head)
         {
             return Err(bad(format!("inconsistent dimensions {hp:?}")));
         }

@@ -283,6 +283,13 @@ impl Runtime {
         }
     }
 
+    /// True when graphs run on the CPU backend, so the engine's own CPU kernels (ggml
+    /// custom ops) may replace ggml's. Setting `AUDIOCPP_CPU_KERNELS=ggml` keeps
+    /// ggml's own, to compare the two.
+    pub fn cpu_kernels(&self) -> bool {
+        self.cpu.is_none() && std::env::var("AUDIOCPP_CPU_KERNELS").map_or(true, |v| v != "ggml")
+    }
+
     /// Worker threads for CPU work.
     pub fn threads(&self) -> usize {
         self.threads

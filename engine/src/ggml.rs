@@ -16,6 +16,9 @@ use std::sync::Once;
 
 use llama_cpp_sys_2 as sys;
 
+mod cpu_ops;
+pub use cpu_ops::{attention_kernel_available, q8_kernel_available, PackedQ8, ATTENTION_HEAD_DIM};
+
 /// A failure inside ggml, reported with what was being done.
 #[derive(Debug, thiserror::Error)]
 pub enum GgmlError {
@@ -39,6 +42,8 @@ pub enum DType {
     /// ggml's 8-bit block quantization: blocks of 32 values, one f16 scale each
     /// (34 bytes per block). Only matrix-multiplication weights use it.
     Q8_0,
+    /// Raw bytes: q8_0 weights re-laid out for the CPU kernel ([`PackedQ8`]).
+    I8,
 }
 
 impl DType {
@@ -47,6 +52,7 @@ impl DType {
             DType::F32 => sys::GGML_TYPE_F32,
             DType::F16 => sys::GGML_TYPE_F16,
             DType::Q8_0 => sys::GGML_TYPE_Q8_0,
+            DType::I8 => sys::GGML_TYPE_I8,
         }
     }
 
@@ -55,6 +61,7 @@ impl DType {
             sys::GGML_TYPE_F32 => Some(DType::F32),
             sys::GGML_TYPE_F16 => Some(DType::F16),
             sys::GGML_TYPE_Q8_0 => Some(DType::Q8_0),
+            sys::GGML_TYPE_I8 => Some(DType::I8),
             _ => None,
         }
     }
@@ -66,6 +73,7 @@ impl DType {
             DType::F32 => 4,
             DType::F16 => 2,
             DType::Q8_0 => 34,
+            DType::I8 => 1,
         }
     }
 
@@ -79,7 +87,7 @@ impl DType {
     /// whole number of blocks.
     pub fn block_len(self) -> usize {
         match self {
-            DType::F32 | DType::F16 => 1,
+            DType::F32 | DType::F16 | DType::I8 => 1,
             DType::Q8_0 => 32,
         }
     }
@@ -92,7 +100,7 @@ impl DType {
     /// The type for a ggml type number of a legacy (pre-GGUF) file: only the plain
     /// float types, since those files' loaders size tensors per element.
     pub fn from_ggml_id(id: u32) -> Option<Self> {
-        Self::from_raw(id).filter(|t| t.block_len() == 1)
+        Self::from_raw(id).filter(|t| matches!(t, DType::F32 | DType::F16))
     }
 }
 
@@ -114,7 +122,11 @@ pub fn f16_bytes_to_f32(bytes: &[u8]) -> Vec<f32> {
 /// the rows do not split into whole blocks.
 pub fn quantize_rows(dtype: DType, data: &[f32], row_len: usize) -> Result<Vec<u8>> {
     let block = dtype.block_len();
-    if block == 1 || row_len == 0 || row_len % block != 0 || data.len() % row_len != 0 {
+    if block == 1
+        || row_len == 0
+        || !row_len.is_multiple_of(block)
+        || !data.len().is_multiple_of(row_len)
+    {
         return Err(GgmlError::Failed(format!(
             "cannot quantize {} values in rows of {row_len} to {dtype:?} (blocks of {block})",
             data.len()
@@ -616,6 +628,102 @@ impl Context {
         self.wrap(unsafe { sys::ggml_gelu_erf(self.raw.as_ptr(), a.raw()) })
     }
 
+    /// [`Context::gelu_erf`] as a CPU-only custom op with a vectorised erf (ggml's
+    /// calls libm's `erff` per element). `a` must be contiguous f32.
+    pub fn gelu_erf_cpu<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        let a = self.contiguous(a);
+        let [n0, n1, n2, n3] = a.ne();
+        let mut args = [a.raw()];
+        // SAFETY: the op reads its one source and writes a tensor of the same shape;
+        // the callback matches ggml_custom_op_t.
+        self.wrap(unsafe {
+            sys::ggml_custom_4d(
+                self.raw.as_ptr(),
+                sys::GGML_TYPE_F32,
+                n0,
+                n1,
+                n2,
+                n3,
+                args.as_mut_ptr(),
+                1,
+                Some(cpu_ops::gelu_erf_op),
+                -1, // GGML_N_TASKS_MAX: every worker thread
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
+    /// [`Context::mul_mat`] of a [`PackedQ8`] weight (an [`DType::I8`] tensor of
+    /// [`PackedQ8::tensor_shape`]) and f32 activations `x` [k, m]: the result is
+    /// [n, m]. A CPU-only custom op; needs [`q8_kernel_available`].
+    pub fn mul_mat_q8_packed<'a>(&'a self, packed: Tensor<'a>, x: Tensor<'a>) -> Tensor<'a> {
+        let [_, blocks, groups, _] = packed.ne();
+        let [k, m, m2, m3] = x.ne();
+        assert_eq!(packed.dtype(), DType::I8, "a packed q8_0 weight");
+        assert_eq!(k, blocks * 32, "the weight's and activations' k");
+        assert_eq!(m2 * m3, 1, "2-D activations");
+        let x = self.contiguous(x);
+        let mut args = [packed.raw(), x.raw()];
+        // SAFETY: the op reads the packed weight and the f32 rows of x (contiguous) and
+        // writes [n, m] f32; the callback matches ggml_custom_op_t.
+        self.wrap(unsafe {
+            sys::ggml_custom_4d(
+                self.raw.as_ptr(),
+                sys::GGML_TYPE_F32,
+                groups * cpu_ops::GROUP_COLS as i64,
+                m,
+                1,
+                1,
+                args.as_mut_ptr(),
+                2,
+                Some(cpu_ops::q8_packed_op),
+                -1, // GGML_N_TASKS_MAX: every worker thread
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
+    /// Multi-head self-attention without a mask, scale 1/sqrt(64), as a CPU-only custom
+    /// op: `qkv` is [3 d, t] (each row the stacked query, key and value), the result
+    /// [d, t] with heads side by side. Needs [`attention_kernel_available`] and
+    /// `d = heads * ATTENTION_HEAD_DIM`. The whole score row of a query stays in cache,
+    /// so the softmax is exact, with no running rescale.
+    pub fn self_attention_cpu<'a>(&'a self, qkv: Tensor<'a>, heads: usize) -> Tensor<'a> {
+        let [w, t, t2, t3] = qkv.ne();
+        let d = heads * ATTENTION_HEAD_DIM;
+        assert_eq!(w as usize, 3 * d, "stacked q, k, v of {heads} heads of 64");
+        assert_eq!(t2 * t3, 1, "2-D input");
+        let qkv = self.contiguous(qkv);
+        let mut args = [qkv.raw()];
+        // SAFETY: the op reads the contiguous [3d, t] source and writes [d, t] f32; the
+        // head count travels in the userdata pointer's value, never dereferenced.
+        self.wrap(unsafe {
+            sys::ggml_custom_4d(
+                self.raw.as_ptr(),
+                sys::GGML_TYPE_F32,
+                d as i64,
+                t,
+                1,
+                1,
+                args.as_mut_ptr(),
+                1,
+                Some(cpu_ops::attention_op),
+                -1, // GGML_N_TASKS_MAX: every worker thread
+                heads as *mut std::os::raw::c_void,
+            )
+        })
+    }
+
+    /// `a` itself when it is contiguous f32, otherwise a contiguous copy.
+    fn contiguous<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: the tensor belongs to this context.
+        if unsafe { sys::ggml_is_contiguous(a.raw()) } {
+            a
+        } else {
+            self.cont(a)
+        }
+    }
+
     /// Multiplies every element by `s`.
     pub fn scale<'a>(&'a self, a: Tensor<'a>, s: f32) -> Tensor<'a> {
         // SAFETY: as above.
@@ -1028,6 +1136,7 @@ impl HostTensor {
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 .collect(),
             DType::F16 => f16_bytes_to_f32(&self.data),
+            DType::I8 => self.data.iter().map(|&b| b as i8 as f32).collect(),
             DType::Q8_0 => {
                 let blocks = self.data.len() / self.dtype.size();
                 let n = blocks * self.dtype.block_len();
@@ -1107,7 +1216,9 @@ pub fn read_gguf(bytes: &[u8]) -> Result<GgufContents> {
         let mut res = Ok(());
         for i in 0..sys::gguf_get_n_tensors(gguf) {
             let name = cstr(sys::gguf_get_tensor_name(gguf, i));
-            let Some(dtype) = DType::from_raw(sys::gguf_get_tensor_type(gguf, i)) else {
+            // Packed I8 weights exist only in memory; a file never holds them.
+            let stored = DType::from_raw(sys::gguf_get_tensor_type(gguf, i));
+            let Some(dtype) = stored.filter(|&t| t != DType::I8) else {
                 res = Err(GgmlError::BadGguf(format!(
                     "tensor '{name}' has an unsupported type"
                 )));

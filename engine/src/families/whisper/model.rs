@@ -6,7 +6,7 @@
 
 use crate::backend::Runtime;
 use crate::error::Result;
-use crate::ggml::{Buffer, Context, DType, HostTensor, Scheduler, Tensor};
+use crate::ggml::{self, Buffer, Context, DType, HostTensor, Scheduler, Tensor};
 
 /// Model dimensions (from the GGUF metadata).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +112,23 @@ pub fn is_matmul_weight(name: &str) -> bool {
     name == EMBEDDING || (name.contains(".linear_") && name.ends_with(".weight"))
 }
 
+/// A q8_0 weight re-laid out for the engine's CPU kernel ([`ggml::PackedQ8`]) when its
+/// shape fits; every other tensor as it is.
+fn pack_q8_0(t: HostTensor) -> HostTensor {
+    if t.dtype != DType::Q8_0 || t.ne.len() != 2 {
+        return t;
+    }
+    match ggml::PackedQ8::pack(&t.data, t.ne[0] as usize, t.ne[1] as usize) {
+        Some(p) => HostTensor {
+            dtype: DType::I8,
+            ne: p.tensor_shape().to_vec(),
+            data: p.bytes,
+            name: t.name,
+        },
+        None => t,
+    }
+}
+
 /// Weights and caches on the device.
 pub struct WhisperNet {
     hp: HParams,
@@ -120,6 +137,8 @@ pub struct WhisperNet {
     cache: Context,
     _cache_buf: Buffer,
     runtime: Runtime,
+    /// Whether the engine's CPU kernels run the GELU (see [`Runtime::cpu_kernels`]).
+    cpu_kernels: bool,
 }
 
 /// Which attention a block computes.
@@ -134,6 +153,12 @@ impl WhisperNet {
     /// position-major ([state, positions]); values transposed ([positions, state]), so
     /// that attention reads both without copying.
     pub fn new(hp: HParams, tensors: Vec<HostTensor>, runtime: Runtime) -> Result<Self> {
+        let cpu_kernels = runtime.cpu_kernels();
+        let tensors = if cpu_kernels && ggml::q8_kernel_available() {
+            tensors.into_iter().map(pack_q8_0).collect()
+        } else {
+            tensors
+        };
         let weights = Context::new(tensors.len() + 4, 0)?;
         let mut uploads = Vec::with_capacity(tensors.len());
         for t in &tensors {
@@ -165,6 +190,7 @@ impl WhisperNet {
             cache,
             _cache_buf: cache_buf,
             runtime,
+            cpu_kernels,
         })
     }
 
@@ -199,10 +225,22 @@ impl WhisperNet {
     }
 
     fn linear<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Tensor<'a> {
-        ctx.add(
-            ctx.mul_mat(self.w(&format!("{p}.weight")), x),
-            self.w(&format!("{p}.bias")),
-        )
+        let w = self.w(&format!("{p}.weight"));
+        let y = if w.dtype() == DType::I8 {
+            ctx.mul_mat_q8_packed(w, x)
+        } else {
+            ctx.mul_mat(w, x)
+        };
+        ctx.add(y, self.w(&format!("{p}.bias")))
+    }
+
+    /// The exact GELU, with the engine's vectorised kernel on the CPU.
+    fn gelu<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>) -> Tensor<'a> {
+        if self.cpu_kernels {
+            ctx.gelu_erf_cpu(x)
+        } else {
+            ctx.gelu_erf(x)
+        }
     }
 
     /// The decoder's scaled dot-product attention over heads against a cache. `q` and
@@ -278,7 +316,7 @@ impl WhisperNet {
         let h = self.layer_norm(ctx, x, &format!("{p}.ffn.layer_norm"));
         // The exact GELU: ggml's tanh form (an f16 table on the CPU) is 10% faster but
         // moved a borderline window's transcript away from faster-whisper's.
-        let h = ctx.gelu_erf(self.linear(ctx, h, &format!("{p}.ffn.linear_0")));
+        let h = self.gelu(ctx, self.linear(ctx, h, &format!("{p}.ffn.linear_0")));
         ctx.add(x, self.linear(ctx, h, &format!("{p}.ffn.linear_1")))
     }
 
@@ -292,7 +330,7 @@ impl WhisperNet {
         stride: i32,
     ) -> Tensor<'a> {
         let y = ctx.conv_1d_f32(self.w(&format!("encoder.conv{i}.weight")), x, stride, 1);
-        ctx.gelu_erf(ctx.add(y, self.w(&format!("encoder.conv{i}.bias"))))
+        self.gelu(ctx, ctx.add(y, self.w(&format!("encoder.conv{i}.bias"))))
     }
 
     fn encoder_layer<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, l: usize) -> Tensor<'a> {
@@ -300,11 +338,19 @@ impl WhisperNet {
         let (d, h) = (self.hp.n_audio_state, self.hp.n_audio_head);
         let n = self.layer_norm(ctx, x, &format!("{p}.self_attention.layer_norm"));
         let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"));
-        // Fused attention: over 1500 positions, materialising the scores (54 MB per
-        // layer for tiny) and transposing the values cost more than the products.
-        let part = |i| ctx.permute(self.heads(ctx, qkv, i, 3, d, h), [0, 2, 1, 3]);
-        let out = ctx.flash_attn(part(0), part(1), part(2), 1.0 / ((d / h) as f32).sqrt());
-        let att = ctx.reshape(out, &[d as i64, qkv.ne()[1]]);
+        let att = if self.cpu_kernels
+            && ggml::attention_kernel_available()
+            && d == h * ggml::ATTENTION_HEAD_DIM
+        {
+            ctx.self_attention_cpu(qkv, h)
+        } else {
+            // Fused attention: over 1500 positions, materialising the scores (54 MB
+            // per layer for tiny) and transposing the values cost more than the
+            // products.
+            let part = |i| ctx.permute(self.heads(ctx, qkv, i, 3, d, h), [0, 2, 1, 3]);
+            let out = ctx.flash_attn(part(0), part(1), part(2), 1.0 / ((d / h) as f32).sqrt());
+            ctx.reshape(out, &[d as i64, qkv.ne()[1]])
+        };
         let x = ctx.add(
             x,
             self.linear(ctx, att, &format!("{p}.self_attention.linear_1")),

@@ -109,7 +109,7 @@ fn asr_args<'a>(model: &'a str, audio: &'a str) -> Vec<&'a str> {
 /// Runs ASR greedily (`--temperatures 0`), the way the reference was computed.
 fn asr_with(model: &Path, audio: &str, extra: &[&str]) -> Run {
     let mut args = asr_args(s(model), audio);
-    args.extend_from_slice(&["--temperatures", "0", "--threads", "2"]);
+    args.extend_from_slice(&["--temperatures", "0", "--threads", "1"]);
     args.extend_from_slice(extra);
     cli(&args)
 }
@@ -342,7 +342,7 @@ fn temperature_fallback_keeps_the_most_likely_result_reproducibly() {
     let specs = always_fallback_spec(dir.path());
     let run = |audio: &Path, extra: &[&str]| {
         let mut args = asr_args(s(gguf()), s(audio));
-        args.extend_from_slice(&["--threads", "2", "--model-spec-override", s(&specs)]);
+        args.extend_from_slice(&["--threads", "1", "--model-spec-override", s(&specs)]);
         args.extend_from_slice(extra);
         let r = cli(&args);
         assert_eq!(r.code, 0, "{}", r.stderr);

@@ -811,18 +811,9 @@ impl Whisper {
         while seek < content {
             let size = window.min(content - seek);
             let input = mel::window(&mel, self.hp.n_mels, n_frames, seek, window);
-            let threads = self.net.runtime().threads();
-            self.net.runtime().set_threads(threads);
             self.net.encode(&mut self.sched, &input)?;
-            // Decoder steps are hundreds of small ops, each ending in a spinning barrier:
-            // with more threads than free cores (a loaded machine, parallel requests) every
-            // barrier waits a scheduler slice, which made the ASR tests (two in parallel
-            // on two cores) 9x slower; one thread is steady, and only about 2x slower on
-            // an idle machine.
-            self.net.runtime().set_threads(1);
-            let decoded = self.decode_with_fallback(&prompt, max_initial, opts, &mut sampler);
-            self.net.runtime().set_threads(threads);
-            let (tokens, no_speech, avg_logprob, passes) = decoded?;
+            let (tokens, no_speech, avg_logprob, passes) =
+                self.decode_with_fallback(&prompt, max_initial, opts, &mut sampler)?;
             decode_passes += passes;
             let silent =
                 no_speech > opts.no_speech_threshold && avg_logprob < opts.log_prob_threshold;

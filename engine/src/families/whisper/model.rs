@@ -459,11 +459,14 @@ impl WhisperNet {
         n_logits: usize,
     ) -> Result<Vec<f32>> {
         let hp = self.hp;
-        let ctx = Context::new(GRAPH_NODES, GRAPH_NODES)?;
+        // A decoder step is about 70 nodes per layer; a context sized for the encoder's
+        // graph would be allocated and paged in on every token.
+        let nodes = 128 * hp.n_text_layer + 128;
+        let ctx = Context::new(nodes, nodes)?;
         let n = tokens.len() as i64;
         let ids = ctx.new_i32_tensor(&[n], "tokens");
         ids.mark_input();
-        let mut graph = ctx.new_graph(GRAPH_NODES);
+        let mut graph = ctx.new_graph(nodes);
         let d = hp.n_text_state;
         let emb = self.w(EMBEDDING);
         let pos = ctx.view_2d_rows(

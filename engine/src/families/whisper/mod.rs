@@ -463,18 +463,11 @@ impl Sampler {
 /// softmax(logits / temperature) with `u` uniform in [0, 1). Returns the token and its
 /// log-probability under the untempered distribution.
 pub fn pick_token(logits: &[f32], temperature: f32, u: f64) -> (usize, f32) {
-    let (best, _) = argmax_logprob(logits);
+    let (best, best_logprob) = argmax_logprob(logits);
     let max = logits[best];
-    let logprob = |i: usize| {
-        let sum: f64 = logits
-            .iter()
-            .filter(|l| l.is_finite())
-            .map(|&l| ((l - max) as f64).exp())
-            .sum();
-        (logits[i] - max) as f64 as f32 - sum.ln() as f32
-    };
+    let logprob = |i: usize| logits[i] - max + best_logprob;
     if temperature <= 0.0 {
-        return (best, logprob(best));
+        return (best, best_logprob);
     }
     let weights: Vec<f64> = logits
         .iter()
@@ -1115,6 +1108,8 @@ fn softmax_at(logits: &[f32], i: usize) -> f32 {
     (((logits[i] - max) as f64).exp() / sum) as f32
 }
 
+/// The largest logit's index and its log-probability, `-ln(sum(exp(l - max)))`: one
+/// pass of f32 exponentials (each exact to an ulp) summed in f64.
 fn argmax_logprob(logits: &[f32]) -> (usize, f32) {
     let (best, &max) = logits
         .iter()
@@ -1129,7 +1124,7 @@ fn argmax_logprob(logits: &[f32]) -> (usize, f32) {
     let sum: f64 = logits
         .iter()
         .filter(|l| l.is_finite())
-        .map(|&l| ((l - max) as f64).exp())
+        .map(|&l| (l - max).exp() as f64)
         .sum();
     (best, -(sum.ln() as f32))
 }

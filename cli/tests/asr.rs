@@ -29,6 +29,10 @@
 //! chunking cuts the word error rate against what was spoken by a third at least (to
 //! <= 0.35), and with timestamps it stays within 0.05 of faster-whisper's; misuse of
 //! the VAD flags is exit 2 naming the flag.
+//!
+//! The engine's CPU kernels (VNNI q8_0 GEMM, attention, GELU) and ggml's own ops
+//! (`AUDIOCPP_CPU_KERNELS=ggml`, what GPU-less machines without AVX-512 run) give the
+//! same transcripts on every reference clip, for the f16 and the q8_0 model.
 
 mod common;
 use common::*;
@@ -276,6 +280,32 @@ fn q8_0_model_is_smaller_and_keeps_the_phrase_and_the_error_rate() {
         ours_wer <= theirs_wer + Q8_WER_MARGIN,
         "q8_0 WER {ours_wer:.4} is more than {Q8_WER_MARGIN} above faster-whisper's {theirs_wer:.4}"
     );
+}
+
+#[test]
+fn cpu_kernels_and_ggml_ops_give_the_same_transcripts() {
+    #[cfg(target_arch = "x86_64")]
+    if !std::arch::is_x86_feature_detected!("avx512vnni") {
+        eprintln!(
+            "NOTE LOUDLY: this CPU lacks AVX-512 VNNI, so both runs below use ggml's GEMM \
+             and attention; only the GELU kernel is compared"
+        );
+    }
+    let r = reference();
+    let dir = tempfile::tempdir().unwrap();
+    for model in [gguf(), gguf_q8()] {
+        for clip in r["clips"].as_object().unwrap().keys() {
+            let mut args = asr_args(s(model), clip);
+            args.extend_from_slice(&["--temperatures", "0", "--threads", "1"]);
+            let text = |env: &[(&str, &str)]| {
+                let run = cli_in_env(dir.path(), env, &args);
+                assert_eq!(run.code, 0, "{clip}: {}", run.stderr);
+                run.value("text").unwrap_or_default()
+            };
+            let (ours, ggml) = (text(&[]), text(&[("AUDIOCPP_CPU_KERNELS", "ggml")]));
+            assert_eq!(ours, ggml, "{} on {clip}", model.display());
+        }
+    }
 }
 
 /// Max |difference| in seconds between our segment boundaries and faster-whisper's

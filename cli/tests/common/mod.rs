@@ -87,8 +87,14 @@ impl Run {
 
 /// Runs audiocpp_cli with `args` in `cwd`.
 pub fn cli_in(cwd: &Path, args: &[&str]) -> Run {
+    cli_in_env(cwd, &[], args)
+}
+
+/// Runs audiocpp_cli in `cwd` with extra environment variables.
+pub fn cli_in_env(cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
     let out = Command::new(env!("CARGO_BIN_EXE_audiocpp_cli"))
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(cwd)
         .output()
         .expect("audiocpp_cli runs");

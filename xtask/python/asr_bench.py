@@ -1,7 +1,8 @@
 """Times audiocpp_cli's Whisper against faster-whisper (CTranslate2) on the same audio and
 the same CTranslate2 model, in one run: our GGUF in f16 and q8_0 against faster-whisper's
-float32 and int8, at 1 and 2 threads. Prints the median real-time factor (model compute
-time / audio duration) and peak RSS of each configuration, with ratios. Both decode the
+float32 and int8, at 1 and 2 threads, each pair's runs alternated. Prints the median
+real-time factor (model compute time / audio duration) and peak RSS of each
+configuration, with ratios. Both decode the
 same way: greedy, no timestamps, 30 s windows decoded independently.
 
 Usage: asr_bench.py --cli PATH --ct2 DIR --f16 GGUF --q8 GGUF --audio WAV [--repeat N]
@@ -56,17 +57,30 @@ def measure(argv):
     return json.loads(proc.stdout)
 
 
-def run_config(argv, repeat):
-    """Median RTF over `repeat` runs and the peak RSS (MiB) of one run."""
-    rtfs = []
-    for _ in range(repeat):
-        result = measure(argv)
-        rtfs.append(result["inference_ms"] / 1000 / result["audio_seconds"])
+def rtf(argv):
+    """One run's real-time factor and transcript."""
+    result = measure(argv)
+    return result["inference_ms"] / 1000 / result["audio_seconds"], result["text"]
+
+
+def peak_rss_mib(argv):
+    """Peak RSS (MiB) of one run of `argv`."""
     code = ("import resource,subprocess,sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
     rss_kb = int(subprocess.run([sys.executable, "-c", code, *argv], check=True, capture_output=True,
                                 text=True).stdout)
-    return statistics.median(rtfs), rss_kb / 1024, result["text"]
+    return rss_kb / 1024
+
+
+def run_pair(ours, theirs, repeat):
+    """Median RTF, peak RSS and transcript of both commands, their runs alternated so
+    that a change in the machine's load touches both alike."""
+    rtfs, texts = ([], []), ["", ""]
+    for _ in range(repeat):
+        for i, argv in enumerate((ours, theirs)):
+            r, texts[i] = rtf(argv)
+            rtfs[i].append(r)
+    return [(statistics.median(rtfs[i]), peak_rss_mib(argv), texts[i]) for i, argv in enumerate((ours, theirs))]
 
 
 def main():
@@ -83,7 +97,7 @@ def main():
     if args.fw_child:
         return fw_child(args)
     secs = len(read_wav16k(args.audio)) / RATE
-    print(f"audio: {args.audio} ({secs:.1f} s); median of {args.repeat} runs; RTF = compute time / audio time "
+    print(f"audio: {args.audio} ({secs:.1f} s); median of {args.repeat} alternated runs; RTF = compute time / audio time "
           f"(model load excluded); RSS = peak of the whole process")
     print(f"{'threads':>7}  {'audiocpp':<9} {'RTF':>7} {'RSS MiB':>8}   {'faster-whisper':<14} {'RTF':>7} {'RSS MiB':>8}"
           f"   {'speedup':>7} {'RSS ratio':>9}")
@@ -91,8 +105,8 @@ def main():
     texts = {}
     for threads in (1, 2):
         for ours_name, gguf, fw_type in pairs:
-            o_rtf, o_rss, o_text = run_config(ours_cmd(args, gguf, threads), args.repeat)
-            f_rtf, f_rss, f_text = run_config(fw_cmd(args, fw_type, threads), args.repeat)
+            (o_rtf, o_rss, o_text), (f_rtf, f_rss, f_text) = run_pair(
+                ours_cmd(args, gguf, threads), fw_cmd(args, fw_type, threads), args.repeat)
             texts[ours_name], texts[fw_type] = o_text, f_text
             print(f"{threads:>7}  {ours_name:<9} {o_rtf:>7.4f} {o_rss:>8.1f}   {fw_type:<14} {f_rtf:>7.4f} {f_rss:>8.1f}"
                   f"   {f_rtf / o_rtf:>6.2f}x {f_rss / o_rss:>8.2f}x")

@@ -332,10 +332,59 @@ fn vad_args(assets: &assets::Assets) -> [String; 8] {
     ]
 }
 
+/// The phrase the espeak-ng clip `phrase_en_us.wav` says, which Whisper tiny.en must
+/// transcribe exactly.
+const PHRASE: &str = "Speech recognition in Rust is working today.";
+
+/// Converts Whisper tiny.en (the CTranslate2 model of the assets) to a q8_0 GGUF with
+/// a packaged CLI, `run` (which runs it with the given arguments and returns stdout),
+/// then transcribes the phrase clip with it: the package's converter, the Whisper
+/// spec compiled into it and its CPU kernels, as a user would run them. `out` is a
+/// path as the CLI sees it (a Windows CLI under Wine reads Unix paths too).
+fn package_transcribes_the_phrase(
+    run: &dyn Fn(&[&str]) -> Result<String>,
+    assets: &assets::Assets,
+    out: &Path,
+) -> Result<()> {
+    let path = |p: PathBuf| p.to_string_lossy().into_owned();
+    let ct2 = path(assets.dir.join("whisper-tiny.en-ct2"));
+    let gguf = path(out.to_path_buf());
+    run(&[
+        "--task",
+        "convert",
+        "--family",
+        "whisper",
+        "--model",
+        &ct2,
+        "--out",
+        &gguf,
+        "--quantize",
+        "q8_0",
+    ])?;
+    let clip = path(assets.dir.join("clips-asr/phrase_en_us.wav"));
+    let asr = run(&[
+        "--task",
+        "asr",
+        "--family",
+        "whisper",
+        "--model",
+        &gguf,
+        "--audio",
+        &clip,
+        "--temperatures",
+        "0",
+    ])?;
+    anyhow::ensure!(
+        asr.lines().any(|l| l == format!("text={PHRASE}")),
+        "the packaged CLI did not transcribe the phrase exactly: {asr}"
+    );
+    Ok(())
+}
+
 /// The README's main command for real: `dist` for this host into a scratch folder,
 /// `verify-package` on the zip, then unzip it elsewhere and run the CLI from an empty
 /// working directory (`--version`, `--list-devices`, a VAD run whose spec must come from
-/// the compiled-in catalog).
+/// the compiled-in catalog, a Whisper conversion and transcription).
 fn dist_end_to_end(assets: &assets::Assets) -> Result<()> {
     let out = crate::project::target_dir().join("dist-test");
     let zip = dist_track(crate::dist::host_track(), &out)?;
@@ -369,15 +418,17 @@ fn dist_end_to_end(assets: &assets::Assets) -> Result<()> {
         vad.contains("spec_source=embedded") && vad.contains("segments=3"),
         "unexpected VAD output: {vad}"
     );
+    package_transcribes_the_phrase(&run, assets, &out.join("tiny.en-q8_0.gguf"))?;
     eprintln!(
-        "test: {} unpacked and ran from an empty directory",
+        "test: {} unpacked and ran from an empty directory (VAD, Whisper convert and ASR)",
         zip.display()
     );
     Ok(())
 }
 
 /// The Windows package cross-built with MinGW, verified, unzipped and run under Wine
-/// from an empty working directory; then one runtime DLL is removed and both
+/// from an empty working directory (VAD, and Whisper converted and transcribed with the
+/// engine's CPU kernels); then one runtime DLL is removed and both
 /// `verify-package` and Wine (exit code 53) must notice.
 fn windows_end_to_end(assets: &assets::Assets) -> Result<()> {
     let track = "windows-cpu-gnu";
@@ -412,6 +463,7 @@ fn windows_end_to_end(assets: &assets::Assets) -> Result<()> {
             vad.contains("spec_source=embedded") && vad.contains("segments=3"),
             "unexpected VAD output under Wine: {vad}"
         );
+        package_transcribes_the_phrase(&run, assets, &out.join("tiny.en-q8_0-wine.gguf"))?;
 
         let victim = "libstdc++-6.dll";
         std::fs::remove_file(root.join(victim))?;

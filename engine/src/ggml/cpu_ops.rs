@@ -538,6 +538,59 @@ const ATT_TILE: usize = 4;
 /// every query tile of the block uses them.
 const KEY_CHUNK: usize = 64;
 
+/// 64 floats at `p` as four vectors.
+///
+/// # Safety
+/// AVX-512 F; 64 readable floats at `p`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn load64(p: *const f32) -> [std::arch::x86_64::__m512; 4] {
+    use std::arch::x86_64::*;
+    // SAFETY: caller's guarantee.
+    std::array::from_fn(|u| unsafe { _mm512_loadu_ps(p.add(16 * u)) })
+}
+
+/// Stores `R` rows of four vectors, each times `scale`, to rows of 64 floats `stride`
+/// apart.
+///
+/// # Safety
+/// AVX-512 F; `R` writable rows of 64 floats, `stride` apart, at `p`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_rows<const R: usize>(
+    p: *mut f32,
+    stride: usize,
+    rows: &[[std::arch::x86_64::__m512; 4]; R],
+    scale: f32,
+) {
+    use std::arch::x86_64::*;
+    let scale = _mm512_set1_ps(scale);
+    for (r, row) in rows.iter().enumerate() {
+        for (u, a) in row.iter().enumerate() {
+            // SAFETY: caller's guarantee.
+            unsafe { _mm512_storeu_ps(p.add(r * stride + 16 * u), _mm512_mul_ps(*a, scale)) };
+        }
+    }
+}
+
+/// Adds `R` rows of a broadcast scalar times four vectors: `acc[r] += a(r) * b`, the
+/// step both attention products are made of.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn fma_rows<const R: usize>(
+    acc: &mut [[std::arch::x86_64::__m512; 4]; R],
+    a: impl Fn(usize) -> f32,
+    b: &[std::arch::x86_64::__m512; 4],
+) {
+    use std::arch::x86_64::*;
+    for (r, row) in acc.iter_mut().enumerate() {
+        let ab = _mm512_set1_ps(a(r));
+        for u in 0..4 {
+            row[u] = _mm512_fmadd_ps(ab, b[u], row[u]);
+        }
+    }
+}
+
 /// Scores of `R` query rows against one chunk of 64 keys, scaled by 1/8, into `s`
 /// (rows `tp` apart).
 ///
@@ -556,26 +609,12 @@ unsafe fn scores_tile<const R: usize>(
     use std::arch::x86_64::*;
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
     for c in 0..ATTENTION_HEAD_DIM {
-        let mut kv = [_mm512_setzero_ps(); 4];
-        for (u, k) in kv.iter_mut().enumerate() {
-            // SAFETY: caller's guarantee.
-            *k = unsafe { _mm512_loadu_ps(kt.add(c * tp + 16 * u)) };
-        }
-        for (r, row) in acc.iter_mut().enumerate() {
-            // SAFETY: caller's guarantee.
-            let qb = _mm512_set1_ps(unsafe { *q.add(r * x_stride + c) });
-            for u in 0..4 {
-                row[u] = _mm512_fmadd_ps(qb, kv[u], row[u]);
-            }
-        }
+        // SAFETY (both): caller's guarantee.
+        let kv = unsafe { load64(kt.add(c * tp)) };
+        fma_rows(&mut acc, |r| unsafe { *q.add(r * x_stride + c) }, &kv);
     }
-    let scale = _mm512_set1_ps(1.0 / (ATTENTION_HEAD_DIM as f32).sqrt());
-    for (r, row) in acc.iter().enumerate() {
-        for (u, a) in row.iter().enumerate() {
-            // SAFETY: caller's guarantee.
-            unsafe { _mm512_storeu_ps(s.add(r * tp + 16 * u), _mm512_mul_ps(*a, scale)) };
-        }
-    }
+    // SAFETY: caller's guarantee.
+    unsafe { store_rows(s, tp, &acc, 1.0 / (ATTENTION_HEAD_DIM as f32).sqrt()) };
 }
 
 /// Adds probabilities times values of `keys` keys (at most 64) to `R` rows of 64
@@ -594,34 +633,13 @@ unsafe fn values_tile<const R: usize>(
     keys: usize,
     o: *mut f32,
 ) {
-    use std::arch::x86_64::*;
-    let mut acc = [[_mm512_setzero_ps(); 4]; R];
-    for (r, row) in acc.iter_mut().enumerate() {
-        for (u, a) in row.iter_mut().enumerate() {
-            // SAFETY: caller's guarantee.
-            *a = unsafe { _mm512_loadu_ps(o.add(r * 64 + 16 * u)) };
-        }
-    }
+    // SAFETY (all): caller's guarantee.
+    let mut acc: [_; R] = std::array::from_fn(|r| unsafe { load64(o.add(r * 64)) });
     for j in 0..keys {
-        let mut vv = [_mm512_setzero_ps(); 4];
-        for (u, w) in vv.iter_mut().enumerate() {
-            // SAFETY: caller's guarantee.
-            *w = unsafe { _mm512_loadu_ps(v.add(j * x_stride + 16 * u)) };
-        }
-        for (r, row) in acc.iter_mut().enumerate() {
-            // SAFETY: caller's guarantee.
-            let pb = _mm512_set1_ps(unsafe { *p.add(r * tp + j) });
-            for u in 0..4 {
-                row[u] = _mm512_fmadd_ps(pb, vv[u], row[u]);
-            }
-        }
+        let vv = unsafe { load64(v.add(j * x_stride)) };
+        fma_rows(&mut acc, |r| unsafe { *p.add(r * tp + j) }, &vv);
     }
-    for (r, row) in acc.iter().enumerate() {
-        for (u, a) in row.iter().enumerate() {
-            // SAFETY: caller's guarantee.
-            unsafe { _mm512_storeu_ps(o.add(r * 64 + 16 * u), *a) };
-        }
-    }
+    unsafe { store_rows(o, 64, &acc, 1.0) };
 }
 
 /// Replaces the first `t` scores with `exp(score - max)` and returns 1 / their sum.
@@ -872,6 +890,16 @@ mod tests {
         crate::ggml::quantize_rows(crate::ggml::DType::Q8_0, &values(n * k, seed, 0.5), k).unwrap()
     }
 
+    /// Rows of `k` activations quantized with [`quantize_row_u8`]: bytes and scales.
+    fn quantize_rows_u8(x: &[f32], k: usize) -> (Vec<u8>, Vec<f32>) {
+        let nb = k / QK;
+        let (mut xq, mut xd) = (vec![0u8; x.len()], vec![0f32; x.len() / QK]);
+        for ((xr, qr), dr) in x.chunks(k).zip(xq.chunks_mut(k)).zip(xd.chunks_mut(nb)) {
+            quantize_row_u8(xr, qr, dr);
+        }
+        (xq, xd)
+    }
+
     #[test]
     fn packing_refuses_shapes_the_kernel_cannot_run() {
         let q = q8_rows(16, 64, 1);
@@ -891,14 +919,7 @@ mod tests {
         let w = PackedQ8::pack(&q, k, n).unwrap();
         let x = values(m * k, 3, 2.0);
         let nb = k / QK;
-        let (mut xq, mut xd) = (vec![0u8; m * k], vec![0f32; m * nb]);
-        for r in 0..m {
-            quantize_row_u8(
-                &x[r * k..][..k],
-                &mut xq[r * k..][..k],
-                &mut xd[r * nb..][..nb],
-            );
-        }
+        let (xq, xd) = quantize_rows_u8(&x, k);
         let mut y = vec![0f32; m * n];
         gemm_reference(&w, &xq, &xd, m, &mut y);
         for r in 0..m {
@@ -986,15 +1007,7 @@ mod tests {
             let q = q8_rows(n, k, (n * k + m) as u64);
             let w = PackedQ8::pack(&q, k, n).unwrap();
             let nb = k / QK;
-            let x = values(m * k, 9, 1.5);
-            let (mut xq, mut xd) = (vec![0u8; m * k], vec![0f32; m * nb]);
-            for r in 0..m {
-                quantize_row_u8(
-                    &x[r * k..][..k],
-                    &mut xq[r * k..][..k],
-                    &mut xd[r * nb..][..nb],
-                );
-            }
+            let (xq, xd) = quantize_rows_u8(&values(m * k, 9, 1.5), k);
             let mut want = vec![0f32; m * n];
             gemm_reference(&w, &xq, &xd, m, &mut want);
             for nth in 1..=3 {

@@ -142,6 +142,22 @@ fn portable_cpu_build_has_no_avx512() {
     );
 }
 
+/// C compiler flags that make 512-bit vector code.
+const AVX512: [&str; 3] = ["-O3", "-mavx512f", "-mprefer-vector-width=512"];
+
+/// Compiles the C file `src` to the object `obj` with `flags`.
+fn compile(src: &Path, obj: &Path, flags: &[&str]) {
+    let status = Command::new("cc")
+        .args(flags)
+        .arg("-c")
+        .arg(src)
+        .arg("-o")
+        .arg(obj)
+        .status()
+        .expect("a C compiler");
+    assert!(status.success(), "cc {flags:?} {} failed", src.display());
+}
+
 #[test]
 fn the_zmm_check_sees_avx512_code() {
     let tmp = tempfile::tempdir().unwrap();
@@ -152,14 +168,7 @@ fn the_zmm_check_sees_avx512_code() {
     )
     .unwrap();
     let obj = tmp.path().join("v.o");
-    let status = Command::new("cc")
-        .args(["-O3", "-mavx512f", "-mprefer-vector-width=512", "-c"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj)
-        .status()
-        .expect("a C compiler");
-    assert!(status.success());
+    compile(&src, &obj, &AVX512);
     let s = scan(&obj);
     assert!(s.zmm > 0, "the detector missed AVX-512 code");
     assert!(s.first.contains("zmm"));
@@ -170,14 +179,7 @@ fn the_zmm_check_sees_avx512_code() {
         format!("void {DISPATCHED_KERNELS}3addE(float *restrict a, const float *restrict b, int n) {{ for (int i = 0; i < n; i++) a[i] += b[i]; }}\n"),
     )
     .unwrap();
-    let status = Command::new("cc")
-        .args(["-O3", "-mavx512f", "-mprefer-vector-width=512", "-c"])
-        .arg(&kernel)
-        .arg("-o")
-        .arg(&obj)
-        .status()
-        .expect("a C compiler");
-    assert!(status.success());
+    compile(&kernel, &obj, &AVX512);
     let s = scan(&obj);
     assert_eq!((s.zmm, s.ggml_ymm), (0, 0), "the kernel module is exempt");
     assert!(
@@ -185,14 +187,7 @@ fn the_zmm_check_sees_avx512_code() {
         "and its AVX-512 code is counted apart"
     );
     // AVX2 code in a ggml function is seen too.
-    let status = Command::new("cc")
-        .args(["-O3", "-mavx2", "-c"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj)
-        .status()
-        .expect("a C compiler");
-    assert!(status.success());
+    compile(&src, &obj, &["-O3", "-mavx2"]);
     let s = scan(&obj);
     assert_eq!(s.zmm, 0);
     assert!(

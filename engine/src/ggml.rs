@@ -654,28 +654,43 @@ impl Context {
     }
 
     /// [`Context::mul_mat`] of a [`PackedQ8`] weight (an [`DType::I8`] tensor of
-    /// [`PackedQ8::tensor_shape`]) and f32 activations `x` [k, m]: the result is
-    /// [n, m]. A CPU-only custom op; needs [`q8_kernel_available`].
-    pub fn mul_mat_q8_packed<'a>(&'a self, packed: Tensor<'a>, x: Tensor<'a>) -> Tensor<'a> {
+    /// [`PackedQ8::tensor_shape`]) and f32 activations `x` [k, m], plus `bias` ([n]
+    /// f32) when given, in one op: the result is [n, m]. A CPU-only custom op; needs
+    /// [`q8_kernel_available`].
+    pub fn mul_mat_q8_packed<'a>(
+        &'a self,
+        packed: Tensor<'a>,
+        x: Tensor<'a>,
+        bias: Option<Tensor<'a>>,
+    ) -> Tensor<'a> {
         let [_, blocks, groups, _] = packed.ne();
         let [k, m, m2, m3] = x.ne();
+        let n = groups * cpu_ops::GROUP_COLS as i64;
         assert_eq!(packed.dtype(), DType::I8, "a packed q8_0 weight");
         assert_eq!(k, blocks * 32, "the weight's and activations' k");
         assert_eq!(m2 * m3, 1, "2-D activations");
         let x = self.contiguous(x);
-        let mut args = [packed.raw(), x.raw()];
-        // SAFETY: the op reads the packed weight and the f32 rows of x (contiguous) and
-        // writes [n, m] f32; the callback matches ggml_custom_op_t.
+        let mut args = vec![packed.raw(), x.raw()];
+        if let Some(b) = bias {
+            assert_eq!(
+                (b.len(), b.dtype()),
+                (n as usize, DType::F32),
+                "one f32 bias per output"
+            );
+            args.push(self.contiguous(b).raw());
+        }
+        // SAFETY: the op reads the packed weight, the f32 rows of x (contiguous) and the
+        // bias, and writes [n, m] f32; the callback matches ggml_custom_op_t.
         self.wrap(unsafe {
             sys::ggml_custom_4d(
                 self.raw.as_ptr(),
                 sys::GGML_TYPE_F32,
-                groups * cpu_ops::GROUP_COLS as i64,
+                n,
                 m,
                 1,
                 1,
                 args.as_mut_ptr(),
-                2,
+                args.len() as i32,
                 Some(cpu_ops::q8_packed_op),
                 -1, // GGML_N_TASKS_MAX: every worker thread
                 std::ptr::null_mut(),

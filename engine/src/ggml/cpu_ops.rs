@@ -192,11 +192,13 @@ unsafe fn quantize_row_u8_avx512(x: &[f32], q: &mut [u8], d: &mut [f32]) {
 }
 
 /// Computes `y` rows `rows` (all columns of groups `groups`) from quantized rows with
-/// the VNNI micro-kernel. `xq`/`xd` hold the quantized rows starting at `rows.start`.
+/// the VNNI micro-kernel, plus `bias` (one value per output column) unless it is null.
+/// `xq`/`xd` hold the quantized rows starting at `rows.start`.
 ///
 /// # Safety
 /// The CPU must have [`q8_kernel_available`]; `packed` must hold `w_groups` groups of
-/// `nb` cells; `y` must have room for `rows.end` rows of `y_stride` floats.
+/// `nb` cells; `y` must have room for `rows.end` rows of `y_stride` floats; a non-null
+/// `bias` must hold a value for every column of the groups.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemm_rows(
@@ -208,6 +210,7 @@ unsafe fn gemm_rows(
     groups: std::ops::Range<usize>,
     y: *mut f32,
     y_stride: usize,
+    bias: *const f32,
 ) {
     let k = nb * QK;
     let mut g0 = groups.start;
@@ -224,17 +227,22 @@ unsafe fn gemm_rows(
                 let pair = g + 2 <= g1;
                 let w = packed.add(g * nb * CELL_BYTES);
                 let yt = y.add(r * y_stride + g * GROUP_COLS);
+                let bt = if bias.is_null() {
+                    bias
+                } else {
+                    bias.add(g * GROUP_COLS)
+                };
                 // SAFETY: the caller's guarantees cover every pointer formed here.
                 unsafe {
                     match (tile, pair) {
-                        (4, true) => tile_kernel::<4, 2>(w, nb, xq_t, xd_t, k, yt, y_stride),
-                        (4, false) => tile_kernel::<4, 1>(w, nb, xq_t, xd_t, k, yt, y_stride),
-                        (3, true) => tile_kernel::<3, 2>(w, nb, xq_t, xd_t, k, yt, y_stride),
-                        (3, false) => tile_kernel::<3, 1>(w, nb, xq_t, xd_t, k, yt, y_stride),
-                        (2, true) => tile_kernel::<2, 2>(w, nb, xq_t, xd_t, k, yt, y_stride),
-                        (2, false) => tile_kernel::<2, 1>(w, nb, xq_t, xd_t, k, yt, y_stride),
-                        (_, true) => tile_kernel::<1, 2>(w, nb, xq_t, xd_t, k, yt, y_stride),
-                        (_, false) => tile_kernel::<1, 1>(w, nb, xq_t, xd_t, k, yt, y_stride),
+                        (4, true) => tile_kernel::<4, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
+                        (4, false) => tile_kernel::<4, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
+                        (3, true) => tile_kernel::<3, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
+                        (3, false) => tile_kernel::<3, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
+                        (2, true) => tile_kernel::<2, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
+                        (2, false) => tile_kernel::<2, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
+                        (_, true) => tile_kernel::<1, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
+                        (_, false) => tile_kernel::<1, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
                     }
                 }
                 g += if pair { 2 } else { 1 };
@@ -252,6 +260,7 @@ unsafe fn gemm_rows(
 /// `nb * CELL_BYTES` apart.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile_kernel<const R: usize, const C: usize>(
     w: *const u8,
     nb: usize,
@@ -260,6 +269,7 @@ unsafe fn tile_kernel<const R: usize, const C: usize>(
     k: usize,
     y: *mut f32,
     y_stride: usize,
+    bias: *const f32,
 ) {
     use std::arch::x86_64::*;
     let group_stride = nb * CELL_BYTES;
@@ -312,10 +322,24 @@ unsafe fn tile_kernel<const R: usize, const C: usize>(
             }
         }
     }
+    // The bias is added after the sum, as ggml's separate add would.
+    let bias: [__m512; C] = std::array::from_fn(|c| {
+        if bias.is_null() {
+            _mm512_setzero_ps()
+        } else {
+            // SAFETY: a non-null bias covers the groups (caller's guarantee).
+            unsafe { _mm512_loadu_ps(bias.add(c * GROUP_COLS)) }
+        }
+    });
     for (r, row) in acc.iter().enumerate() {
         for (c, v) in row.iter().enumerate() {
             // SAFETY: the output tile lies inside y.
-            unsafe { _mm512_storeu_ps(y.add(r * y_stride + c * GROUP_COLS), *v) };
+            unsafe {
+                _mm512_storeu_ps(
+                    y.add(r * y_stride + c * GROUP_COLS),
+                    _mm512_add_ps(*v, bias[c]),
+                )
+            };
         }
     }
 }
@@ -337,7 +361,7 @@ pub fn split_range(len: usize, unit: usize, ith: usize, nth: usize) -> std::ops:
 }
 
 /// The custom op: `dst` [n, m] = packed weight (src 0) times activations (src 1,
-/// [k, m], rows contiguous). Rows are split among threads when there are enough of
+/// [k, m], rows contiguous), plus the bias (src 2, [n] contiguous) when given. Rows are split among threads when there are enough of
 /// them (the encoder); otherwise output columns are (the decoder's single token).
 ///
 /// # Safety
@@ -360,6 +384,10 @@ pub(super) unsafe extern "C" fn q8_packed_op(
         let n_groups = w.ne[2] as usize;
         let m = x.ne[1] as usize;
         let y_stride = (*dst).nb[1] / 4;
+        let bias = match (*dst).src[2] {
+            b if b.is_null() => std::ptr::null(),
+            b => (*b).data as *const f32,
+        };
         let (rows, groups) = if m >= TILE_ROWS * nth {
             (split_range(m, TILE_ROWS, ith, nth), 0..n_groups)
         } else {
@@ -387,6 +415,7 @@ pub(super) unsafe extern "C" fn q8_packed_op(
                 groups,
                 (*dst).data as *mut f32,
                 y_stride,
+                bias,
             );
         });
     }
@@ -1010,7 +1039,18 @@ mod tests {
             let (xq, xd) = quantize_rows_u8(&values(m * k, 9, 1.5), k);
             let mut want = vec![0f32; m * n];
             gemm_reference(&w, &xq, &xd, m, &mut want);
-            for nth in 1..=3 {
+            let bias = values(n, 11, 1.0);
+            for (nth, with_bias) in [(1, false), (2, true), (3, false), (3, true)] {
+                let want: Vec<f32> = want
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| if with_bias { w + bias[i % n] } else { *w })
+                    .collect();
+                let bias_ptr = if with_bias {
+                    bias.as_ptr()
+                } else {
+                    std::ptr::null()
+                };
                 let mut got = vec![f32::NAN; m * n];
                 for ith in 0..nth {
                     let (rows, groups) = if m >= TILE_ROWS * nth {
@@ -1032,6 +1072,7 @@ mod tests {
                             groups,
                             got.as_mut_ptr(),
                             n,
+                            bias_ptr,
                         )
                     };
                 }

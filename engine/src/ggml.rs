@@ -1341,3 +1341,42 @@ pub fn write_gguf(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(name: &str, dtype: DType, data: Vec<u8>) -> HostTensor {
+        HostTensor {
+            name: name.into(),
+            dtype,
+            ne: vec![data.len() as i64 / dtype.size() as i64],
+            data,
+        }
+    }
+
+    #[test]
+    fn a_gguf_holding_packed_i8_weights_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = tensor("w", DType::F32, 1f32.to_le_bytes().repeat(4));
+        let ok = dir.path().join("ok.gguf");
+        write_gguf(&ok, &[], std::slice::from_ref(&plain)).unwrap();
+        let read = read_gguf(&std::fs::read(&ok).unwrap()).unwrap();
+        assert_eq!(read.tensors.len(), 1);
+
+        let bad = dir.path().join("bad.gguf");
+        write_gguf(
+            &bad,
+            &[],
+            &[plain, tensor("packed", DType::I8, vec![7; 64])],
+        )
+        .unwrap();
+        let Err(err) = read_gguf(&std::fs::read(&bad).unwrap()) else {
+            panic!("a GGUF with an I8 tensor was read");
+        };
+        assert!(
+            err.to_string().contains("'packed' has an unsupported type"),
+            "{err}"
+        );
+    }
+}

@@ -6,6 +6,8 @@
 //!   vectors). The numerics are ggml's: activations are quantized to q8_0 blocks
 //!   (an f16 scale per 32 values, rounded to nearest even), block products are exact
 //!   integers, scaled per block and summed in f32.
+//! - The encoder's self-attention (AVX-512, heads of 64): each query's whole score row
+//!   stays in cache, so the softmax is exact in one pass, with keys chunked in L1.
 //! - [`gelu_erf`]: the exact (erf) GELU with a vectorisable rational erf instead of a
 //!   libm call per element.
 //!
@@ -360,6 +362,21 @@ pub fn split_range(len: usize, unit: usize, ith: usize, nth: usize) -> std::ops:
     start..end
 }
 
+/// Thread `ith`'s share of an `m`-row product over `n_groups` output groups: rows when
+/// there are enough of them (the encoder), else output groups (a decoder step).
+fn q8_work(
+    m: usize,
+    n_groups: usize,
+    ith: usize,
+    nth: usize,
+) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+    if m >= TILE_ROWS * nth {
+        (split_range(m, TILE_ROWS, ith, nth), 0..n_groups)
+    } else {
+        (0..m, split_range(n_groups, 1, ith, nth))
+    }
+}
+
 /// The custom op: `dst` [n, m] = packed weight (src 0) times activations (src 1,
 /// [k, m], rows contiguous), plus the bias (src 2, [n] contiguous) when given. Rows are split among threads when there are enough of
 /// them (the encoder); otherwise output columns are (the decoder's single token).
@@ -388,11 +405,7 @@ pub(super) unsafe extern "C" fn q8_packed_op(
             b if b.is_null() => std::ptr::null(),
             b => (*b).data as *const f32,
         };
-        let (rows, groups) = if m >= TILE_ROWS * nth {
-            (split_range(m, TILE_ROWS, ith, nth), 0..n_groups)
-        } else {
-            (0..m, split_range(n_groups, 1, ith, nth))
-        };
+        let (rows, groups) = q8_work(m, n_groups, ith, nth);
         if rows.is_empty() || groups.is_empty() {
             return;
         }
@@ -1053,11 +1066,7 @@ mod tests {
                 };
                 let mut got = vec![f32::NAN; m * n];
                 for ith in 0..nth {
-                    let (rows, groups) = if m >= TILE_ROWS * nth {
-                        (split_range(m, TILE_ROWS, ith, nth), 0..n / GROUP_COLS)
-                    } else {
-                        (0..m, split_range(n / GROUP_COLS, 1, ith, nth))
-                    };
+                    let (rows, groups) = q8_work(m, n / GROUP_COLS, ith, nth);
                     if rows.is_empty() || groups.is_empty() {
                         continue;
                     }

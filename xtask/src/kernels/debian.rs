@@ -1,7 +1,8 @@
 //! Real kernel folders from Debian's packages, for `cargo xtask test`: the pinned
 //! `.deb`s of `packaging/sdk/debian.toml` (`[[kernel_debs]]`, by version and SHA-256) are
-//! downloaded into the cache, extracted with `dpkg-deb`, and their `library/` folders
-//! checked against the recorded listings (`xtask/tests/fixtures/rocm-library-listings/`):
+//! downloaded into the cache, their `library/` folders laid out from `dpkg-deb`'s
+//! tarball as sparse placeholders (names and sizes only), and checked against the
+//! recorded listings (`xtask/tests/fixtures/rocm-library-listings/`):
 //! same names and sizes, the same per-arch report, the filter's kept/dropped split for
 //! the pin's targets, and the coverage verdict per target.
 //!
@@ -183,61 +184,123 @@ fn download(url: &str, dest: &Path, sha256: &str) -> Result<()> {
     std::fs::rename(&part, dest).with_context(|| format!("renaming {}", part.display()))
 }
 
+/// Writes the regular files below a `library/` folder of a package's data tarball into
+/// `dest` as sparse placeholders, and returns how many it wrote.
+///
+/// The checks read only names and sizes, and the package's SHA-256 already vouches for
+/// the bodies; writing them would take 3.5 GB of disk (rocBLAS 6.4 alone is 2.9 GB),
+/// more than a CI machine may have free. Everything outside `library/` (the 1 GB shared
+/// library) is skipped, and entries that would land outside `dest` are refused.
+pub fn extract_library_placeholders(tarball: impl std::io::Read, dest: &Path) -> Result<usize> {
+    let mut archive = tar::Archive::new(tarball);
+    let mut placed = 0;
+    for entry in archive.entries().context("reading the package's tarball")? {
+        let entry = entry.context("reading a tarball entry")?;
+        let path = entry.path().context("a tarball entry's path")?.into_owned();
+        let parts: Vec<&std::ffi::OsStr> = path
+            .components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .map(|c| match c {
+                std::path::Component::Normal(p) => Ok(p),
+                _ => Err(anyhow::anyhow!(
+                    "tarball entry {} leaves the extraction folder",
+                    path.display()
+                )),
+            })
+            .collect::<Result<_>>()?;
+        let below_library = parts
+            .iter()
+            .position(|p| *p == "library")
+            .is_some_and(|i| i + 1 < parts.len());
+        if !below_library || !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let file: PathBuf = dest.join(parts.iter().collect::<PathBuf>());
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let size = entry.header().size().context("a tarball entry's size")?;
+        std::fs::File::create(&file)
+            .and_then(|f| f.set_len(size))
+            .with_context(|| format!("writing {}", file.display()))?;
+        placed += 1;
+    }
+    // Read the tarball's padding too, so that its writer is not cut off mid-stream.
+    std::io::copy(&mut archive.into_inner(), &mut std::io::sink())
+        .context("reading the end of the package's tarball")?;
+    Ok(placed)
+}
+
+/// The `.deb` size recorded in an extraction marker (pure), when the marker is for the
+/// package with `sha256`.
+fn extracted_size(marker: &str, sha256: &str) -> Option<u64> {
+    let (sha, bytes) = marker.trim().split_once(' ')?;
+    (sha == sha256).then(|| bytes.parse().ok()).flatten()
+}
+
 /// Fetches (once), extracts (once) and checks one pinned package against its listing.
 pub fn check(deb: &KernelDeb, mirror: &str, cache: &Path) -> Result<DebCheck> {
     let what = format!("{} {}", deb.package, deb.version);
     std::fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
-    let deb_path = cache.join(deb.file_name());
-    let mut download_s = 0.0;
-    let have = deb_path.is_file() && sha256_file(&deb_path)? == deb.sha256;
-    if !have {
-        let url = format!("{}/{}", mirror.trim_end_matches('/'), deb.pool_path);
-        eprintln!("kernels: downloading {url}");
-        let t = Instant::now();
-        download(&url, &deb_path, &deb.sha256)?;
-        download_s = t.elapsed().as_secs_f64();
-    }
     let root = cache.join(format!("{}_{}", deb.package, deb.version));
-    let mut extract_s = 0.0;
-    if !root.join(".extracted").is_file() {
-        let partial = cache.join(format!("{}_{}.partial", deb.package, deb.version));
-        let _ = std::fs::remove_dir_all(&partial);
-        let _ = std::fs::remove_dir_all(&root);
-        let t = Instant::now();
-        std::fs::create_dir_all(&partial)?;
-        // Only the library folder: the package's shared library (1 GB for rocBLAS) is
-        // not needed here.
-        let mut dpkg = Command::new("dpkg-deb")
-            .arg("--fsys-tarfile")
-            .arg(&deb_path)
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("cannot run dpkg-deb; install it with `apt-get install dpkg`")?;
-        let tar = Command::new("tar")
-            .arg("-x")
-            .arg("-C")
-            .arg(&partial)
-            .args(["--wildcards", "--wildcards-match-slash", "*/library/*"])
-            .stdin(dpkg.stdout.take().context("dpkg-deb's output")?)
-            .status()
-            .context("cannot run tar")?;
-        let dpkg = dpkg.wait()?;
-        ensure!(
-            dpkg.success() && tar.success(),
-            "extracting {} failed (dpkg-deb {dpkg}, tar {tar})",
-            deb_path.display()
-        );
-        ensure!(
-            partial.join("usr").is_dir(),
-            "extracting {} gave no usr/ folder in {}",
-            deb_path.display(),
-            partial.display()
-        );
-        std::fs::write(partial.join(".extracted"), &deb.sha256)?;
-        std::fs::rename(&partial, &root)
-            .with_context(|| format!("renaming {}", partial.display()))?;
-        extract_s = t.elapsed().as_secs_f64();
-    }
+    let marker = root.join(".extracted");
+    let (mut download_s, mut extract_s) = (0.0, 0.0);
+    // The marker holds the package's SHA-256 and size: once the placeholders are laid
+    // out, the `.deb` itself is deleted (420 MB for both pins).
+    let deb_bytes = match std::fs::read_to_string(&marker)
+        .ok()
+        .and_then(|m| extracted_size(&m, &deb.sha256))
+    {
+        Some(bytes) => bytes,
+        None => {
+            let deb_path = cache.join(deb.file_name());
+            if !(deb_path.is_file() && sha256_file(&deb_path)? == deb.sha256) {
+                let url = format!("{}/{}", mirror.trim_end_matches('/'), deb.pool_path);
+                eprintln!("kernels: downloading {url}");
+                let t = Instant::now();
+                download(&url, &deb_path, &deb.sha256)?;
+                download_s = t.elapsed().as_secs_f64();
+            }
+            let t = Instant::now();
+            let partial = cache.join(format!("{}_{}.partial", deb.package, deb.version));
+            let _ = std::fs::remove_dir_all(&partial);
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir_all(&partial)?;
+            let mut dpkg = Command::new("dpkg-deb")
+                .arg("--fsys-tarfile")
+                .arg(&deb_path)
+                .stdout(Stdio::piped())
+                .spawn()
+                .context("cannot run dpkg-deb; install it with `apt-get install dpkg`")?;
+            let placed = extract_library_placeholders(
+                dpkg.stdout.take().context("dpkg-deb's output")?,
+                &partial,
+            );
+            let dpkg = dpkg.wait()?;
+            let placed = placed.with_context(|| format!("reading {}", deb_path.display()))?;
+            ensure!(
+                dpkg.success(),
+                "extracting {} failed (dpkg-deb {dpkg})",
+                deb_path.display()
+            );
+            ensure!(
+                placed > 0 && partial.join("usr").is_dir(),
+                "{} holds no usr/**/library/ files",
+                deb_path.display()
+            );
+            let bytes = std::fs::metadata(&deb_path)?.len();
+            std::fs::write(
+                partial.join(".extracted"),
+                format!("{} {bytes}\n", deb.sha256),
+            )?;
+            std::fs::rename(&partial, &root)
+                .with_context(|| format!("renaming {}", partial.display()))?;
+            std::fs::remove_file(&deb_path)
+                .with_context(|| format!("removing {}", deb_path.display()))?;
+            extract_s = t.elapsed().as_secs_f64();
+            bytes
+        }
+    };
     let usr = root.join("usr");
     let mut libs = layout::scan(&usr).with_context(|| format!("scanning {what}"))?;
     libs.retain(|l| l.kind == deb.library);
@@ -296,7 +359,7 @@ pub fn check(deb: &KernelDeb, mirror: &str, cache: &Path) -> Result<DebCheck> {
     );
     Ok(DebCheck {
         package: what,
-        deb_bytes: std::fs::metadata(&deb_path)?.len(),
+        deb_bytes,
         download_s,
         extract_s,
         files: real.files.len(),
@@ -310,6 +373,82 @@ pub fn check(deb: &KernelDeb, mirror: &str, cache: &Path) -> Result<DebCheck> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tarball shaped like a kernel package's data: `(path, size)` regular files.
+    fn tarball(files: &[(&str, usize)]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, size) in files {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(*size as u64);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            // Written by hand so that the escaping path below reaches the reader as is.
+            h.as_old_mut().name[..path.len()].copy_from_slice(path.as_bytes());
+            h.set_cksum();
+            b.append(&h, &vec![7u8; *size][..]).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    #[test]
+    fn placeholders_keep_names_and_sizes_of_library_files_only_and_take_no_blocks() {
+        use std::os::unix::fs::MetadataExt;
+        let big = 8 << 20;
+        let t = tarball(&[
+            ("./usr/lib/x86_64-linux-gnu/librocblas.so.4.4", 4096),
+            (
+                "./usr/lib/x86_64-linux-gnu/rocblas/4.4.1/library/Kernels.so-000-gfx1100.hsaco",
+                big,
+            ),
+            (
+                "./usr/lib/x86_64-linux-gnu/rocblas/4.4.1/library/TensileLibrary_lazy_gfx1100.dat",
+                5,
+            ),
+            ("./usr/share/doc/librocblas4/library", 3),
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(extract_library_placeholders(&t[..], dir.path()).unwrap(), 2);
+        let lib = dir
+            .path()
+            .join("usr/lib/x86_64-linux-gnu/rocblas/4.4.1/library");
+        let hsaco = std::fs::metadata(lib.join("Kernels.so-000-gfx1100.hsaco")).unwrap();
+        assert_eq!(hsaco.len(), big as u64);
+        assert!(
+            hsaco.blocks() * 512 < big as u64 / 8,
+            "the placeholder holds {} bytes of disk",
+            hsaco.blocks() * 512
+        );
+        assert_eq!(
+            std::fs::metadata(lib.join("TensileLibrary_lazy_gfx1100.dat"))
+                .unwrap()
+                .len(),
+            5
+        );
+        assert!(!dir
+            .path()
+            .join("usr/lib/x86_64-linux-gnu/librocblas.so.4.4")
+            .exists());
+        assert!(!dir.path().join("usr/share").exists());
+    }
+
+    #[test]
+    fn placeholders_refuse_entries_that_leave_the_folder() {
+        let t = tarball(&[("./usr/../../library/x.hsaco", 1)]);
+        let dir = tempfile::tempdir().unwrap();
+        let err = extract_library_placeholders(&t[..], dir.path()).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("leaves the extraction folder"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn the_marker_gives_the_size_only_for_its_own_package() {
+        assert_eq!(extracted_size("abc 268000\n", "abc"), Some(268000));
+        assert_eq!(extracted_size("abc 268000", "abd"), None);
+        assert_eq!(extracted_size("abc", "abc"), None);
+        assert_eq!(extracted_size("abc x", "abc"), None);
+    }
 
     const LISTING: &str = "name\tsize_bytes\nKernels.so-000-gfx1100.hsaco\t10\nTensileLibrary_lazy_gfx1100.dat\t5\nTensileLibrary_Type_HH_Contraction_l_Ailk_Bljk_Cijk_Dijk_fallback.dat\t7\n";
 

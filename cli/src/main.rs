@@ -456,7 +456,11 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
 fn list_devices(json: bool) -> Result<(), Failure> {
     let devices = backend::list_devices();
     if json {
-        let v = serde_json::json!({ "compiled_backends": backend::compiled_backends(), "devices": devices });
+        let v = serde_json::json!({
+            "compiled_backends": backend::compiled_backends(),
+            "cpu_kernels": backend::cpu_kernels(),
+            "devices": devices,
+        });
         out!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
         return Ok(());
     }
@@ -464,6 +468,7 @@ fn list_devices(json: bool) -> Result<(), Failure> {
         "compiled_backends={}",
         backend::compiled_backends().join(",")
     );
+    out!("cpu_kernels={}", backend::cpu_kernels());
     out!("devices={}", devices.len());
     for d in &devices {
         out!(

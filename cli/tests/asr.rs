@@ -30,9 +30,10 @@
 //! <= 0.35), and with timestamps it stays within 0.05 of faster-whisper's; misuse of
 //! the VAD flags is exit 2 naming the flag.
 //!
-//! The engine's CPU kernels (VNNI q8_0 GEMM, attention, GELU) and ggml's own ops
-//! (`AUDIOCPP_CPU_KERNELS=ggml`, what GPU-less machines without AVX-512 run) give the
-//! same transcripts on every reference clip, for the f16 and the q8_0 model.
+//! The engine's CPU kernels (q8_0 GEMM, attention, GELU) at AVX-512, at AVX2
+//! (`AUDIOCPP_CPU_KERNELS=avx2`, what CPUs without AVX-512 run) and ggml's own ops
+//! (`AUDIOCPP_CPU_KERNELS=ggml`, what CPUs without AVX2 run) give the same transcripts
+//! on every reference clip, for the f16 and the q8_0 model.
 
 mod common;
 use common::*;
@@ -285,11 +286,19 @@ fn q8_0_model_is_smaller_and_keeps_the_phrase_and_the_error_rate() {
 #[test]
 fn cpu_kernels_and_ggml_ops_give_the_same_transcripts() {
     #[cfg(target_arch = "x86_64")]
-    if !std::arch::is_x86_feature_detected!("avx512vnni") {
-        eprintln!(
-            "NOTE LOUDLY: this CPU lacks AVX-512 VNNI, so both runs below use ggml's GEMM \
-             and attention; only the GELU kernel is compared"
-        );
+    for (feature, has) in [
+        (
+            "AVX-512 VNNI",
+            std::arch::is_x86_feature_detected!("avx512vnni"),
+        ),
+        ("AVX2", std::arch::is_x86_feature_detected!("avx2")),
+    ] {
+        if !has {
+            eprintln!(
+                "NOTE LOUDLY: this CPU lacks {feature}, so the kernels written for it are \
+                 not among the runs compared below"
+            );
+        }
     }
     let r = reference();
     let dir = tempfile::tempdir().unwrap();
@@ -302,8 +311,11 @@ fn cpu_kernels_and_ggml_ops_give_the_same_transcripts() {
                 assert_eq!(run.code, 0, "{clip}: {}", run.stderr);
                 run.value("text").unwrap_or_default()
             };
-            let (ours, ggml) = (text(&[]), text(&[("AUDIOCPP_CPU_KERNELS", "ggml")]));
-            assert_eq!(ours, ggml, "{} on {clip}", model.display());
+            let ours = text(&[]);
+            for level in ["avx2", "ggml"] {
+                let theirs = text(&[("AUDIOCPP_CPU_KERNELS", level)]);
+                assert_eq!(ours, theirs, "{} on {clip} with {level}", model.display());
+            }
         }
     }
 }

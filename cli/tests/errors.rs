@@ -200,6 +200,46 @@ fn failed_convert_leaves_no_file() {
 }
 
 #[test]
+fn list_devices_names_the_cpu_kernels_and_the_switch_changes_them() {
+    let kernels = |env: &[(&str, &str)]| {
+        let dir = tempfile::tempdir().unwrap();
+        let run = cli_in_env(dir.path(), env, &["--list-devices", "--json"]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        v["cpu_kernels"].as_str().unwrap().to_string()
+    };
+    #[cfg(target_arch = "x86_64")]
+    let (avx2, avx512, vnni) = (
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"),
+        std::arch::is_x86_feature_detected!("avx512f"),
+        std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni"),
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    let (avx2, avx512, vnni) = (false, false, false);
+    let want = match (avx512, avx2, vnni) {
+        (true, _, true) => "float:avx512,q8_0:avx512",
+        (true, _, false) => "float:avx512,q8_0:avx2",
+        (false, true, _) => "float:avx2,q8_0:avx2",
+        _ => "ggml",
+    };
+    assert_eq!(kernels(&[]), want);
+    assert_eq!(kernels(&[("AUDIOCPP_CPU_KERNELS", "ggml")]), "ggml");
+    let capped = if avx2 { "float:avx2,q8_0:avx2" } else { "ggml" };
+    assert_eq!(kernels(&[("AUDIOCPP_CPU_KERNELS", "avx2")]), capped);
+    if !avx2 {
+        eprintln!("SKIPPED LOUDLY: this CPU has no AVX2; only the ggml fallback was checked");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = cli_in_env(dir.path(), &[], &["--list-devices"]);
+    assert!(
+        text.stdout.contains(&format!("cpu_kernels={want}\n")),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
 fn info_commands() {
     let run = cli(&["--version"]);
     assert_eq!(run.code, 0);

@@ -98,6 +98,27 @@ impl BackendKind {
     }
 }
 
+/// True when `AUDIOCPP_CPU_KERNELS=ggml` asks for ggml's own CPU ops everywhere, to
+/// compare the two.
+fn cpu_kernels_off() -> bool {
+    std::env::var("AUDIOCPP_CPU_KERNELS").is_ok_and(|v| v == "ggml")
+}
+
+/// What the engine's own CPU kernels run as on this machine, for `--list-devices`:
+/// `float:<level>,q8_0:<level>` (levels `avx512` or `avx2`), or `ggml` when ggml's
+/// ops run instead (a CPU without AVX2 and FMA, or `AUDIOCPP_CPU_KERNELS=ggml`).
+/// `AUDIOCPP_CPU_KERNELS=avx2` caps the levels at AVX2.
+pub fn cpu_kernels() -> String {
+    match (
+        cpu_kernels_off(),
+        ggml::SimdLevel::allowed(),
+        ggml::q8_kernel_level(),
+    ) {
+        (false, Some(float), Some(q8)) => format!("float:{},q8_0:{}", float.name(), q8.name()),
+        _ => "ggml".to_string(),
+    }
+}
+
 /// Backends compiled into this build, in flag spelling.
 pub fn compiled_backends() -> Vec<&'static str> {
     [
@@ -284,10 +305,9 @@ impl Runtime {
     }
 
     /// True when graphs run on the CPU backend, so the engine's own CPU kernels (ggml
-    /// custom ops) may replace ggml's. Setting `AUDIOCPP_CPU_KERNELS=ggml` keeps
-    /// ggml's own, to compare the two.
+    /// custom ops) may replace ggml's (see [`cpu_kernels`]).
     pub fn cpu_kernels(&self) -> bool {
-        self.cpu.is_none() && std::env::var("AUDIOCPP_CPU_KERNELS").map_or(true, |v| v != "ggml")
+        self.cpu.is_none() && !cpu_kernels_off()
     }
 
     /// Worker threads for CPU work.

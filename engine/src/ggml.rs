@@ -17,7 +17,10 @@ use std::sync::Once;
 use llama_cpp_sys_2 as sys;
 
 mod cpu_ops;
-pub use cpu_ops::{attention_kernel_available, q8_kernel_available, PackedQ8, ATTENTION_HEAD_DIM};
+pub use cpu_ops::{
+    attention_kernel_available, q8_kernel_available, q8_kernel_level, PackedQ8, SimdLevel,
+    ATTENTION_HEAD_DIM,
+};
 
 /// A failure inside ggml, reported with what was being done.
 #[derive(Debug, thiserror::Error)]

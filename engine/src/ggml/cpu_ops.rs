@@ -3,13 +3,18 @@
 //!
 //! - [`PackedQ8`]: q8_0 weight times f32 activation products with AVX-512 VNNI
 //!   (`vpdpbusd`, 64 byte products per instruction; ggml's q8_0 GEMM uses 256-bit
-//!   vectors). The numerics are ggml's: activations are quantized to q8_0 blocks
-//!   (an f16 scale per 32 values, rounded to nearest even), block products are exact
-//!   integers, scaled per block and summed in f32.
-//! - The encoder's self-attention (AVX-512, heads of 64): each query's whole score row
-//!   stays in cache, so the softmax is exact in one pass, with keys chunked in L1.
+//!   vectors), or AVX2 (`vpmaddubsw`) on the same packed weights. The numerics are
+//!   ggml's: activations are quantized to q8_0 blocks (an f16 scale per 32 values,
+//!   rounded to nearest even), block products are exact integers, scaled per block
+//!   and summed in f32; both instruction sets give the same bits.
+//! - The encoder's self-attention (heads of 64): each query's whole score row stays in
+//!   cache, so the softmax is exact in one pass, with keys chunked in L1. Written once
+//!   over [`AttentionSimd`] and compiled for AVX-512 and for AVX2.
 //! - [`gelu_erf`]: the exact (erf) GELU with a vectorisable rational erf instead of a
 //!   libm call per element.
+//!
+//! Each kernel runs at the widest [`SimdLevel`] the CPU has, checked at run time, so
+//! the portable builds carry them too.
 //!
 //! Custom ops run only on the CPU backend: callers use them when the model runs there
 //! and fall back to ggml's ops otherwise.
@@ -36,18 +41,73 @@ const TILE_ROWS: usize = 4;
 /// packed weights in cache while every row tile streams past it).
 const CHUNK_GROUPS: usize = 16;
 
-/// True when this CPU runs the packed q8_0 kernel (AVX-512 F/BW and VNNI).
+/// The vector instruction sets the kernels are written for, in order of width.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SimdLevel {
+    /// AVX2 and FMA, 256-bit vectors (x86-64 CPUs since 2013-2015).
+    Avx2,
+    /// AVX-512, 512-bit vectors (the q8_0 product also needs BW and VNNI).
+    Avx512,
+}
+
+impl SimdLevel {
+    /// The level as `AUDIOCPP_CPU_KERNELS` and `--list-devices` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512 => "avx512",
+        }
+    }
+
+    /// The widest level this CPU has for float work (AVX-512 F, or AVX2 with FMA).
+    fn detected() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Some(SimdLevel::Avx512);
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Some(SimdLevel::Avx2);
+            }
+        }
+        None
+    }
+
+    /// The level the kernels may use: [`SimdLevel::detected`], capped at AVX2 when
+    /// `AUDIOCPP_CPU_KERNELS=avx2` (to measure and test what AVX2-only CPUs run on a
+    /// machine with AVX-512). Read once per process.
+    pub fn allowed() -> Option<Self> {
+        static ALLOWED: std::sync::OnceLock<Option<SimdLevel>> = std::sync::OnceLock::new();
+        *ALLOWED.get_or_init(|| {
+            let cap = match std::env::var("AUDIOCPP_CPU_KERNELS").as_deref() {
+                Ok("avx2") => SimdLevel::Avx2,
+                _ => SimdLevel::Avx512,
+            };
+            Self::detected().map(|level| level.min(cap))
+        })
+    }
+}
+
+/// The level the packed q8_0 product runs at on this CPU: AVX-512 with BW and VNNI
+/// (`vpdpbusd`), else AVX2 (`vpmaddubsw`), else none (ggml's own product).
+pub fn q8_kernel_level() -> Option<SimdLevel> {
+    match SimdLevel::allowed()? {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512
+            if std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vnni") =>
+        {
+            Some(SimdLevel::Avx512)
+        }
+        _ => Some(SimdLevel::Avx2),
+    }
+}
+
+/// True when this CPU runs the packed q8_0 kernel ([`q8_kernel_level`]).
 pub fn q8_kernel_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    q8_kernel_level().is_some()
 }
 
 /// A q8_0 weight matrix of `n` rows of `k` values, re-laid out for the VNNI kernel:
@@ -193,17 +253,77 @@ unsafe fn quantize_row_u8_avx512(x: &[f32], q: &mut [u8], d: &mut [f32]) {
     }
 }
 
-/// Computes `y` rows `rows` (all columns of groups `groups`) from quantized rows with
-/// the VNNI micro-kernel, plus `bias` (one value per output column) unless it is null.
-/// `xq`/`xd` hold the quantized rows starting at `rows.start`.
+/// [`quantize_row_u8`] with AVX2 intrinsics (the same arithmetic, 8 values per
+/// instruction).
 ///
 /// # Safety
-/// The CPU must have [`q8_kernel_available`]; `packed` must hold `w_groups` groups of
+/// The CPU must have AVX2; `q` and `x` hold `d.len()` whole blocks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_row_u8_avx2(x: &[f32], q: &mut [u8], d: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let sign = _mm256_set1_ps(-0.0);
+    // packs then packus leave the four 8-value groups interleaved by 128-bit lane.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (b, db) in d.iter_mut().enumerate() {
+        // SAFETY: block b lies inside x and q (caller's guarantee).
+        unsafe {
+            let v: [__m256; 4] =
+                std::array::from_fn(|i| _mm256_loadu_ps(x.as_ptr().add(b * QK + 8 * i)));
+            let m = v.iter().fold(_mm256_setzero_ps(), |m, &vi| {
+                _mm256_max_ps(m, _mm256_andnot_ps(sign, vi))
+            });
+            let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+            let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+            *db = f16_to_f32(f32_to_f16(amax / 127.0));
+            let offset = _mm256_set1_epi32(128);
+            let i: [__m256i; 4] = std::array::from_fn(|j| {
+                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                    _mm256_mul_ps(v[j], id),
+                );
+                _mm256_add_epi32(_mm256_cvtps_epi32(r), offset)
+            });
+            let bytes = _mm256_packus_epi16(
+                _mm256_packs_epi32(i[0], i[1]),
+                _mm256_packs_epi32(i[2], i[3]),
+            );
+            _mm256_storeu_si256(
+                q.as_mut_ptr().add(b * QK).cast(),
+                _mm256_permutevar8x32_epi32(bytes, order),
+            );
+        }
+    }
+}
+
+/// Quantizes activation rows for the product at `level` (the same bytes either way).
+///
+/// # Safety
+/// The CPU must have `level`; `q` and `x` hold `d.len()` whole blocks.
+#[cfg(target_arch = "x86_64")]
+unsafe fn quantize_row(level: SimdLevel, x: &[f32], q: &mut [u8], d: &mut [f32]) {
+    // SAFETY: the caller's guarantees.
+    unsafe {
+        match level {
+            SimdLevel::Avx512 => quantize_row_u8_avx512(x, q, d),
+            SimdLevel::Avx2 => quantize_row_u8_avx2(x, q, d),
+        }
+    }
+}
+
+/// Computes `y` rows `rows` (all columns of groups `groups`) from quantized rows with
+/// the micro-kernels of `level`, plus `bias` (one value per output column) unless it is
+/// null. `xq`/`xd` hold the quantized rows starting at `rows.start`.
+///
+/// # Safety
+/// The CPU must have `level` as [`q8_kernel_level`] requires it; `packed` must hold `w_groups` groups of
 /// `nb` cells; `y` must have room for `rows.end` rows of `y_stride` floats; a non-null
 /// `bias` must hold a value for every column of the groups.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemm_rows(
+    level: SimdLevel,
     packed: *const u8,
     nb: usize,
     xq: &[u8],
@@ -235,19 +355,47 @@ unsafe fn gemm_rows(
                     bias.add(g * GROUP_COLS)
                 };
                 // SAFETY: the caller's guarantees cover every pointer formed here.
-                unsafe {
-                    match (tile, pair) {
-                        (4, true) => tile_kernel::<4, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
-                        (4, false) => tile_kernel::<4, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
-                        (3, true) => tile_kernel::<3, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
-                        (3, false) => tile_kernel::<3, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
-                        (2, true) => tile_kernel::<2, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
-                        (2, false) => tile_kernel::<2, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
-                        (_, true) => tile_kernel::<1, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
-                        (_, false) => tile_kernel::<1, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt),
+                let done = unsafe {
+                    match (level, tile, pair) {
+                        (SimdLevel::Avx512, 4, true) => {
+                            tile_kernel::<4, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
+                        }
+                        (SimdLevel::Avx512, 4, false) => {
+                            tile_kernel::<4, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
+                        }
+                        (SimdLevel::Avx512, 3, true) => {
+                            tile_kernel::<3, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
+                        }
+                        (SimdLevel::Avx512, 3, false) => {
+                            tile_kernel::<3, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
+                        }
+                        (SimdLevel::Avx512, 2, true) => {
+                            tile_kernel::<2, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
+                        }
+                        (SimdLevel::Avx512, 2, false) => {
+                            tile_kernel::<2, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
+                        }
+                        (SimdLevel::Avx512, _, true) => {
+                            tile_kernel::<1, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
+                        }
+                        (SimdLevel::Avx512, _, false) => {
+                            tile_kernel::<1, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
+                        }
+                        (SimdLevel::Avx2, 4, _) => {
+                            tile_kernel_avx2::<4>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
+                        }
+                        (SimdLevel::Avx2, 3, _) => {
+                            tile_kernel_avx2::<3>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
+                        }
+                        (SimdLevel::Avx2, 2, _) => {
+                            tile_kernel_avx2::<2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
+                        }
+                        (SimdLevel::Avx2, _, _) => {
+                            tile_kernel_avx2::<1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
+                        }
                     }
-                }
-                g += if pair { 2 } else { 1 };
+                };
+                g += done;
             }
             r += tile;
         }
@@ -255,7 +403,8 @@ unsafe fn gemm_rows(
     }
 }
 
-/// `R` activation rows times `C` groups of 16 output columns over all `nb` blocks.
+/// `R` activation rows times `C` groups of 16 output columns over all `nb` blocks, with
+/// AVX-512 VNNI; returns `C`, the groups done.
 ///
 /// # Safety
 /// As [`gemm_rows`]; `w` points at the first group's first cell, groups are
@@ -272,7 +421,7 @@ unsafe fn tile_kernel<const R: usize, const C: usize>(
     y: *mut f32,
     y_stride: usize,
     bias: *const f32,
-) {
+) -> usize {
     use std::arch::x86_64::*;
     let group_stride = nb * CELL_BYTES;
     let mut acc = [[_mm512_setzero_ps(); C]; R];
@@ -344,6 +493,86 @@ unsafe fn tile_kernel<const R: usize, const C: usize>(
             };
         }
     }
+    C
+}
+
+/// `R` activation rows times one group of 16 output columns over all `nb` blocks, with
+/// AVX2 (two 8-column halves); returns 1, the groups done. The same packed weights:
+/// `vpmaddubsw` multiplies |w| (unsigned) by x with w's sign (signed), so pairs of
+/// products stay within i16 (at most 2 x 128 x 127), and the sums are exactly the
+/// AVX-512 kernel's.
+///
+/// # Safety
+/// As [`gemm_rows`]; `w` points at the group's first cell.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_kernel_avx2<const R: usize>(
+    w: *const u8,
+    nb: usize,
+    xq: *const u8,
+    xd: *const f32,
+    k: usize,
+    y: *mut f32,
+    y_stride: usize,
+    bias: *const f32,
+) -> usize {
+    use std::arch::x86_64::*;
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for b in 0..nb {
+        let cell = w.wrapping_add(b * CELL_BYTES);
+        let mut dots = [[_mm256_setzero_si256(); 2]; R];
+        for k4 in 0..QK / 4 {
+            // SAFETY: inside the cell (caller's guarantee).
+            let wv: [__m256i; 2] = std::array::from_fn(|h| unsafe {
+                _mm256_loadu_si256(cell.add(k4 * 64 + 32 * h).cast())
+            });
+            let aw = wv.map(|v| _mm256_sign_epi8(v, v));
+            for (r, row) in dots.iter_mut().enumerate() {
+                // SAFETY: row r of the quantized activations has k bytes; the stored
+                // bytes are x + 128, flipping the top bits gives x.
+                let x4 = unsafe {
+                    xq.add(r * k + b * QK + k4 * 4)
+                        .cast::<i32>()
+                        .read_unaligned()
+                } ^ 0x8080_8080u32 as i32;
+                let xv = _mm256_set1_epi32(x4);
+                for h in 0..2 {
+                    let p = _mm256_maddubs_epi16(aw[h], _mm256_sign_epi8(xv, wv[h]));
+                    row[h] = _mm256_add_epi32(row[h], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+        // SAFETY: inside the cell.
+        let dw: [__m256; 2] = std::array::from_fn(|h| unsafe {
+            _mm256_loadu_ps(cell.add(SCALES_AT + 32 * h).cast())
+        });
+        for r in 0..R {
+            // SAFETY: row r has nb scales.
+            let dx = _mm256_set1_ps(unsafe { *xd.add(r * nb + b) });
+            for h in 0..2 {
+                acc[r][h] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(dots[r][h]),
+                    _mm256_mul_ps(dw[h], dx),
+                    acc[r][h],
+                );
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        for (h, v) in row.iter().enumerate() {
+            let bias = if bias.is_null() {
+                _mm256_setzero_ps()
+            } else {
+                // SAFETY: a non-null bias covers the group (caller's guarantee).
+                unsafe { _mm256_loadu_ps(bias.add(8 * h)) }
+            };
+            // SAFETY: the output tile lies inside y.
+            unsafe { _mm256_storeu_ps(y.add(r * y_stride + 8 * h), _mm256_add_ps(*v, bias)) };
+        }
+    }
+    1
 }
 
 thread_local! {
@@ -406,6 +635,9 @@ pub(super) unsafe extern "C" fn q8_packed_op(
             b => (*b).data as *const f32,
         };
         let (rows, groups) = q8_work(m, n_groups, ith, nth);
+        let Some(level) = q8_kernel_level() else {
+            return;
+        };
         if rows.is_empty() || groups.is_empty() {
             return;
         }
@@ -417,9 +649,10 @@ pub(super) unsafe extern "C" fn q8_packed_op(
                     (x.data as *const u8).add(row * x.nb[1]).cast::<f32>(),
                     k,
                 );
-                quantize_row_u8_avx512(src, &mut xq[i * k..][..k], &mut xd[i * nb..][..nb]);
+                quantize_row(level, src, &mut xq[i * k..][..k], &mut xd[i * nb..][..nb]);
             }
             gemm_rows(
+                level,
                 w.data as *const u8,
                 nb,
                 xq,
@@ -485,21 +718,18 @@ fn gelu_erf_avx512(x: &[f32], y: &mut [f32]) {
     gelu_erf_slice(x, y)
 }
 
-/// The exact GELU over a slice, vectorised for the widest vectors this CPU has.
+/// The exact GELU over a slice, vectorised for the widest vectors the kernels may use
+/// ([`SimdLevel::allowed`]).
 pub fn gelu_erf(x: &[f32], y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has the function's target features.
-            return unsafe { gelu_erf_avx512(x, y) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: as above.
-            return unsafe { gelu_erf_avx2(x, y) };
-        }
+    match SimdLevel::allowed() {
+        // SAFETY: the CPU has the function's target features.
+        #[cfg(target_arch = "x86_64")]
+        Some(SimdLevel::Avx512) => unsafe { gelu_erf_avx512(x, y) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Some(SimdLevel::Avx2) => unsafe { gelu_erf_avx2(x, y) },
+        _ => gelu_erf_slice(x, y),
     }
-    gelu_erf_slice(x, y)
 }
 
 /// The custom op: `dst` = GELU(src 0), both contiguous f32 of the same shape, split
@@ -535,16 +765,10 @@ pub const ATTENTION_HEAD_DIM: usize = 64;
 /// keys) stay in L2, so the softmax is exact in one pass.
 const ATT_BLOCK: usize = 32;
 
-/// True when this CPU runs the encoder attention kernel (AVX-512 F).
+/// True when this CPU runs the encoder attention kernel (AVX-512 F, or AVX2 with
+/// FMA: [`SimdLevel::allowed`]).
 pub fn attention_kernel_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    SimdLevel::allowed().is_some()
 }
 
 /// e^x for x <= 0 (softmax arguments), branch-free so loops vectorise: 2^n times a
@@ -574,100 +798,207 @@ const EXP_POLY: [f32; 7] = [
     0.001_388_889,
 ];
 
-/// Query rows one micro-kernel call handles (4 rows x 64 values: 16 accumulators).
-const ATT_TILE: usize = 4;
+/// The vector operations the attention kernel is written with, once per instruction
+/// set: a run of score or output columns held in registers, and one softmax row. The
+/// kernel's loops are generic over it and are compiled inside one `target_feature`
+/// entry point per set ([`attention_items`]).
+#[cfg(target_arch = "x86_64")]
+trait AttentionSimd {
+    /// Columns one pass keeps in registers (a divisor of 64).
+    const COLS: usize;
+    /// Query rows one micro-kernel call handles: `TILE_ROWS` runs of `COLS` columns
+    /// fill the accumulator registers.
+    const TILE_ROWS: usize;
+    /// `COLS` floats in registers.
+    type Run: Copy;
+    /// # Safety
+    /// The set's features; `COLS` readable floats at `p`.
+    unsafe fn load(p: *const f32) -> Self::Run;
+    /// # Safety
+    /// The set's features; `COLS` writable floats at `p`.
+    unsafe fn store(p: *mut f32, run: Self::Run, scale: f32);
+    /// # Safety
+    /// The set's features.
+    unsafe fn zero() -> Self::Run;
+    /// `acc += a * b`.
+    ///
+    /// # Safety
+    /// The set's features.
+    unsafe fn fma(acc: &mut Self::Run, a: f32, b: &Self::Run);
+    /// Replaces the first `t` scores with `exp(score - max)` and returns 1 / their sum.
+    ///
+    /// # Safety
+    /// The set's features; `s` has `t` rounded up to 64 floats.
+    unsafe fn softmax_row(s: *mut f32, t: usize) -> f32;
+}
+
+/// AVX-512 F: runs of 64 columns (four vectors), tiles of 4 rows.
+#[cfg(target_arch = "x86_64")]
+struct Avx512Attention;
+
+#[cfg(target_arch = "x86_64")]
+impl AttentionSimd for Avx512Attention {
+    const COLS: usize = 64;
+    const TILE_ROWS: usize = 4;
+    type Run = [std::arch::x86_64::__m512; 4];
+
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self::Run {
+        use std::arch::x86_64::*;
+        // No closure here: a closure would not inherit the caller's target features,
+        // and the intrinsic would stay a call.
+        let mut run = unsafe { Self::zero() };
+        for (u, v) in run.iter_mut().enumerate() {
+            // SAFETY: caller's guarantee.
+            *v = unsafe { _mm512_loadu_ps(p.add(16 * u)) };
+        }
+        run
+    }
+
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, run: Self::Run, scale: f32) {
+        use std::arch::x86_64::*;
+        // SAFETY: caller's guarantee.
+        unsafe {
+            let scale = _mm512_set1_ps(scale);
+            for (u, a) in run.iter().enumerate() {
+                _mm512_storeu_ps(p.add(16 * u), _mm512_mul_ps(*a, scale));
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn zero() -> Self::Run {
+        // SAFETY: caller's guarantee.
+        [unsafe { std::arch::x86_64::_mm512_setzero_ps() }; 4]
+    }
+
+    #[inline(always)]
+    unsafe fn fma(acc: &mut Self::Run, a: f32, b: &Self::Run) {
+        use std::arch::x86_64::*;
+        // SAFETY: caller's guarantee.
+        unsafe {
+            let a = _mm512_set1_ps(a);
+            for u in 0..4 {
+                acc[u] = _mm512_fmadd_ps(a, b[u], acc[u]);
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn softmax_row(s: *mut f32, t: usize) -> f32 {
+        // SAFETY: caller's guarantee.
+        unsafe { softmax_row_avx512(s, t) }
+    }
+}
+
+/// AVX2 with FMA: runs of 32 columns (four vectors), tiles of 2 rows, so that the
+/// accumulators and one run of keys fit the 16 registers.
+#[cfg(target_arch = "x86_64")]
+struct Avx2Attention;
+
+#[cfg(target_arch = "x86_64")]
+impl AttentionSimd for Avx2Attention {
+    const COLS: usize = 32;
+    const TILE_ROWS: usize = 2;
+    type Run = [std::arch::x86_64::__m256; 4];
+
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self::Run {
+        use std::arch::x86_64::*;
+        // No closure here: a closure would not inherit the caller's target features,
+        // and the intrinsic would stay a call.
+        let mut run = unsafe { Self::zero() };
+        for (u, v) in run.iter_mut().enumerate() {
+            // SAFETY: caller's guarantee.
+            *v = unsafe { _mm256_loadu_ps(p.add(8 * u)) };
+        }
+        run
+    }
+
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, run: Self::Run, scale: f32) {
+        use std::arch::x86_64::*;
+        // SAFETY: caller's guarantee.
+        unsafe {
+            let scale = _mm256_set1_ps(scale);
+            for (u, a) in run.iter().enumerate() {
+                _mm256_storeu_ps(p.add(8 * u), _mm256_mul_ps(*a, scale));
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn zero() -> Self::Run {
+        // SAFETY: caller's guarantee.
+        [unsafe { std::arch::x86_64::_mm256_setzero_ps() }; 4]
+    }
+
+    #[inline(always)]
+    unsafe fn fma(acc: &mut Self::Run, a: f32, b: &Self::Run) {
+        use std::arch::x86_64::*;
+        // SAFETY: caller's guarantee.
+        unsafe {
+            let a = _mm256_set1_ps(a);
+            for u in 0..4 {
+                acc[u] = _mm256_fmadd_ps(a, b[u], acc[u]);
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn softmax_row(s: *mut f32, t: usize) -> f32 {
+        // SAFETY: caller's guarantee.
+        unsafe { softmax_row_avx2(s, t) }
+    }
+}
+
 /// Keys one pass covers: their transposed keys (16 KiB) and values stay in L1 while
 /// every query tile of the block uses them.
 const KEY_CHUNK: usize = 64;
 
-/// 64 floats at `p` as four vectors.
-///
-/// # Safety
-/// AVX-512 F; 64 readable floats at `p`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn load64(p: *const f32) -> [std::arch::x86_64::__m512; 4] {
-    use std::arch::x86_64::*;
-    // SAFETY: caller's guarantee.
-    std::array::from_fn(|u| unsafe { _mm512_loadu_ps(p.add(16 * u)) })
-}
-
-/// Stores `R` rows of four vectors, each times `scale`, to rows of 64 floats `stride`
-/// apart.
-///
-/// # Safety
-/// AVX-512 F; `R` writable rows of 64 floats, `stride` apart, at `p`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn store_rows<const R: usize>(
-    p: *mut f32,
-    stride: usize,
-    rows: &[[std::arch::x86_64::__m512; 4]; R],
-    scale: f32,
-) {
-    use std::arch::x86_64::*;
-    let scale = _mm512_set1_ps(scale);
-    for (r, row) in rows.iter().enumerate() {
-        for (u, a) in row.iter().enumerate() {
-            // SAFETY: caller's guarantee.
-            unsafe { _mm512_storeu_ps(p.add(r * stride + 16 * u), _mm512_mul_ps(*a, scale)) };
-        }
-    }
-}
-
-/// Adds `R` rows of a broadcast scalar times four vectors: `acc[r] += a(r) * b`, the
-/// step both attention products are made of.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn fma_rows<const R: usize>(
-    acc: &mut [[std::arch::x86_64::__m512; 4]; R],
-    a: impl Fn(usize) -> f32,
-    b: &[std::arch::x86_64::__m512; 4],
-) {
-    use std::arch::x86_64::*;
-    for (r, row) in acc.iter_mut().enumerate() {
-        let ab = _mm512_set1_ps(a(r));
-        for u in 0..4 {
-            row[u] = _mm512_fmadd_ps(ab, b[u], row[u]);
-        }
-    }
-}
-
 /// Scores of `R` query rows against one chunk of 64 keys, scaled by 1/8, into `s`
-/// (rows `tp` apart).
+/// (rows `tp` apart), `S::COLS` keys per pass.
 ///
 /// # Safety
-/// AVX-512 F; `q` rows `x_stride` apart with 64 values; `kt` 64 rows `tp` apart with
-/// 64 floats from it; `s` `R` rows `tp` apart with 64 floats from it.
+/// `S`'s features; `q` rows `x_stride` apart with 64 values; `kt` 64 rows `tp` apart
+/// with 64 floats from it; `s` `R` rows `tp` apart with 64 floats from it.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn scores_tile<const R: usize>(
+#[inline(always)]
+unsafe fn scores_tile<S: AttentionSimd, const R: usize>(
     q: *const f32,
     x_stride: usize,
     kt: *const f32,
     tp: usize,
     s: *mut f32,
 ) {
-    use std::arch::x86_64::*;
-    let mut acc = [[_mm512_setzero_ps(); 4]; R];
-    for c in 0..ATTENTION_HEAD_DIM {
-        // SAFETY (both): caller's guarantee.
-        let kv = unsafe { load64(kt.add(c * tp)) };
-        fma_rows(&mut acc, |r| unsafe { *q.add(r * x_stride + c) }, &kv);
+    let scale = 1.0 / (ATTENTION_HEAD_DIM as f32).sqrt();
+    // SAFETY (all): caller's guarantee.
+    unsafe {
+        for j in (0..KEY_CHUNK).step_by(S::COLS) {
+            let mut acc = [S::zero(); R];
+            for c in 0..ATTENTION_HEAD_DIM {
+                let kv = S::load(kt.add(c * tp + j));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    S::fma(a, *q.add(r * x_stride + c), &kv);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                S::store(s.add(r * tp + j), *a, scale);
+            }
+        }
     }
-    // SAFETY: caller's guarantee.
-    unsafe { store_rows(s, tp, &acc, 1.0 / (ATTENTION_HEAD_DIM as f32).sqrt()) };
 }
 
 /// Adds probabilities times values of `keys` keys (at most 64) to `R` rows of 64
-/// running outputs in `o` (rows 64 apart).
+/// running outputs in `o` (rows 64 apart), `S::COLS` outputs per pass.
 ///
 /// # Safety
-/// AVX-512 F; `p` `R` rows `tp` apart with `keys` floats; `v` `keys` rows `x_stride`
-/// apart with 64 values; `o` `R * 64` floats.
+/// `S`'s features; `p` `R` rows `tp` apart with `keys` floats; `v` `keys` rows
+/// `x_stride` apart with 64 values; `o` `R * 64` floats.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn values_tile<const R: usize>(
+#[inline(always)]
+unsafe fn values_tile<S: AttentionSimd, const R: usize>(
     p: *const f32,
     tp: usize,
     v: *const f32,
@@ -676,12 +1007,23 @@ unsafe fn values_tile<const R: usize>(
     o: *mut f32,
 ) {
     // SAFETY (all): caller's guarantee.
-    let mut acc: [_; R] = std::array::from_fn(|r| unsafe { load64(o.add(r * 64)) });
-    for j in 0..keys {
-        let vv = unsafe { load64(v.add(j * x_stride)) };
-        fma_rows(&mut acc, |r| unsafe { *p.add(r * tp + j) }, &vv);
+    unsafe {
+        for c in (0..ATTENTION_HEAD_DIM).step_by(S::COLS) {
+            let mut acc = [S::zero(); R];
+            for (r, a) in acc.iter_mut().enumerate() {
+                *a = S::load(o.add(r * 64 + c));
+            }
+            for j in 0..keys {
+                let vv = S::load(v.add(j * x_stride + c));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    S::fma(a, *p.add(r * tp + j), &vv);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                S::store(o.add(r * 64 + c), *a, 1.0);
+            }
+        }
     }
-    unsafe { store_rows(o, 64, &acc, 1.0) };
 }
 
 /// Replaces the first `t` scores with `exp(score - max)` and returns 1 / their sum.
@@ -690,7 +1032,7 @@ unsafe fn values_tile<const R: usize>(
 /// AVX-512 F; `s` has at least `t.div_ceil(16) * 16` floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn softmax_row(s: *mut f32, t: usize) -> f32 {
+unsafe fn softmax_row_avx512(s: *mut f32, t: usize) -> f32 {
     use std::arch::x86_64::*;
     let chunks = t.div_ceil(16);
     let mask = |i: usize| -> __mmask16 {
@@ -715,7 +1057,10 @@ unsafe fn softmax_row(s: *mut f32, t: usize) -> f32 {
         // SAFETY: as above.
         unsafe { _mm512_mask_storeu_ps(s.add(i * 16), mask(i), e) };
     }
-    1.0 / _mm512_reduce_add_ps(sum)
+    let mut lanes = [0f32; 16];
+    // SAFETY: 16 floats.
+    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sum) };
+    1.0 / sum_lanes(lanes)
 }
 
 /// [`exp_nonpositive`] on 16 lanes.
@@ -736,17 +1081,101 @@ fn exp_nonpositive_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__
     _mm512_scalef_ps(p, n)
 }
 
+/// The softmax row with AVX2, in the AVX-512 version's order: 16-value chunks, two
+/// 8-lane accumulators standing for its one 16-lane accumulator, and the same final
+/// sum, so that both give the same bits. Lanes past `t` are read as -inf and their
+/// exponentials zeroed (the row's padding may be overwritten).
+///
+/// # Safety
+/// AVX2 and FMA; `s` has at least `t.div_ceil(16) * 16` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn softmax_row_avx2(s: *mut f32, t: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let eights = 2 * t.div_ceil(16);
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mask = |i: usize| {
+        _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+            _mm256_set1_epi32(t as i32 - (i * 8) as i32),
+            lanes,
+        ))
+    };
+    let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+    // SAFETY: caller's guarantee.
+    let load =
+        |i: usize| _mm256_blendv_ps(neg_inf, unsafe { _mm256_loadu_ps(s.add(i * 8)) }, mask(i));
+    let mut mx = neg_inf;
+    for i in 0..eights {
+        mx = _mm256_max_ps(mx, load(i));
+    }
+    let m = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps::<1>(mx));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let m = _mm256_set1_ps(_mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m))));
+    let mut sum = [_mm256_setzero_ps(); 2];
+    for i in 0..eights {
+        let e = _mm256_and_ps(exp_nonpositive_avx2(_mm256_sub_ps(load(i), m)), mask(i));
+        sum[i % 2] = _mm256_add_ps(sum[i % 2], e);
+        // SAFETY: caller's guarantee.
+        unsafe { _mm256_storeu_ps(s.add(i * 8), e) };
+    }
+    let mut lanes = [0f32; 16];
+    // SAFETY: 16 floats.
+    unsafe {
+        _mm256_storeu_ps(lanes.as_mut_ptr(), sum[0]);
+        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), sum[1]);
+    }
+    1.0 / sum_lanes(lanes)
+}
+
+/// The 16 lane sums of a softmax row added in one fixed order (halving), so that every
+/// instruction set's kernel gives the same bits.
+#[inline(always)]
+fn sum_lanes(mut v: [f32; 16]) -> f32 {
+    let mut w = 8;
+    while w > 0 {
+        for i in 0..w {
+            v[i] += v[i + w];
+        }
+        w /= 2;
+    }
+    v[0]
+}
+
+/// [`exp_nonpositive`] on 8 lanes; 2^n is built in the exponent bits (n >= -126).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn exp_nonpositive_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let x = _mm256_max_ps(x, _mm256_set1_ps(-87.0));
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
+    let mut p = _mm256_set1_ps(EXP_POLY[EXP_POLY.len() - 1]);
+    for &c in EXP_POLY.iter().rev().skip(1) {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let two_n = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    ));
+    _mm256_mul_ps(p, _mm256_castsi256_ps(two_n))
+}
+
 /// Attention of query rows `r0..r0 + rows` (at most [`ATT_BLOCK`]) of one head: scores
 /// in key chunks, an exact softmax per row, values in key chunks, then the rows
 /// normalised into `y`.
 ///
 /// # Safety
-/// AVX-512 F; `q`, `v` and `y` point at row 0 of the head's slices (rows `x_stride`,
-/// `x_stride` and `y_stride` apart, `t` rows); `kt` the head's keys transposed (64
-/// rows of `tp` floats); `s` `ATT_BLOCK * tp` floats, `o` `ATT_BLOCK * 64`.
+/// `S`'s features; `q`, `v` and `y` point at row 0 of the head's slices (rows
+/// `x_stride`, `x_stride` and `y_stride` apart, `t` rows); `kt` the head's keys
+/// transposed (64 rows of `tp` floats); `s` `ATT_BLOCK * tp` floats, `o` `ATT_BLOCK * 64`.
 #[cfg(target_arch = "x86_64")]
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn attention_block(
+unsafe fn attention_block<S: AttentionSimd>(
     q: *const f32,
     v: *const f32,
     x_stride: usize,
@@ -763,18 +1192,18 @@ unsafe fn attention_block(
     macro_rules! by_tile {
         ($rows:expr, $f:ident, $($arg:expr),*) => {
             match $rows {
-                4 => $f::<4>($($arg),*),
-                3 => $f::<3>($($arg),*),
-                2 => $f::<2>($($arg),*),
-                _ => $f::<1>($($arg),*),
+                4 => $f::<S, 4>($($arg),*),
+                3 => $f::<S, 3>($($arg),*),
+                2 => $f::<S, 2>($($arg),*),
+                _ => $f::<S, 1>($($arg),*),
             }
         };
     }
     // SAFETY: every pointer stays inside the buffers the caller describes.
     unsafe {
         for jc in (0..tp).step_by(KEY_CHUNK) {
-            for tr in (0..rows).step_by(ATT_TILE) {
-                let n = (rows - tr).min(ATT_TILE);
+            for tr in (0..rows).step_by(S::TILE_ROWS) {
+                let n = (rows - tr).min(S::TILE_ROWS);
                 let qp = q.add((r0 + tr) * x_stride);
                 by_tile!(
                     n,
@@ -789,13 +1218,13 @@ unsafe fn attention_block(
         }
         let mut inv = [0f32; ATT_BLOCK];
         for (r, i) in inv.iter_mut().enumerate().take(rows) {
-            *i = softmax_row(s.as_mut_ptr().add(r * tp), t);
+            *i = S::softmax_row(s.as_mut_ptr().add(r * tp), t);
         }
         o[..rows * 64].fill(0.0);
         for jc in (0..t).step_by(KEY_CHUNK) {
             let keys = (t - jc).min(KEY_CHUNK);
-            for tr in (0..rows).step_by(ATT_TILE) {
-                let n = (rows - tr).min(ATT_TILE);
+            for tr in (0..rows).step_by(S::TILE_ROWS) {
+                let n = (rows - tr).min(S::TILE_ROWS);
                 let pp = s.as_ptr().add(tr * tp + jc);
                 let vp = v.add(jc * x_stride);
                 by_tile!(
@@ -819,64 +1248,122 @@ unsafe fn attention_block(
     }
 }
 
+/// A worker thread's transposed keys of one head, its score rows and its output rows.
+type AttentionScratch = (Vec<f32>, Vec<f32>, Vec<f32>);
+
 thread_local! {
-    /// Each worker thread's transposed keys of one head and its score rows.
-    static ATT_SCRATCH: RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> =
+    /// Each worker thread's [`AttentionScratch`], reused across calls.
+    static ATT_SCRATCH: RefCell<AttentionScratch> =
         const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
-/// Attention of query rows `items` (head-major units of [`ATT_BLOCK`] rows) over a
-/// [3d, t] tensor of stacked queries, keys and values, into the [d, t] output.
-///
-/// # Safety
-/// The CPU must have AVX-512 F; `x` holds `t` rows `x_stride` apart of `3 d` floats,
-/// `y` `t` rows `y_stride` apart of `d` floats, `d = heads * 64`.
-#[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn attention_items(
+/// The attention op's tensors: `t` rows `x_stride` floats apart of stacked queries,
+/// keys and values (`3 d` floats each, `d = heads * 64`), and the output, `t` rows
+/// `y_stride` apart of `d` floats.
+#[derive(Clone, Copy)]
+struct AttentionTensors {
     x: *const f32,
     x_stride: usize,
     y: *mut f32,
     y_stride: usize,
     heads: usize,
     t: usize,
+}
+
+/// Attention of query rows `items` (head-major units of [`ATT_BLOCK`] rows).
+///
+/// # Safety
+/// `S`'s features; `a` describes live tensors of those sizes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn attention_items_with<S: AttentionSimd>(
+    a: AttentionTensors,
     items: std::ops::Range<usize>,
+    (kt, s, o): &mut AttentionScratch,
 ) {
     const DH: usize = ATTENTION_HEAD_DIM;
-    let d = heads * DH;
+    let (t, x) = (a.t, a.x);
+    let d = a.heads * DH;
     let tiles = t.div_ceil(ATT_BLOCK);
     let tp = t.div_ceil(64) * 64;
-    ATT_SCRATCH.with_borrow_mut(|(kt, s, o)| {
-        kt.resize(DH * tp, 0.0);
-        s.resize(ATT_BLOCK * tp, 0.0);
-        o.resize(ATT_BLOCK * DH, 0.0);
-        let mut loaded = None;
-        for item in items {
-            let (h, tile) = (item / tiles, item % tiles);
-            if loaded != Some(h) {
-                for j in 0..tp {
-                    for c in 0..DH {
-                        kt[c * tp + j] = if j < t {
-                            // SAFETY: key row j of head h lies inside x.
-                            unsafe { *x.add(j * x_stride + d + h * DH + c) }
-                        } else {
-                            0.0
-                        };
-                    }
+    kt.resize(DH * tp, 0.0);
+    s.resize(ATT_BLOCK * tp, 0.0);
+    o.resize(ATT_BLOCK * DH, 0.0);
+    let mut loaded = None;
+    for item in items {
+        let (h, tile) = (item / tiles, item % tiles);
+        if loaded != Some(h) {
+            for j in 0..tp {
+                for c in 0..DH {
+                    kt[c * tp + j] = if j < t {
+                        // SAFETY: key row j of head h lies inside x.
+                        unsafe { *x.add(j * a.x_stride + d + h * DH + c) }
+                    } else {
+                        0.0
+                    };
                 }
-                loaded = Some(h);
             }
-            let r0 = tile * ATT_BLOCK;
-            let rows = (t - r0).min(ATT_BLOCK);
-            // SAFETY: the caller's guarantees cover these rows and this head.
-            unsafe {
-                let q = x.add(h * DH);
-                let v = x.add(2 * d + h * DH);
-                let yh = y.add(h * DH);
-                attention_block(q, v, x_stride, kt, tp, t, r0, rows, s, o, yh, y_stride);
-            }
+            loaded = Some(h);
         }
-    });
+        let r0 = tile * ATT_BLOCK;
+        let rows = (t - r0).min(ATT_BLOCK);
+        // SAFETY: the caller's guarantees cover these rows and this head.
+        unsafe {
+            let q = x.add(h * DH);
+            let v = x.add(2 * d + h * DH);
+            let yh = a.y.add(h * DH);
+            attention_block::<S>(q, v, a.x_stride, kt, tp, t, r0, rows, s, o, yh, a.y_stride);
+        }
+    }
+}
+
+/// [`attention_items_with`] compiled for AVX-512 F.
+///
+/// # Safety
+/// As [`attention_items_with`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn attention_items_avx512(
+    a: AttentionTensors,
+    items: std::ops::Range<usize>,
+    scratch: &mut AttentionScratch,
+) {
+    // SAFETY: the caller's guarantees, and this function's features.
+    unsafe { attention_items_with::<Avx512Attention>(a, items, scratch) }
+}
+
+/// [`attention_items_with`] compiled for AVX2 and FMA.
+///
+/// # Safety
+/// As [`attention_items_with`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attention_items_avx2(
+    a: AttentionTensors,
+    items: std::ops::Range<usize>,
+    scratch: &mut AttentionScratch,
+) {
+    // SAFETY: the caller's guarantees, and this function's features.
+    unsafe { attention_items_with::<Avx2Attention>(a, items, scratch) }
+}
+
+/// Attention of query rows `items` at `level` (see [`attention_items_with`]).
+///
+/// # Safety
+/// The CPU must have `level`; `a` describes live tensors.
+#[cfg(target_arch = "x86_64")]
+unsafe fn attention_items(level: SimdLevel, a: AttentionTensors, items: std::ops::Range<usize>) {
+    // Taken out of the thread-local rather than borrowed in a closure: code inside a
+    // closure would be compiled without the entry points' target features.
+    let mut scratch = ATT_SCRATCH.take();
+    // SAFETY: the caller's guarantees.
+    unsafe {
+        match level {
+            SimdLevel::Avx512 => attention_items_avx512(a, items, &mut scratch),
+            SimdLevel::Avx2 => attention_items_avx2(a, items, &mut scratch),
+        }
+    }
+    ATT_SCRATCH.set(scratch);
 }
 
 /// The custom op: `dst` [d, t] = multi-head self-attention (no mask, scale 1/8) of
@@ -899,15 +1386,18 @@ pub(super) unsafe extern "C" fn attention_op(
         let x = &*(*dst).src[0];
         let t = (*dst).ne[1] as usize;
         let items = split_range(heads * t.div_ceil(ATT_BLOCK), 1, ith as usize, nth as usize);
-        attention_items(
-            x.data as *const f32,
-            x.nb[1] / 4,
-            (*dst).data as *mut f32,
-            (*dst).nb[1] / 4,
+        let Some(level) = SimdLevel::allowed() else {
+            return;
+        };
+        let tensors = AttentionTensors {
+            x: x.data as *const f32,
+            x_stride: x.nb[1] / 4,
+            y: (*dst).data as *mut f32,
+            y_stride: (*dst).nb[1] / 4,
             heads,
             t,
-            items,
-        );
+        };
+        attention_items(level, tensors, items);
     }
 }
 
@@ -926,6 +1416,57 @@ mod tests {
                 ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
             })
             .collect()
+    }
+
+    /// The levels this CPU can run for float work (attention, GELU), each tested.
+    fn float_levels() -> Vec<SimdLevel> {
+        let top = SimdLevel::detected();
+        [SimdLevel::Avx2, SimdLevel::Avx512]
+            .into_iter()
+            .filter(|l| top.is_some_and(|t| *l <= t))
+            .collect()
+    }
+
+    /// The levels this CPU can run the q8_0 product at.
+    fn q8_levels() -> Vec<SimdLevel> {
+        #[cfg(target_arch = "x86_64")]
+        let vnni = std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni");
+        #[cfg(not(target_arch = "x86_64"))]
+        let vnni = false;
+        float_levels()
+            .into_iter()
+            .filter(|l| *l == SimdLevel::Avx2 || vnni)
+            .collect()
+    }
+
+    /// Asserts that runs of the same case at different levels gave the same bits (the
+    /// kernels keep one order of float operations across instruction sets, so a
+    /// transcript does not depend on the CPU).
+    fn assert_same_bits<C: PartialEq + std::fmt::Debug, L: std::fmt::Debug>(
+        runs: &[(C, L, Vec<f32>)],
+        what: &str,
+    ) {
+        for (case, level, got) in runs {
+            for (case2, level2, got2) in runs {
+                if case == case2 {
+                    let same = got
+                        .iter()
+                        .zip(got2)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{level:?} and {level2:?} differ on {what} {case:?}");
+                }
+            }
+        }
+    }
+
+    /// Says loudly which levels a test could not run on this CPU.
+    fn report_missing(what: &str, levels: &[SimdLevel]) {
+        for l in [SimdLevel::Avx2, SimdLevel::Avx512] {
+            if !levels.contains(&l) {
+                eprintln!("SKIPPED LOUDLY: this CPU cannot run the {l:?} {what}");
+            }
+        }
     }
 
     fn q8_rows(n: usize, k: usize, seed: u64) -> Vec<u8> {
@@ -1011,15 +1552,17 @@ mod tests {
                 );
             }
         }
+        let levels = float_levels();
+        report_missing("activation quantizer", &levels);
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        for level in levels {
             let (mut q2, mut d2) = (vec![0u8; x.len()], vec![0f32; 4]);
-            // SAFETY: the CPU has AVX-512 F; four whole blocks.
-            unsafe { quantize_row_u8_avx512(&x, &mut q2, &mut d2) };
+            // SAFETY: the CPU has the level's features; four whole blocks.
+            unsafe { quantize_row(level, &x, &mut q2, &mut d2) };
             assert_eq!(
                 (q2, d2),
                 (q.clone(), d.clone()),
-                "AVX-512 and plain quantizers agree"
+                "{level:?} and plain quantizers agree"
             );
         }
         let (mut q0, mut d0) = (vec![0u8; QK], vec![1f32]);
@@ -1031,13 +1574,9 @@ mod tests {
     }
 
     #[test]
-    fn vnni_kernel_matches_the_reference_on_every_tile_shape() {
-        if !q8_kernel_available() {
-            eprintln!(
-                "SKIPPED LOUDLY: this CPU lacks AVX-512 VNNI; the packed q8_0 kernel cannot run"
-            );
-            return;
-        }
+    fn q8_kernels_match_the_reference_and_each_other_on_every_tile_shape() {
+        let levels = q8_levels();
+        report_missing("packed q8_0 product", &levels);
         #[cfg(target_arch = "x86_64")]
         for &(n, k, m) in &[
             (16, 32, 1),
@@ -1053,7 +1592,10 @@ mod tests {
             let mut want = vec![0f32; m * n];
             gemm_reference(&w, &xq, &xd, m, &mut want);
             let bias = values(n, 11, 1.0);
-            for (nth, with_bias) in [(1, false), (2, true), (3, false), (3, true)] {
+            let mut by_level = Vec::new();
+            for (level, nth, with_bias) in levels.iter().flat_map(|&l| {
+                [(1, false), (2, true), (3, false), (3, true)].map(|(nth, b)| (l, nth, b))
+            }) {
                 let want: Vec<f32> = want
                     .iter()
                     .enumerate()
@@ -1073,6 +1615,7 @@ mod tests {
                     // SAFETY: the CPU has the features; buffers are sized for the shape.
                     unsafe {
                         gemm_rows(
+                            level,
                             w.bytes.as_ptr(),
                             nb,
                             &xq[rows.start * k..],
@@ -1088,10 +1631,13 @@ mod tests {
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     assert!(
                         (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
-                        "{n}x{k}x{m} nth {nth} at {i}: {g} vs {w}"
+                        "{level:?} {n}x{k}x{m} nth {nth} at {i}: {g} vs {w}"
                     );
                 }
+                by_level.push(((nth, with_bias), level, got));
             }
+            // Exact integer sums and the same float steps: the levels agree to the bit.
+            assert_same_bits(&by_level, &format!("{n}x{k}x{m}"));
         }
     }
 
@@ -1126,6 +1672,25 @@ mod tests {
         let x = values(4096, 5, 8.0);
         let mut y = vec![0f32; x.len()];
         gelu_erf(&x, &mut y);
+        let levels = float_levels();
+        report_missing("GELU", &levels);
+        let mut by_level = vec![((), None, y.clone())];
+        #[cfg(target_arch = "x86_64")]
+        for level in levels {
+            let mut yl = vec![0f32; x.len()];
+            // SAFETY: the CPU has the level's features.
+            unsafe {
+                match level {
+                    SimdLevel::Avx512 => gelu_erf_avx512(&x, &mut yl),
+                    SimdLevel::Avx2 => gelu_erf_avx2(&x, &mut yl),
+                }
+            }
+            by_level.push(((), Some(level), yl));
+        }
+        let mut plain = vec![0f32; x.len()];
+        gelu_erf_slice(&x, &mut plain);
+        by_level.push(((), None, plain));
+        assert_same_bits(&by_level, "GELU");
         for (xv, yv) in x.iter().zip(&y) {
             let want = 0.5 * *xv as f64 * (1.0 + libm_erf(*xv as f64 / std::f64::consts::SQRT_2));
             assert!(
@@ -1144,14 +1709,45 @@ mod tests {
             worst = worst.max((exp_nonpositive(x) as f64 - want).abs() / want);
         }
         assert!(worst < 3e-7, "worst relative error {worst}");
+        let levels = float_levels();
+        report_missing("exp", &levels);
+        #[cfg(target_arch = "x86_64")]
+        for level in levels {
+            use std::arch::x86_64::*;
+            let mut worst = 0f64;
+            for i in (0..=870_000).step_by(16) {
+                let x: [f32; 16] = std::array::from_fn(|l| -((i + l).min(870_000) as f32) * 1e-4);
+                let mut e = [0f32; 16];
+                // SAFETY: the CPU has the level's features; 16 floats each side.
+                unsafe {
+                    match level {
+                        SimdLevel::Avx512 => _mm512_storeu_ps(
+                            e.as_mut_ptr(),
+                            exp_nonpositive_avx512(_mm512_loadu_ps(x.as_ptr())),
+                        ),
+                        SimdLevel::Avx2 => {
+                            for h in 0..2 {
+                                _mm256_storeu_ps(
+                                    e.as_mut_ptr().add(8 * h),
+                                    exp_nonpositive_avx2(_mm256_loadu_ps(x.as_ptr().add(8 * h))),
+                                )
+                            }
+                        }
+                    }
+                }
+                for (xv, ev) in x.iter().zip(e) {
+                    let want = (*xv as f64).exp();
+                    worst = worst.max((ev as f64 - want).abs() / want);
+                }
+            }
+            assert!(worst < 3e-7, "{level:?}: worst relative error {worst}");
+        }
     }
 
     #[test]
-    fn attention_kernel_matches_plain_attention() {
-        if !attention_kernel_available() {
-            eprintln!("SKIPPED LOUDLY: this CPU lacks AVX-512; the attention kernel cannot run");
-            return;
-        }
+    fn attention_kernels_match_plain_attention() {
+        let levels = float_levels();
+        report_missing("attention kernel", &levels);
         #[cfg(target_arch = "x86_64")]
         for (heads, t) in [(1, 1), (2, 7), (3, 64), (2, 150)] {
             let d = heads * ATTENTION_HEAD_DIM;
@@ -1179,30 +1775,33 @@ mod tests {
                     }
                 }
             }
-            for nth in [1, 2, 3] {
+            let mut by_level = Vec::new();
+            for (level, nth) in levels.iter().flat_map(|&l| [1, 2, 3].map(|n| (l, n))) {
                 let mut got = vec![f32::NAN; d * t];
                 let units = heads * t.div_ceil(ATT_BLOCK);
                 for ith in 0..nth {
-                    // SAFETY: the CPU has AVX-512 F; buffers match the shapes.
+                    // SAFETY: the CPU has the level's features; buffers match the shapes.
                     unsafe {
-                        attention_items(
-                            x.as_ptr(),
-                            3 * d,
-                            got.as_mut_ptr(),
-                            d,
+                        let tensors = AttentionTensors {
+                            x: x.as_ptr(),
+                            x_stride: 3 * d,
+                            y: got.as_mut_ptr(),
+                            y_stride: d,
                             heads,
                             t,
-                            split_range(units, 1, ith, nth),
-                        )
+                        };
+                        attention_items(level, tensors, split_range(units, 1, ith, nth))
                     };
                 }
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     assert!(
                         (*g as f64 - w).abs() < 1e-5 * (1.0 + w.abs()),
-                        "heads {heads} t {t} nth {nth} at {i}: {g} vs {w}"
+                        "{level:?} heads {heads} t {t} nth {nth} at {i}: {g} vs {w}"
                     );
                 }
+                by_level.push((nth, level, got));
             }
+            assert_same_bits(&by_level, &format!("{heads} heads, t {t}"));
         }
     }
 

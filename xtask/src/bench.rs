@@ -40,11 +40,21 @@ pub struct Args {
     /// Repetitions per measurement (medians are printed).
     #[arg(long, default_value_t = 5)]
     pub repeat: u32,
+    /// The CPU the `asr` bench acts as: `native` (this one), or `avx2`, a CPU without
+    /// AVX-512, with both sides capped (our kernels, ggml's CPU variants, CTranslate2
+    /// and MKL).
+    #[arg(long, value_enum, default_value = "native")]
+    pub cpu_isa: asr::CpuIsa,
 }
 
 /// Runs the verb.
 pub fn run(args: Args) -> Result<ExitCode> {
     let all = matches!(args.suite, Suite::All);
+    anyhow::ensure!(
+        args.cpu_isa == asr::CpuIsa::Native || matches!(args.suite, Suite::Asr),
+        "--cpu-isa applies to the asr bench only: run `cargo xtask bench asr --cpu-isa {}`",
+        args.cpu_isa.name()
+    );
     if all || matches!(args.suite, Suite::Vad) {
         bench_vad(args.repeat)?;
     }
@@ -55,7 +65,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         crate::kernels::bench::bench()?;
     }
     if all || matches!(args.suite, Suite::Asr) {
-        asr::bench(args.repeat)?;
+        asr::bench(args.repeat, args.cpu_isa)?;
     }
     if all || matches!(args.suite, Suite::Server) {
         bench_server(args.repeat)?;
@@ -72,16 +82,18 @@ fn exe(package: &Path, name: &str) -> std::path::PathBuf {
 }
 
 /// Runs `xtask/python/<script>` in the reference venv with `--flag value` pairs and
-/// `--repeat`; the driver prints its own table.
+/// `--repeat`, and `env` set for it and what it starts; the driver prints its own table.
 fn run_driver(
     python: &Path,
     script: &str,
     what: &str,
     flags: &[(&str, &OsStr)],
+    env: &[(&str, &str)],
     repeat: u32,
 ) -> Result<()> {
     let mut cmd = Command::new(python);
     cmd.arg(project_root().join("xtask/python").join(script));
+    cmd.envs(env.iter().copied());
     for (flag, value) in flags {
         cmd.arg(flag).arg(value);
     }
@@ -109,6 +121,7 @@ fn bench_vad(repeat: u32) -> Result<()> {
             ("--onnx", a.dir.join("silero_vad.onnx").as_os_str()),
             ("--audio", a.dir.join("clips/long.wav").as_os_str()),
         ],
+        &[],
         repeat,
     )
 }
@@ -139,6 +152,7 @@ fn bench_server(repeat: u32) -> Result<()> {
                 a.dir.join("clips-asr/phrase_en_us.wav").as_os_str(),
             ),
         ],
+        &[],
         repeat,
     )
 }

@@ -336,16 +336,21 @@ fn vad_args(assets: &assets::Assets) -> [String; 8] {
 /// transcribe exactly.
 const PHRASE: &str = "Speech recognition in Rust is working today.";
 
+/// Runs a packaged CLI with arguments and extra environment variables; its stdout.
+type RunPackaged<'a> = dyn Fn(&[&str], &[(&str, &str)]) -> Result<String> + 'a;
+
 /// Converts Whisper tiny.en (the CTranslate2 model of the assets) to a q8_0 GGUF with
-/// a packaged CLI, `run` (which runs it with the given arguments and returns stdout),
-/// then transcribes the phrase clip with it: the package's converter, the Whisper
-/// spec compiled into it and its CPU kernels, as a user would run them. `out` is a
-/// path as the CLI sees it (a Windows CLI under Wine reads Unix paths too).
+/// a packaged CLI, `run_env` (which runs it with the given arguments and environment
+/// and returns stdout), then transcribes the phrase clip with it at each level of CPU
+/// kernels: the package's converter, the Whisper spec compiled into it and its CPU
+/// kernels, as a user would run them. `out` is a path as the CLI sees it (a Windows
+/// CLI under Wine reads Unix paths too).
 fn package_transcribes_the_phrase(
-    run: &dyn Fn(&[&str]) -> Result<String>,
+    run_env: &RunPackaged,
     assets: &assets::Assets,
     out: &Path,
 ) -> Result<()> {
+    let run = |args: &[&str]| run_env(args, &[]);
     let path = |p: PathBuf| p.to_string_lossy().into_owned();
     let ct2 = path(assets.dir.join("whisper-tiny.en-ct2"));
     let gguf = path(out.to_path_buf());
@@ -362,7 +367,7 @@ fn package_transcribes_the_phrase(
         "q8_0",
     ])?;
     let clip = path(assets.dir.join("clips-asr/phrase_en_us.wav"));
-    let asr = run(&[
+    let args = [
         "--task",
         "asr",
         "--family",
@@ -373,11 +378,20 @@ fn package_transcribes_the_phrase(
         &clip,
         "--temperatures",
         "0",
-    ])?;
-    anyhow::ensure!(
-        asr.lines().any(|l| l == format!("text={PHRASE}")),
-        "the packaged CLI did not transcribe the phrase exactly: {asr}"
-    );
+    ];
+    // The widest kernels this CPU has, then the AVX2 ones (what CPUs without AVX-512
+    // run), then ggml's ops: the same phrase from each.
+    for kernels in ["native", "avx2", "ggml"] {
+        let env: &[(&str, &str)] = match kernels {
+            "native" => &[],
+            _ => &[("AUDIOCPP_CPU_KERNELS", kernels)],
+        };
+        let asr = run_env(&args, env)?;
+        anyhow::ensure!(
+            asr.lines().any(|l| l == format!("text={PHRASE}")),
+            "the packaged CLI ({kernels} CPU kernels) did not transcribe the phrase exactly: {asr}"
+        );
+    }
     Ok(())
 }
 
@@ -392,11 +406,12 @@ fn dist_end_to_end(assets: &assets::Assets) -> Result<()> {
     let cli = root.join(format!("audiocpp_cli{}", std::env::consts::EXE_SUFFIX));
     let cwd = out.join("empty-cwd");
     std::fs::create_dir_all(&cwd)?;
-    let run = |args: &[&str]| -> Result<String> {
+    let run_env = |args: &[&str], env: &[(&str, &str)]| -> Result<String> {
         let o = Command::new(&cli)
             .args(args)
             .current_dir(&cwd)
             .env_remove("LD_LIBRARY_PATH")
+            .envs(env.iter().copied())
             .output()?;
         anyhow::ensure!(
             o.status.success(),
@@ -406,6 +421,7 @@ fn dist_end_to_end(assets: &assets::Assets) -> Result<()> {
         );
         Ok(String::from_utf8_lossy(&o.stdout).into_owned())
     };
+    let run = |args: &[&str]| run_env(args, &[]);
     run(&["--version"])?;
     let devices = run(&["--list-devices"])?;
     anyhow::ensure!(
@@ -418,7 +434,7 @@ fn dist_end_to_end(assets: &assets::Assets) -> Result<()> {
         vad.contains("spec_source=embedded") && vad.contains("segments=3"),
         "unexpected VAD output: {vad}"
     );
-    package_transcribes_the_phrase(&run, assets, &out.join("tiny.en-q8_0.gguf"))?;
+    package_transcribes_the_phrase(&run_env, assets, &out.join("tiny.en-q8_0.gguf"))?;
     eprintln!(
         "test: {} unpacked and ran from an empty directory (VAD, Whisper convert and ASR)",
         zip.display()
@@ -439,8 +455,8 @@ fn windows_end_to_end(assets: &assets::Assets) -> Result<()> {
     let cwd = out.join("empty-cwd-windows");
     let cli = root.join("audiocpp_cli.exe");
     let result = (|| -> Result<()> {
-        let run = |args: &[&str]| -> Result<String> {
-            let o = wine.run(&cli, args, &cwd)?;
+        let run_env = |args: &[&str], env: &[(&str, &str)]| -> Result<String> {
+            let o = wine.run_env(&cli, args, &cwd, env)?;
             anyhow::ensure!(
                 o.status.success(),
                 "wine {} {args:?} exited {:?}: {}",
@@ -450,6 +466,7 @@ fn windows_end_to_end(assets: &assets::Assets) -> Result<()> {
             );
             Ok(String::from_utf8_lossy(&o.stdout).into_owned())
         };
+        let run = |args: &[&str]| run_env(args, &[]);
         let version = run(&["--version"])?;
         anyhow::ensure!(version.contains(env!("CARGO_PKG_VERSION")), "{version}");
         let devices = run(&["--list-devices"])?;
@@ -463,7 +480,7 @@ fn windows_end_to_end(assets: &assets::Assets) -> Result<()> {
             vad.contains("spec_source=embedded") && vad.contains("segments=3"),
             "unexpected VAD output under Wine: {vad}"
         );
-        package_transcribes_the_phrase(&run, assets, &out.join("tiny.en-q8_0-wine.gguf"))?;
+        package_transcribes_the_phrase(&run_env, assets, &out.join("tiny.en-q8_0-wine.gguf"))?;
 
         let victim = "libstdc++-6.dll";
         std::fs::remove_file(root.join(victim))?;

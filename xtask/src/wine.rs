@@ -76,11 +76,24 @@ impl Wine {
 
     /// Runs `exe` with `args` from the empty folder `cwd`.
     pub fn run(&self, exe: &Path, args: &[&str], cwd: &Path) -> Result<Output> {
+        self.run_env(exe, args, cwd, &[])
+    }
+
+    /// [`Wine::run`] with `env` set too (Windows programs see Unix environment
+    /// variables under Wine).
+    pub fn run_env(
+        &self,
+        exe: &Path,
+        args: &[&str],
+        cwd: &Path,
+        env: &[(&str, &str)],
+    ) -> Result<Output> {
         std::fs::create_dir_all(cwd)?;
         Command::new(&self.wine)
             .arg(exe)
             .args(args)
             .current_dir(cwd)
+            .envs(env.iter().copied())
             .env("WINEPREFIX", &self.prefix)
             .env("WINEDEBUG", "-all")
             .output()

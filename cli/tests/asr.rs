@@ -30,10 +30,11 @@
 //! <= 0.35), and with timestamps it stays within 0.05 of faster-whisper's; misuse of
 //! the VAD flags is exit 2 naming the flag.
 //!
-//! The engine's CPU kernels (q8_0 GEMM, attention, GELU) at AVX-512, at AVX2
-//! (`AUDIOCPP_CPU_KERNELS=avx2`, what CPUs without AVX-512 run) and ggml's own ops
-//! (`AUDIOCPP_CPU_KERNELS=ggml`, what CPUs without AVX2 run) give the same transcripts
-//! on every reference clip, for the f16 and the q8_0 model.
+//! The engine's CPU kernels (q8_0 and f32 products, attention, GELU, logits) give the
+//! same transcripts at AVX-512 and at AVX2 (`AUDIOCPP_CPU_KERNELS=avx2`, what CPUs
+//! without AVX-512 run) on every reference clip, for the f16 and the q8_0 model, and
+//! are as accurate against what was spoken as ggml's own ops
+//! (`AUDIOCPP_CPU_KERNELS=ggml`, what CPUs without AVX2 run), which round differently.
 
 mod common;
 use common::*;
@@ -283,14 +284,16 @@ fn q8_0_model_is_smaller_and_keeps_the_phrase_and_the_error_rate() {
     );
 }
 
+/// Max word error rate (against what was spoken) that the engine's CPU kernels may
+/// have above ggml's own ops on the reference clips: the margin the q8_0 model gets
+/// against faster-whisper.
+const KERNEL_WER_MARGIN: f64 = Q8_WER_MARGIN;
+
 #[test]
-fn cpu_kernels_and_ggml_ops_give_the_same_transcripts() {
+fn cpu_kernels_agree_across_levels_and_are_as_accurate_as_ggml_ops() {
     #[cfg(target_arch = "x86_64")]
     for (feature, has) in [
-        (
-            "AVX-512 VNNI",
-            std::arch::is_x86_feature_detected!("avx512vnni"),
-        ),
+        ("AVX-512", std::arch::is_x86_feature_detected!("avx512f")),
         ("AVX2", std::arch::is_x86_feature_detected!("avx2")),
     ] {
         if !has {
@@ -303,7 +306,8 @@ fn cpu_kernels_and_ggml_ops_give_the_same_transcripts() {
     let r = reference();
     let dir = tempfile::tempdir().unwrap();
     for model in [gguf(), gguf_q8()] {
-        for clip in r["clips"].as_object().unwrap().keys() {
+        let (mut ours_e, mut ggml_e, mut total, mut differ) = (0, 0, 0, 0);
+        for (clip, want) in r["clips"].as_object().unwrap() {
             let mut args = asr_args(s(model), clip);
             args.extend_from_slice(&["--temperatures", "0", "--threads", "1"]);
             let text = |env: &[(&str, &str)]| {
@@ -312,11 +316,38 @@ fn cpu_kernels_and_ggml_ops_give_the_same_transcripts() {
                 run.value("text").unwrap_or_default()
             };
             let ours = text(&[]);
-            for level in ["avx2", "ggml"] {
-                let theirs = text(&[("AUDIOCPP_CPU_KERNELS", level)]);
-                assert_eq!(ours, theirs, "{} on {clip} with {level}", model.display());
+            // The kernels give the same bits at every level, so the same text.
+            let avx2 = text(&[("AUDIOCPP_CPU_KERNELS", "avx2")]);
+            assert_eq!(ours, avx2, "{} on {clip}: widest vs AVX2", model.display());
+            // ggml's ops round differently (and differently per ggml CPU variant): a
+            // near tie may go the other way, so they are held to the same accuracy.
+            let ggml = text(&[("AUDIOCPP_CPU_KERNELS", "ggml")]);
+            let truth = words(&spoken(clip));
+            let (o, g) = (
+                word_errors(&words(&ours), &truth),
+                word_errors(&words(&ggml), &truth),
+            );
+            if ours != ggml {
+                differ += 1;
+                eprintln!("{clip}: kernels {o}, ggml {g} word errors\n  kernels: {ours}\n  ggml:    {ggml}");
             }
+            if want["text"] == PHRASE {
+                assert_eq!((ours.as_str(), ggml.as_str()), (PHRASE, PHRASE), "{clip}");
+            }
+            ours_e += o;
+            ggml_e += g;
+            total += truth.len();
         }
+        let (ours_wer, ggml_wer) = (ours_e as f64 / total as f64, ggml_e as f64 / total as f64);
+        eprintln!(
+            "{}: WER vs the spoken text: kernels {ours_wer:.4}, ggml {ggml_wer:.4}; {differ} clip(s) differ",
+            model.display()
+        );
+        assert!(
+            ours_wer <= ggml_wer + KERNEL_WER_MARGIN,
+            "{}: kernels' WER {ours_wer:.4} is more than {KERNEL_WER_MARGIN} above ggml's {ggml_wer:.4}",
+            model.display()
+        );
     }
 }
 

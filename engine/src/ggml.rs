@@ -18,8 +18,8 @@ use llama_cpp_sys_2 as sys;
 
 mod cpu_ops;
 pub use cpu_ops::{
-    attention_kernel_available, q8_kernel_available, q8_kernel_level, PackedQ8, SimdLevel,
-    ATTENTION_HEAD_DIM,
+    attention_kernel_available, f16_product_available, pack_f32_transposed, q8_kernel_available,
+    q8_kernel_level, PackedQ8, SimdLevel, ATTENTION_HEAD_DIM, F32_PRODUCT_COLS,
 };
 
 /// A failure inside ggml, reported with what was being done.
@@ -602,6 +602,46 @@ impl Context {
         }
     }
 
+    /// [`Context::conv_1d_f32`] with the kernel packed for the engine's f32 product:
+    /// `packed` is [OC, IC*K] from [`pack_f32_transposed`] of the [K, IC, OC] kernel
+    /// (read as [IC*K, OC]). The im2col step takes its shape from a [K, IC, OC] reshape
+    /// of `packed` (it reads the shape only). Needs [`attention_kernel_available`].
+    pub fn conv_1d_f32_packed<'a>(
+        &'a self,
+        packed: Tensor<'a>,
+        kernel_width: i64,
+        input: Tensor<'a>,
+        stride: i32,
+        pad: i32,
+    ) -> Tensor<'a> {
+        let [oc, ick, _, _] = packed.ne();
+        assert_eq!(ick % kernel_width, 0, "IC*K columns");
+        let ctx = self.raw.as_ptr();
+        // SAFETY: tensors of this context; the reshape keeps the element count of the
+        // contiguous packed weight, and im2col reads only its shape.
+        unsafe {
+            let shape =
+                sys::ggml_reshape_3d(ctx, packed.raw(), kernel_width, ick / kernel_width, oc);
+            let cols = sys::ggml_im2col(
+                ctx,
+                shape,
+                input.raw(),
+                stride,
+                0,
+                pad,
+                0,
+                1,
+                0,
+                false,
+                sys::GGML_TYPE_F32,
+            );
+            let (ol, n) = ((*cols).ne[1], (*cols).ne[2]);
+            let c2 = self.wrap(sys::ggml_reshape_2d(ctx, cols, ick, ol * n));
+            let out = self.mul_mat_f32_packed(packed, c2);
+            self.wrap(sys::ggml_reshape_3d(ctx, out.raw(), oc, ol, n))
+        }
+    }
+
     /// A new 32-bit integer tensor (token ids, row indices), dims in ggml order.
     pub fn new_i32_tensor(&self, ne: &[i64], name: &str) -> Tensor<'_> {
         assert!(!ne.is_empty() && ne.len() <= 4, "1 to 4 dims");
@@ -636,24 +676,8 @@ impl Context {
     pub fn gelu_erf_cpu<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
         let a = self.contiguous(a);
         let [n0, n1, n2, n3] = a.ne();
-        let mut args = [a.raw()];
-        // SAFETY: the op reads its one source and writes a tensor of the same shape;
-        // the callback matches ggml_custom_op_t.
-        self.wrap(unsafe {
-            sys::ggml_custom_4d(
-                self.raw.as_ptr(),
-                sys::GGML_TYPE_F32,
-                n0,
-                n1,
-                n2,
-                n3,
-                args.as_mut_ptr(),
-                1,
-                Some(cpu_ops::gelu_erf_op),
-                -1, // GGML_N_TASKS_MAX: every worker thread
-                std::ptr::null_mut(),
-            )
-        })
+        // SAFETY: the op reads its one source and writes a tensor of the same shape.
+        unsafe { self.custom_f32_op([n0, n1, n2, n3], &mut [a.raw()], cpu_ops::gelu_erf_op, 0) }
     }
 
     /// [`Context::mul_mat`] of a [`PackedQ8`] weight (an [`DType::I8`] tensor of
@@ -683,22 +707,8 @@ impl Context {
             args.push(self.contiguous(b).raw());
         }
         // SAFETY: the op reads the packed weight, the f32 rows of x (contiguous) and the
-        // bias, and writes [n, m] f32; the callback matches ggml_custom_op_t.
-        self.wrap(unsafe {
-            sys::ggml_custom_4d(
-                self.raw.as_ptr(),
-                sys::GGML_TYPE_F32,
-                n,
-                m,
-                1,
-                1,
-                args.as_mut_ptr(),
-                args.len() as i32,
-                Some(cpu_ops::q8_packed_op),
-                -1, // GGML_N_TASKS_MAX: every worker thread
-                std::ptr::null_mut(),
-            )
-        })
+        // bias, and writes [n, m] f32.
+        unsafe { self.custom_f32_op([n, m, 1, 1], &mut args, cpu_ops::q8_packed_op, 0) }
     }
 
     /// Multi-head self-attention without a mask, scale 1/sqrt(64), as a CPU-only custom
@@ -712,22 +722,106 @@ impl Context {
         assert_eq!(w as usize, 3 * d, "stacked q, k, v of {heads} heads of 64");
         assert_eq!(t2 * t3, 1, "2-D input");
         let qkv = self.contiguous(qkv);
-        let mut args = [qkv.raw()];
         // SAFETY: the op reads the contiguous [3d, t] source and writes [d, t] f32; the
         // head count travels in the userdata pointer's value, never dereferenced.
+        unsafe {
+            self.custom_f32_op(
+                [d as i64, t, 1, 1],
+                &mut [qkv.raw()],
+                cpu_ops::attention_op,
+                heads,
+            )
+        }
+    }
+
+    /// `x W^T` for an f32 weight packed by [`pack_f32_transposed`] (an f32 tensor
+    /// [n, k]) and f32 activations `x` [k, m]: the result is [n, m]. A CPU-only custom
+    /// op; needs [`attention_kernel_available`] (the same vector code).
+    pub fn mul_mat_f32_packed<'a>(&'a self, packed: Tensor<'a>, x: Tensor<'a>) -> Tensor<'a> {
+        let [n, k, _, _] = packed.ne();
+        let [xk, m, m2, m3] = x.ne();
+        assert_eq!(packed.dtype(), DType::F32, "a packed f32 weight");
+        assert_eq!(k, xk, "the weight's and activations' k");
+        assert_eq!(m2 * m3, 1, "2-D activations");
+        assert_eq!(
+            n % cpu_ops::F32_PRODUCT_COLS as i64,
+            0,
+            "whole runs of outputs"
+        );
+        let x = self.contiguous(x);
+        // SAFETY: the op reads the [n, k] weight and the contiguous f32 rows of x and
+        // writes [n, m] f32.
+        unsafe {
+            self.custom_f32_op(
+                [n, m, 1, 1],
+                &mut [packed.raw(), x.raw()],
+                cpu_ops::f32_product_op,
+                0,
+            )
+        }
+    }
+
+    /// [`Context::mul_mat`] of an f16 weight `w` [k, n] (contiguous, at least 4 rows,
+    /// `k` a multiple of 16) and f32 activations `x` [k, m], as a CPU-only custom op
+    /// with F16C conversion; needs [`f16_product_available`]. For products that are a
+    /// read of a large weight (the decoder's logits).
+    pub fn mul_mat_f16_cpu<'a>(&'a self, w: Tensor<'a>, x: Tensor<'a>) -> Tensor<'a> {
+        let [k, n, n2, n3] = w.ne();
+        let [xk, m, m2, m3] = x.ne();
+        assert_eq!(w.dtype(), DType::F16, "an f16 weight");
+        assert_eq!((n2 * n3, m2 * m3), (1, 1), "2-D operands");
+        assert_eq!(k, xk, "the weight's and activations' k");
+        assert!(k % 16 == 0 && n >= 4, "k a multiple of 16, at least 4 rows");
+        // SAFETY: the tensor belongs to this context.
+        assert!(
+            unsafe { sys::ggml_is_contiguous(w.raw()) },
+            "a contiguous weight"
+        );
+        let x = self.contiguous(x);
+        // SAFETY: the op reads the contiguous f16 weight and the contiguous f32 rows of
+        // x and writes [n, m] f32.
+        unsafe {
+            self.custom_f32_op(
+                [n, m, 1, 1],
+                &mut [w.raw(), x.raw()],
+                cpu_ops::f16_product_op,
+                0,
+            )
+        }
+    }
+
+    /// A CPU-only custom op: an f32 tensor of shape `ne` that `op` computes from
+    /// `args`, on every worker thread, with `userdata` passed by value.
+    ///
+    /// # Safety
+    /// `args` belong to this context, and `op` reads only them and writes only the
+    /// `ne` f32 result, as its tensors' shapes describe.
+    unsafe fn custom_f32_op<'a>(
+        &'a self,
+        ne: [i64; 4],
+        args: &mut [*mut sys::ggml_tensor],
+        op: unsafe extern "C" fn(
+            *mut sys::ggml_tensor,
+            std::os::raw::c_int,
+            std::os::raw::c_int,
+            *mut std::os::raw::c_void,
+        ),
+        userdata: usize,
+    ) -> Tensor<'a> {
+        // SAFETY: the caller's guarantees; the callback matches ggml_custom_op_t.
         self.wrap(unsafe {
             sys::ggml_custom_4d(
                 self.raw.as_ptr(),
                 sys::GGML_TYPE_F32,
-                d as i64,
-                t,
-                1,
-                1,
+                ne[0],
+                ne[1],
+                ne[2],
+                ne[3],
                 args.as_mut_ptr(),
-                1,
-                Some(cpu_ops::attention_op),
+                args.len() as i32,
+                Some(op),
                 -1, // GGML_N_TASKS_MAX: every worker thread
-                heads as *mut std::os::raw::c_void,
+                userdata as *mut std::os::raw::c_void,
             )
         })
     }

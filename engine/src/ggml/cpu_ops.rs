@@ -953,38 +953,56 @@ impl AttentionSimd for Avx2Attention {
     }
 }
 
+/// Calls tile function `$f::<S, R>` for `$rows` rows (at most 4) with the arguments.
+macro_rules! by_tile {
+    ($rows:expr, $f:ident, $($arg:expr),*) => {
+        match $rows {
+            4 => $f::<S, 4>($($arg),*),
+            3 => $f::<S, 3>($($arg),*),
+            2 => $f::<S, 2>($($arg),*),
+            _ => $f::<S, 1>($($arg),*),
+        }
+    };
+}
+
 /// Keys one pass covers: their transposed keys (16 KiB) and values stay in L1 while
 /// every query tile of the block uses them.
 const KEY_CHUNK: usize = 64;
 
-/// Scores of `R` query rows against one chunk of 64 keys, scaled by 1/8, into `s`
-/// (rows `tp` apart), `S::COLS` keys per pass.
+/// `R` rows of `a` times `b` over `k`, for 64 output columns: `out[r][j] = scale *
+/// sum over c of a[r][c] * b[c][j]`, `S::COLS` columns per pass, summed in c order
+/// (so every instruction set gives the same bits). The attention's scores (queries
+/// times transposed keys, k = 64) and the f32 product ([`f32_rows`]) are made of it.
 ///
 /// # Safety
-/// `S`'s features; `q` rows `x_stride` apart with 64 values; `kt` 64 rows `tp` apart
-/// with 64 floats from it; `s` `R` rows `tp` apart with 64 floats from it.
+/// `S`'s features; `a` `R` rows `a_stride` apart with `k` values; `b` `k` rows
+/// `b_stride` apart with 64 floats from it; `out` `R` rows `out_stride` apart with 64
+/// floats from it.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn scores_tile<S: AttentionSimd, const R: usize>(
-    q: *const f32,
-    x_stride: usize,
-    kt: *const f32,
-    tp: usize,
-    s: *mut f32,
+#[allow(clippy::too_many_arguments)]
+unsafe fn product_tile<S: AttentionSimd, const R: usize>(
+    a: *const f32,
+    a_stride: usize,
+    k: usize,
+    b: *const f32,
+    b_stride: usize,
+    out: *mut f32,
+    out_stride: usize,
+    scale: f32,
 ) {
-    let scale = 1.0 / (ATTENTION_HEAD_DIM as f32).sqrt();
     // SAFETY (all): caller's guarantee.
     unsafe {
-        for j in (0..KEY_CHUNK).step_by(S::COLS) {
+        for j in (0..64).step_by(S::COLS) {
             let mut acc = [S::zero(); R];
-            for c in 0..ATTENTION_HEAD_DIM {
-                let kv = S::load(kt.add(c * tp + j));
-                for (r, a) in acc.iter_mut().enumerate() {
-                    S::fma(a, *q.add(r * x_stride + c), &kv);
+            for c in 0..k {
+                let bv = S::load(b.add(c * b_stride + j));
+                for (r, acc_r) in acc.iter_mut().enumerate() {
+                    S::fma(acc_r, *a.add(r * a_stride + c), &bv);
                 }
             }
-            for (r, a) in acc.iter().enumerate() {
-                S::store(s.add(r * tp + j), *a, scale);
+            for (r, acc_r) in acc.iter().enumerate() {
+                S::store(out.add(r * out_stride + j), *acc_r, scale);
             }
         }
     }
@@ -1189,16 +1207,6 @@ unsafe fn attention_block<S: AttentionSimd>(
     y: *mut f32,
     y_stride: usize,
 ) {
-    macro_rules! by_tile {
-        ($rows:expr, $f:ident, $($arg:expr),*) => {
-            match $rows {
-                4 => $f::<S, 4>($($arg),*),
-                3 => $f::<S, 3>($($arg),*),
-                2 => $f::<S, 2>($($arg),*),
-                _ => $f::<S, 1>($($arg),*),
-            }
-        };
-    }
     // SAFETY: every pointer stays inside the buffers the caller describes.
     unsafe {
         for jc in (0..tp).step_by(KEY_CHUNK) {
@@ -1207,12 +1215,15 @@ unsafe fn attention_block<S: AttentionSimd>(
                 let qp = q.add((r0 + tr) * x_stride);
                 by_tile!(
                     n,
-                    scores_tile,
+                    product_tile,
                     qp,
                     x_stride,
+                    ATTENTION_HEAD_DIM,
                     kt.as_ptr().add(jc),
                     tp,
-                    s.as_mut_ptr().add(tr * tp + jc)
+                    s.as_mut_ptr().add(tr * tp + jc),
+                    tp,
+                    1.0 / (ATTENTION_HEAD_DIM as f32).sqrt()
                 );
             }
         }
@@ -1398,6 +1409,322 @@ pub(super) unsafe extern "C" fn attention_op(
             t,
         };
         attention_items(level, tensors, items);
+    }
+}
+
+/// Rows `rows` of `y = x W^T` for an f32 weight packed transposed (`wt`: `k` rows of
+/// `n` floats, `n` a multiple of 64), 64 output columns at a time so that one panel
+/// of the weight stays in L2 while every row tile passes.
+///
+/// # Safety
+/// `S`'s features; `x` holds rows `rows` of `k` floats `x_stride` apart, `y` the same
+/// rows of `n` floats `y_stride` apart.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f32_rows_with<S: AttentionSimd>(
+    x: *const f32,
+    x_stride: usize,
+    k: usize,
+    wt: *const f32,
+    n: usize,
+    y: *mut f32,
+    y_stride: usize,
+    rows: std::ops::Range<usize>,
+) {
+    // SAFETY (all): the caller's guarantees cover every tile.
+    unsafe {
+        for col in (0..n).step_by(64) {
+            for r in rows.clone().step_by(S::TILE_ROWS) {
+                let tile = (rows.end - r).min(S::TILE_ROWS);
+                by_tile!(
+                    tile,
+                    product_tile,
+                    x.add(r * x_stride),
+                    x_stride,
+                    k,
+                    wt.add(col),
+                    n,
+                    y.add(r * y_stride + col),
+                    y_stride,
+                    1.0
+                );
+            }
+        }
+    }
+}
+
+/// The f32 product's operands: `m` rows of `k` activations `x_stride` floats apart,
+/// the weight packed transposed (`k` rows of `n`), and `m` output rows of `n`.
+#[derive(Clone, Copy)]
+struct F32Product {
+    x: *const f32,
+    x_stride: usize,
+    k: usize,
+    wt: *const f32,
+    n: usize,
+    y: *mut f32,
+    y_stride: usize,
+}
+
+/// [`f32_rows_with`] compiled for AVX-512 F.
+///
+/// # Safety
+/// As [`f32_rows_with`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn f32_rows_avx512(p: F32Product, rows: std::ops::Range<usize>) {
+    // SAFETY: the caller's guarantees, and this function's features.
+    unsafe {
+        f32_rows_with::<Avx512Attention>(p.x, p.x_stride, p.k, p.wt, p.n, p.y, p.y_stride, rows)
+    }
+}
+
+/// [`f32_rows_with`] compiled for AVX2 and FMA.
+///
+/// # Safety
+/// As [`f32_rows_with`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn f32_rows_avx2(p: F32Product, rows: std::ops::Range<usize>) {
+    // SAFETY: the caller's guarantees, and this function's features.
+    unsafe {
+        f32_rows_with::<Avx2Attention>(p.x, p.x_stride, p.k, p.wt, p.n, p.y, p.y_stride, rows)
+    }
+}
+
+/// Rows `rows` of the f32 product at `level`.
+///
+/// # Safety
+/// The CPU must have `level`; `p` describes live buffers holding those rows.
+#[cfg(target_arch = "x86_64")]
+unsafe fn f32_rows(level: SimdLevel, p: F32Product, rows: std::ops::Range<usize>) {
+    // SAFETY: the caller's guarantees.
+    unsafe {
+        match level {
+            SimdLevel::Avx512 => f32_rows_avx512(p, rows),
+            SimdLevel::Avx2 => f32_rows_avx2(p, rows),
+        }
+    }
+}
+
+/// Output columns of the f32 product must come in these (one run of 64 per tile).
+pub const F32_PRODUCT_COLS: usize = 64;
+
+/// An f32 weight (`n` rows of `k`, ggml's `[k, n]`) transposed for [`f32_rows`]:
+/// `k` rows of `n`. `None` unless `n` is a multiple of [`F32_PRODUCT_COLS`] and the
+/// data holds `n * k` values.
+pub fn pack_f32_transposed(w: &[f32], k: usize, n: usize) -> Option<Vec<f32>> {
+    if k == 0 || n == 0 || !n.is_multiple_of(F32_PRODUCT_COLS) || w.len() != n * k {
+        return None;
+    }
+    let mut wt = vec![0f32; n * k];
+    for (row, values) in w.chunks_exact(k).enumerate() {
+        for (c, &v) in values.iter().enumerate() {
+            wt[c * n + row] = v;
+        }
+    }
+    Some(wt)
+}
+
+/// The custom op: `dst` [n, m] = activations (src 1, [k, m], rows contiguous) times
+/// the transposed f32 weight (src 0, [n, k] from [`pack_f32_transposed`]). Threads
+/// split the rows.
+///
+/// # Safety
+/// Called by ggml's CPU backend on a tensor made by [`super::Context::mul_mat_f32_packed`].
+pub(super) unsafe extern "C" fn f32_product_op(
+    dst: *mut sys::ggml_tensor,
+    ith: c_int,
+    nth: c_int,
+    _userdata: *mut c_void,
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: ggml passes the live tensor made by mul_mat_f32_packed: an [n, k] f32
+    // weight, [k, m] f32 activations with contiguous rows, an [n, m] f32 result.
+    unsafe {
+        let (w, x) = (&*(*dst).src[0], &*(*dst).src[1]);
+        let m = x.ne[1] as usize;
+        let rows = split_range(m, 4, ith as usize, nth as usize);
+        let Some(level) = SimdLevel::allowed() else {
+            return;
+        };
+        if rows.is_empty() {
+            return;
+        }
+        let p = F32Product {
+            x: x.data as *const f32,
+            x_stride: x.nb[1] / 4,
+            k: x.ne[0] as usize,
+            wt: w.data as *const f32,
+            n: w.ne[0] as usize,
+            y: (*dst).data as *mut f32,
+            y_stride: (*dst).nb[1] / 4,
+        };
+        f32_rows(level, p, rows);
+    }
+}
+
+/// Values one step of the f16 product covers: one 512-bit vector, two 256-bit ones.
+const F16_STEP: usize = 16;
+
+/// Four rows of f16 weights (`w`, rows `k` apart) times one row of f32 activations,
+/// with AVX-512 F: per-lane sums in `k` order, then [`sum_lanes`].
+///
+/// # Safety
+/// AVX-512 F; 4 rows of `k` f16 at `w`, `k` floats at `x`, `k` a multiple of 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn f16_dot4_avx512(w: *const u16, k: usize, x: *const f32) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for c in (0..k).step_by(F16_STEP) {
+        // SAFETY (both): caller's guarantee.
+        let xv = unsafe { _mm512_loadu_ps(x.add(c)) };
+        for (i, a) in acc.iter_mut().enumerate() {
+            let wv = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(w.add(i * k + c).cast())) };
+            *a = _mm512_fmadd_ps(wv, xv, *a);
+        }
+    }
+    acc.map(|a| {
+        let mut lanes = [0f32; 16];
+        // SAFETY: 16 floats.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), a) };
+        sum_lanes(lanes)
+    })
+}
+
+/// [`f16_dot4_avx512`] with AVX2, F16C and FMA: two 8-lane accumulators per row stand
+/// for the 16-lane one, so both give the same bits.
+///
+/// # Safety
+/// AVX2, F16C, FMA; as [`f16_dot4_avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_dot4_avx2(w: *const u16, k: usize, x: *const f32) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    for c in (0..k).step_by(F16_STEP) {
+        // SAFETY (both): caller's guarantee.
+        let xv = unsafe { [_mm256_loadu_ps(x.add(c)), _mm256_loadu_ps(x.add(c + 8))] };
+        for (i, a) in acc.iter_mut().enumerate() {
+            for h in 0..2 {
+                let wv =
+                    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(w.add(i * k + c + 8 * h).cast())) };
+                a[h] = _mm256_fmadd_ps(wv, xv[h], a[h]);
+            }
+        }
+    }
+    acc.map(|a| {
+        let mut lanes = [0f32; 16];
+        // SAFETY: 16 floats.
+        unsafe {
+            _mm256_storeu_ps(lanes.as_mut_ptr(), a[0]);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a[1]);
+        }
+        sum_lanes(lanes)
+    })
+}
+
+/// Rows `rows` (a multiple of 4 long, or ending at the weight's last row) of `y = W x`
+/// for each of the `m` activation rows, with f16 weights (`n` rows of `k`) at `level`.
+/// A trailing group of fewer than 4 rows is computed with the last 4 rows' kernel
+/// reading only whole rows (`n >= 4`).
+///
+/// # Safety
+/// The CPU must have `level`'s features (and F16C); `w` `n` rows of `k` f16, `x` `m`
+/// rows of `k` floats `x_stride` apart, `y` `m` rows of `n` floats `y_stride` apart;
+/// `k` a multiple of 16, `n >= 4`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn f16_rows(
+    level: SimdLevel,
+    w: *const u16,
+    k: usize,
+    n: usize,
+    x: *const f32,
+    x_stride: usize,
+    m: usize,
+    y: *mut f32,
+    y_stride: usize,
+    rows: std::ops::Range<usize>,
+) {
+    for row in 0..m {
+        let mut v = rows.start;
+        while v < rows.end {
+            // A short last group re-reads rows before it, so every call covers 4 rows.
+            let first = v.min(n - 4);
+            // SAFETY: the caller's guarantees; rows first..first + 4 exist.
+            unsafe {
+                let (wp, xp) = (w.add(first * k), x.add(row * x_stride));
+                let dots = match level {
+                    SimdLevel::Avx512 => f16_dot4_avx512(wp, k, xp),
+                    SimdLevel::Avx2 => f16_dot4_avx2(wp, k, xp),
+                };
+                for (i, d) in dots.iter().enumerate() {
+                    if first + i >= v && first + i < rows.end {
+                        *y.add(row * y_stride + first + i) = *d;
+                    }
+                }
+            }
+            v += 4;
+        }
+    }
+}
+
+/// True when the CPU can run the f16 product: AVX2 level CPUs need F16C too (every
+/// AVX2 CPU has it).
+fn f16_product_level() -> Option<SimdLevel> {
+    let level = SimdLevel::allowed()?;
+    #[cfg(target_arch = "x86_64")]
+    if level == SimdLevel::Avx2 && !std::arch::is_x86_feature_detected!("f16c") {
+        return None;
+    }
+    Some(level)
+}
+
+/// True when this CPU runs [`super::Context::mul_mat_f16_cpu`].
+pub fn f16_product_available() -> bool {
+    f16_product_level().is_some()
+}
+
+/// The custom op: `dst` [n, m] = f16 weight (src 0, [k, n]) times f32 activations
+/// (src 1, [k, m], rows contiguous). Threads split the weight's rows in fours: the
+/// product is a read of the weight, so that is what is shared out.
+///
+/// # Safety
+/// Called by ggml's CPU backend on a tensor made by [`super::Context::mul_mat_f16_cpu`].
+pub(super) unsafe extern "C" fn f16_product_op(
+    dst: *mut sys::ggml_tensor,
+    ith: c_int,
+    nth: c_int,
+    _userdata: *mut c_void,
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: ggml passes the live tensor made by mul_mat_f16_cpu: a contiguous [k, n]
+    // f16 weight, [k, m] f32 activations with contiguous rows, an [n, m] f32 result.
+    unsafe {
+        let (w, x) = (&*(*dst).src[0], &*(*dst).src[1]);
+        let (k, n) = (w.ne[0] as usize, w.ne[1] as usize);
+        let rows = split_range(n, 4, ith as usize, nth as usize);
+        let Some(level) = f16_product_level() else {
+            return;
+        };
+        if rows.is_empty() {
+            return;
+        }
+        f16_rows(
+            level,
+            w.data as *const u16,
+            k,
+            n,
+            x.data as *const f32,
+            x.nb[1] / 4,
+            x.ne[1] as usize,
+            (*dst).data as *mut f32,
+            (*dst).nb[1] / 4,
+            rows,
+        );
     }
 }
 
@@ -1802,6 +2129,112 @@ mod tests {
                 by_level.push((nth, level, got));
             }
             assert_same_bits(&by_level, &format!("{heads} heads, t {t}"));
+        }
+    }
+
+    #[test]
+    fn f32_products_match_the_plain_product_and_each_other() {
+        assert!(pack_f32_transposed(&[0.0; 64 * 3], 3, 64).is_some());
+        assert!(
+            pack_f32_transposed(&[0.0; 32 * 3], 3, 32).is_none(),
+            "n not whole runs"
+        );
+        assert!(
+            pack_f32_transposed(&[0.0; 10], 3, 64).is_none(),
+            "short data"
+        );
+        let levels = float_levels();
+        report_missing("f32 product", &levels);
+        #[cfg(target_arch = "x86_64")]
+        for (n, k, m) in [(64, 3, 1), (128, 240, 7), (192, 97, 13)] {
+            let w = values(n * k, (n + k) as u64, 1.0);
+            let x = values(m * k, 77, 2.0);
+            let wt = pack_f32_transposed(&w, k, n).unwrap();
+            let mut by_level = Vec::new();
+            for (level, nth) in levels.iter().flat_map(|&l| [1, 2, 3].map(|t| (l, t))) {
+                let mut y = vec![f32::NAN; m * n];
+                let p = F32Product {
+                    x: x.as_ptr(),
+                    x_stride: k,
+                    k,
+                    wt: wt.as_ptr(),
+                    n,
+                    y: y.as_mut_ptr(),
+                    y_stride: n,
+                };
+                for ith in 0..nth {
+                    // SAFETY: the CPU has the level's features; buffers match the shapes.
+                    unsafe { f32_rows(level, p, split_range(m, 4, ith, nth)) };
+                }
+                for r in 0..m {
+                    for c in 0..n {
+                        let want: f64 = (0..k)
+                            .map(|i| w[c * k + i] as f64 * x[r * k + i] as f64)
+                            .sum();
+                        let got = y[r * n + c] as f64;
+                        assert!(
+                            (got - want).abs() < 1e-5 * (1.0 + want.abs()),
+                            "{level:?} {n}x{k}x{m} nth {nth} at {r},{c}: {got} vs {want}"
+                        );
+                    }
+                }
+                by_level.push((nth, level, y));
+            }
+            assert_same_bits(&by_level, &format!("{n}x{k}x{m}"));
+        }
+    }
+
+    #[test]
+    fn f16_products_match_the_plain_product_and_each_other() {
+        let levels = float_levels();
+        report_missing("f16 product", &levels);
+        #[cfg(target_arch = "x86_64")]
+        if !std::arch::is_x86_feature_detected!("f16c") {
+            eprintln!("SKIPPED LOUDLY: this CPU has no F16C; the f16 product cannot run");
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        for (n, k, m) in [(4, 16, 1), (11, 64, 2), (1001, 384, 1)] {
+            let w: Vec<u16> = values(n * k, n as u64, 1.0)
+                .iter()
+                .map(|&v| f32_to_f16(v))
+                .collect();
+            let x = values(m * k, 5, 2.0);
+            let mut by_level = Vec::new();
+            for (level, nth) in levels.iter().flat_map(|&l| [1, 2, 3].map(|t| (l, t))) {
+                let mut y = vec![f32::NAN; m * n];
+                for ith in 0..nth {
+                    // SAFETY: the CPU has the level's features and F16C; buffers match.
+                    unsafe {
+                        f16_rows(
+                            level,
+                            w.as_ptr(),
+                            k,
+                            n,
+                            x.as_ptr(),
+                            k,
+                            m,
+                            y.as_mut_ptr(),
+                            n,
+                            split_range(n, 4, ith, nth),
+                        )
+                    };
+                }
+                for r in 0..m {
+                    for c in 0..n {
+                        let want: f64 = (0..k)
+                            .map(|i| f16_to_f32(w[c * k + i]) as f64 * x[r * k + i] as f64)
+                            .sum();
+                        let got = y[r * n + c] as f64;
+                        assert!(
+                            (got - want).abs() < 1e-5 * (1.0 + want.abs()),
+                            "{level:?} {n}x{k}x{m} nth {nth} at {r},{c}: {got} vs {want}"
+                        );
+                    }
+                }
+                by_level.push((nth, level, y));
+            }
+            assert_same_bits(&by_level, &format!("{n}x{k}x{m}"));
         }
     }
 

@@ -129,6 +129,34 @@ fn pack_q8_0(t: HostTensor) -> HostTensor {
     }
 }
 
+/// The conv stem's kernels transposed for the engine's f32 product (see
+/// [`Context::conv_1d_f32_packed`]): [K, IC, OC] f32 becomes [OC, IC*K]. Other tensors,
+/// and kernels whose OC is not whole runs of outputs, are returned unchanged.
+fn pack_conv(t: HostTensor) -> HostTensor {
+    let is_conv = t.name.starts_with("encoder.conv") && t.name.ends_with(".weight");
+    if !is_conv || t.dtype != DType::F32 || t.ne.len() != 3 {
+        return t;
+    }
+    let (k, oc) = ((t.ne[0] * t.ne[1]) as usize, t.ne[2] as usize);
+    let w: Vec<f32> = t
+        .data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    match ggml::pack_f32_transposed(&w, k, oc) {
+        Some(packed) => HostTensor {
+            dtype: DType::F32,
+            ne: vec![oc as i64, k as i64],
+            data: packed.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            name: t.name,
+        },
+        None => t,
+    }
+}
+
+/// Width of the conv stem's kernels.
+const CONV_KERNEL_WIDTH: i64 = 3;
+
 /// Weights and caches on the device.
 pub struct WhisperNet {
     hp: HParams,
@@ -139,6 +167,8 @@ pub struct WhisperNet {
     runtime: Runtime,
     /// Whether the engine's CPU kernels run the GELU (see [`Runtime::cpu_kernels`]).
     cpu_kernels: bool,
+    /// Whether the conv kernels were packed for the engine's f32 product ([`pack_conv`]).
+    conv_packed: bool,
 }
 
 /// Which attention a block computes.
@@ -154,11 +184,20 @@ impl WhisperNet {
     /// that attention reads both without copying.
     pub fn new(hp: HParams, tensors: Vec<HostTensor>, runtime: Runtime) -> Result<Self> {
         let cpu_kernels = runtime.cpu_kernels();
-        let tensors = if cpu_kernels && ggml::q8_kernel_available() {
+        let tensors: Vec<HostTensor> = if cpu_kernels && ggml::q8_kernel_available() {
             tensors.into_iter().map(pack_q8_0).collect()
         } else {
             tensors
         };
+        let tensors: Vec<HostTensor> = if cpu_kernels && ggml::attention_kernel_available() {
+            tensors.into_iter().map(pack_conv).collect()
+        } else {
+            tensors
+        };
+        let conv_packed = tensors
+            .iter()
+            .filter(|t| t.name.starts_with("encoder.conv") && t.name.ends_with(".weight"))
+            .all(|t| t.ne.len() == 2);
         let weights = Context::new(tensors.len() + 4, 0)?;
         let mut uploads = Vec::with_capacity(tensors.len());
         for t in &tensors {
@@ -191,6 +230,7 @@ impl WhisperNet {
             _cache_buf: cache_buf,
             runtime,
             cpu_kernels,
+            conv_packed,
         })
     }
 
@@ -329,7 +369,12 @@ impl WhisperNet {
         i: usize,
         stride: i32,
     ) -> Tensor<'a> {
-        let y = ctx.conv_1d_f32(self.w(&format!("encoder.conv{i}.weight")), x, stride, 1);
+        let w = self.w(&format!("encoder.conv{i}.weight"));
+        let y = if self.conv_packed {
+            ctx.conv_1d_f32_packed(w, CONV_KERNEL_WIDTH, x, stride, 1)
+        } else {
+            ctx.conv_1d_f32(w, x, stride, 1)
+        };
         self.gelu(ctx, ctx.add(y, self.w(&format!("encoder.conv{i}.bias"))))
     }
 
@@ -482,7 +527,13 @@ impl WhisperNet {
         let x = self.layer_norm(&ctx, x, "decoder.layer_norm");
         let k = n_logits.clamp(1, tokens.len());
         let last = ctx.view_2d_rows(x, d as i64, k as i64, (tokens.len() - k) * d);
-        let logits = ctx.mul_mat(emb, last);
+        // The logits are a read of the whole embedding (40 MB in f16 for tiny) per token.
+        let logits =
+            if self.cpu_kernels && emb.dtype() == DType::F16 && ggml::f16_product_available() {
+                ctx.mul_mat_f16_cpu(emb, last)
+            } else {
+                ctx.mul_mat(emb, last)
+            };
         logits.mark_output();
         graph.expand(logits);
         let ids_i32: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();

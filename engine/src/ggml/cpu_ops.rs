@@ -798,91 +798,136 @@ const EXP_POLY: [f32; 7] = [
     0.001_388_889,
 ];
 
-/// The vector operations the attention kernel is written with, once per instruction
-/// set: a run of score or output columns held in registers, and one softmax row. The
-/// kernel's loops are generic over it and are compiled inside one `target_feature`
-/// entry point per set ([`attention_items`]).
+/// The vector operations the attention kernel (and the f32 product) are written with,
+/// once per instruction set: one vector of f32 lanes, from which a run of four held in
+/// registers is built, and one softmax row. The loops are generic over it and are
+/// compiled inside one `target_feature` entry point per set ([`attention_items`]).
 #[cfg(target_arch = "x86_64")]
 trait AttentionSimd {
-    /// Columns one pass keeps in registers (a divisor of 64).
-    const COLS: usize;
-    /// Query rows one micro-kernel call handles: `TILE_ROWS` runs of `COLS` columns
-    /// fill the accumulator registers.
+    /// f32 lanes of one vector.
+    const LANES: usize;
+    /// Columns one pass keeps in registers: a run of four vectors.
+    const COLS: usize = 4 * Self::LANES;
+    /// Query rows one micro-kernel call handles: `TILE_ROWS` runs fill the accumulator
+    /// registers.
     const TILE_ROWS: usize;
-    /// `COLS` floats in registers.
-    type Run: Copy;
+    /// One vector.
+    type V: Copy;
     /// # Safety
-    /// The set's features; `COLS` readable floats at `p`.
-    unsafe fn load(p: *const f32) -> Self::Run;
+    /// The set's features; `LANES` readable floats at `p`.
+    unsafe fn load1(p: *const f32) -> Self::V;
     /// # Safety
-    /// The set's features; `COLS` writable floats at `p`.
-    unsafe fn store(p: *mut f32, run: Self::Run, scale: f32);
+    /// The set's features; `LANES` writable floats at `p`.
+    unsafe fn store1(p: *mut f32, v: Self::V);
     /// # Safety
     /// The set's features.
-    unsafe fn zero() -> Self::Run;
-    /// `acc += a * b`.
+    unsafe fn splat(a: f32) -> Self::V;
+    /// `a * b + c`, fused.
     ///
     /// # Safety
     /// The set's features.
-    unsafe fn fma(acc: &mut Self::Run, a: f32, b: &Self::Run);
+    unsafe fn mul_add(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// # Safety
+    /// The set's features.
+    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
     /// Replaces the first `t` scores with `exp(score - max)` and returns 1 / their sum.
     ///
     /// # Safety
     /// The set's features; `s` has `t` rounded up to 64 floats.
     unsafe fn softmax_row(s: *mut f32, t: usize) -> f32;
+
+    /// A run of `COLS` floats at `p`, written without closures: a closure would not
+    /// inherit the caller's target features, and the intrinsics would stay calls.
+    ///
+    /// # Safety
+    /// The set's features; `COLS` readable floats at `p`.
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> [Self::V; 4] {
+        // SAFETY (all): caller's guarantee.
+        let mut run = unsafe { Self::zero() };
+        for (u, v) in run.iter_mut().enumerate() {
+            *v = unsafe { Self::load1(p.add(Self::LANES * u)) };
+        }
+        run
+    }
+
+    /// Stores a run times `scale`.
+    ///
+    /// # Safety
+    /// The set's features; `COLS` writable floats at `p`.
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, run: [Self::V; 4], scale: f32) {
+        // SAFETY: caller's guarantee.
+        unsafe {
+            let scale = Self::splat(scale);
+            for (u, v) in run.iter().enumerate() {
+                Self::store1(p.add(Self::LANES * u), Self::mul(*v, scale));
+            }
+        }
+    }
+
+    /// # Safety
+    /// The set's features.
+    #[inline(always)]
+    unsafe fn zero() -> [Self::V; 4] {
+        // SAFETY: caller's guarantee.
+        [unsafe { Self::splat(0.0) }; 4]
+    }
+
+    /// `acc += a * b` over a run.
+    ///
+    /// # Safety
+    /// The set's features.
+    #[inline(always)]
+    unsafe fn fma(acc: &mut [Self::V; 4], a: f32, b: &[Self::V; 4]) {
+        // SAFETY: caller's guarantee.
+        unsafe {
+            let a = Self::splat(a);
+            for (acc_u, b_u) in acc.iter_mut().zip(b) {
+                *acc_u = Self::mul_add(a, *b_u, *acc_u);
+            }
+        }
+    }
 }
 
-/// AVX-512 F: runs of 64 columns (four vectors), tiles of 4 rows.
+/// AVX-512 F: runs of 64 columns, tiles of 4 rows.
 #[cfg(target_arch = "x86_64")]
 struct Avx512Attention;
 
 #[cfg(target_arch = "x86_64")]
 impl AttentionSimd for Avx512Attention {
-    const COLS: usize = 64;
+    const LANES: usize = 16;
     const TILE_ROWS: usize = 4;
-    type Run = [std::arch::x86_64::__m512; 4];
+    type V = std::arch::x86_64::__m512;
 
     #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self::Run {
-        use std::arch::x86_64::*;
-        // No closure here: a closure would not inherit the caller's target features,
-        // and the intrinsic would stay a call.
-        let mut run = unsafe { Self::zero() };
-        for (u, v) in run.iter_mut().enumerate() {
-            // SAFETY: caller's guarantee.
-            *v = unsafe { _mm512_loadu_ps(p.add(16 * u)) };
-        }
-        run
+    unsafe fn load1(p: *const f32) -> Self::V {
+        // SAFETY: caller's guarantee.
+        unsafe { std::arch::x86_64::_mm512_loadu_ps(p) }
     }
 
     #[inline(always)]
-    unsafe fn store(p: *mut f32, run: Self::Run, scale: f32) {
-        use std::arch::x86_64::*;
+    unsafe fn store1(p: *mut f32, v: Self::V) {
         // SAFETY: caller's guarantee.
-        unsafe {
-            let scale = _mm512_set1_ps(scale);
-            for (u, a) in run.iter().enumerate() {
-                _mm512_storeu_ps(p.add(16 * u), _mm512_mul_ps(*a, scale));
-            }
-        }
+        unsafe { std::arch::x86_64::_mm512_storeu_ps(p, v) }
     }
 
     #[inline(always)]
-    unsafe fn zero() -> Self::Run {
+    unsafe fn splat(a: f32) -> Self::V {
         // SAFETY: caller's guarantee.
-        [unsafe { std::arch::x86_64::_mm512_setzero_ps() }; 4]
+        unsafe { std::arch::x86_64::_mm512_set1_ps(a) }
     }
 
     #[inline(always)]
-    unsafe fn fma(acc: &mut Self::Run, a: f32, b: &Self::Run) {
-        use std::arch::x86_64::*;
+    unsafe fn mul_add(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
         // SAFETY: caller's guarantee.
-        unsafe {
-            let a = _mm512_set1_ps(a);
-            for u in 0..4 {
-                acc[u] = _mm512_fmadd_ps(a, b[u], acc[u]);
-            }
-        }
+        unsafe { std::arch::x86_64::_mm512_fmadd_ps(a, b, c) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V {
+        // SAFETY: caller's guarantee.
+        unsafe { std::arch::x86_64::_mm512_mul_ps(a, b) }
     }
 
     #[inline(always)]
@@ -892,58 +937,45 @@ impl AttentionSimd for Avx512Attention {
     }
 }
 
-/// AVX2 with FMA: runs of 32 columns (four vectors), tiles of 2 rows, so that the
-/// accumulators and one run of keys fit the 16 registers.
+/// AVX2 with FMA: runs of 32 columns, tiles of 2 rows, so that the accumulators and
+/// one run of keys fit the 16 registers.
 #[cfg(target_arch = "x86_64")]
 struct Avx2Attention;
 
 #[cfg(target_arch = "x86_64")]
 impl AttentionSimd for Avx2Attention {
-    const COLS: usize = 32;
+    const LANES: usize = 8;
     const TILE_ROWS: usize = 2;
-    type Run = [std::arch::x86_64::__m256; 4];
+    type V = std::arch::x86_64::__m256;
 
     #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self::Run {
-        use std::arch::x86_64::*;
-        // No closure here: a closure would not inherit the caller's target features,
-        // and the intrinsic would stay a call.
-        let mut run = unsafe { Self::zero() };
-        for (u, v) in run.iter_mut().enumerate() {
-            // SAFETY: caller's guarantee.
-            *v = unsafe { _mm256_loadu_ps(p.add(8 * u)) };
-        }
-        run
+    unsafe fn load1(p: *const f32) -> Self::V {
+        // SAFETY: caller's guarantee.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
     }
 
     #[inline(always)]
-    unsafe fn store(p: *mut f32, run: Self::Run, scale: f32) {
-        use std::arch::x86_64::*;
+    unsafe fn store1(p: *mut f32, v: Self::V) {
         // SAFETY: caller's guarantee.
-        unsafe {
-            let scale = _mm256_set1_ps(scale);
-            for (u, a) in run.iter().enumerate() {
-                _mm256_storeu_ps(p.add(8 * u), _mm256_mul_ps(*a, scale));
-            }
-        }
+        unsafe { std::arch::x86_64::_mm256_storeu_ps(p, v) }
     }
 
     #[inline(always)]
-    unsafe fn zero() -> Self::Run {
+    unsafe fn splat(a: f32) -> Self::V {
         // SAFETY: caller's guarantee.
-        [unsafe { std::arch::x86_64::_mm256_setzero_ps() }; 4]
+        unsafe { std::arch::x86_64::_mm256_set1_ps(a) }
     }
 
     #[inline(always)]
-    unsafe fn fma(acc: &mut Self::Run, a: f32, b: &Self::Run) {
-        use std::arch::x86_64::*;
+    unsafe fn mul_add(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
         // SAFETY: caller's guarantee.
-        unsafe {
-            let a = _mm256_set1_ps(a);
-            for u in 0..4 {
-                acc[u] = _mm256_fmadd_ps(a, b[u], acc[u]);
-            }
-        }
+        unsafe { std::arch::x86_64::_mm256_fmadd_ps(a, b, c) }
+    }
+
+    #[inline(always)]
+    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V {
+        // SAFETY: caller's guarantee.
+        unsafe { std::arch::x86_64::_mm256_mul_ps(a, b) }
     }
 
     #[inline(always)]

@@ -17,6 +17,13 @@ use std::sync::Once;
 use llama_cpp_sys_2 as sys;
 
 mod cpu_ops;
+/// True when `w` has the shape [`Context::mul_mat_f16_cpu`] takes: 2-D f16, rows of a
+/// multiple of 16 values, at least 4 rows.
+pub fn f16_product_fits(w: Tensor<'_>) -> bool {
+    let [k, n, n2, n3] = w.ne();
+    w.dtype() == DType::F16 && k % 16 == 0 && n >= 4 && n2 * n3 == 1
+}
+
 pub use cpu_ops::{
     attention_kernel_available, f16_product_available, pack_f32_transposed, q8_kernel_available,
     q8_kernel_level, PackedQ8, SimdLevel, ATTENTION_HEAD_DIM, F32_PRODUCT_COLS,
@@ -694,6 +701,10 @@ impl Context {
         let [k, m, m2, m3] = x.ne();
         let n = groups * cpu_ops::GROUP_COLS as i64;
         assert_eq!(packed.dtype(), DType::I8, "a packed q8_0 weight");
+        assert!(
+            q8_kernel_available(),
+            "the CPU runs the packed q8_0 product"
+        );
         assert_eq!(k, blocks * 32, "the weight's and activations' k");
         assert_eq!(m2 * m3, 1, "2-D activations");
         let x = self.contiguous(x);
@@ -720,6 +731,10 @@ impl Context {
         let [w, t, t2, t3] = qkv.ne();
         let d = heads * ATTENTION_HEAD_DIM;
         assert_eq!(w as usize, 3 * d, "stacked q, k, v of {heads} heads of 64");
+        assert!(
+            attention_kernel_available(),
+            "the CPU runs the attention kernel"
+        );
         assert_eq!(t2 * t3, 1, "2-D input");
         let qkv = self.contiguous(qkv);
         // SAFETY: the op reads the contiguous [3d, t] source and writes [d, t] f32; the
@@ -741,6 +756,7 @@ impl Context {
         let [n, k, _, _] = packed.ne();
         let [xk, m, m2, m3] = x.ne();
         assert_eq!(packed.dtype(), DType::F32, "a packed f32 weight");
+        assert!(attention_kernel_available(), "the CPU runs the f32 product");
         assert_eq!(k, xk, "the weight's and activations' k");
         assert_eq!(m2 * m3, 1, "2-D activations");
         assert_eq!(
@@ -762,16 +778,18 @@ impl Context {
     }
 
     /// [`Context::mul_mat`] of an f16 weight `w` [k, n] (contiguous, at least 4 rows,
-    /// `k` a multiple of 16) and f32 activations `x` [k, m], as a CPU-only custom op
-    /// with F16C conversion; needs [`f16_product_available`]. For products that are a
-    /// read of a large weight (the decoder's logits).
+    /// `k` a multiple of 16: [`f16_product_fits`]) and f32 activations `x` [k, m], as a
+    /// CPU-only custom op with F16C conversion; needs [`f16_product_available`]. For
+    /// products that are a read of a large weight (the decoder's logits). Unlike
+    /// ggml's f16 product, the activations stay f32 (ggml rounds them to f16).
     pub fn mul_mat_f16_cpu<'a>(&'a self, w: Tensor<'a>, x: Tensor<'a>) -> Tensor<'a> {
         let [k, n, n2, n3] = w.ne();
         let [xk, m, m2, m3] = x.ne();
         assert_eq!(w.dtype(), DType::F16, "an f16 weight");
+        assert!(f16_product_available(), "the CPU runs the f16 product");
         assert_eq!((n2 * n3, m2 * m3), (1, 1), "2-D operands");
         assert_eq!(k, xk, "the weight's and activations' k");
-        assert!(k % 16 == 0 && n >= 4, "k a multiple of 16, at least 4 rows");
+        assert!(f16_product_fits(w), "k a multiple of 16, at least 4 rows");
         // SAFETY: the tensor belongs to this context.
         assert!(
             unsafe { sys::ggml_is_contiguous(w.raw()) },

@@ -63,12 +63,13 @@ impl SimdLevel {
     fn detected() -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            // The AVX-512 level runs AVX2 code too (the q8_0 product without VNNI).
+            let avx2 = std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma");
+            if avx2 && std::arch::is_x86_feature_detected!("avx512f") {
                 return Some(SimdLevel::Avx512);
             }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
+            if avx2 {
                 return Some(SimdLevel::Avx2);
             }
         }
@@ -283,7 +284,12 @@ unsafe fn quantize_row_u8_avx2(x: &[f32], q: &mut [u8], d: &mut [f32]) {
                 let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
                     _mm256_mul_ps(v[j], id),
                 );
-                _mm256_add_epi32(_mm256_cvtps_epi32(r), offset)
+                // Keep the low byte, as AVX-512's vpmovdb does (it matters only for
+                // NaN, whose conversion is out of range: both then give x = 0).
+                _mm256_and_si256(
+                    _mm256_add_epi32(_mm256_cvtps_epi32(r), offset),
+                    _mm256_set1_epi32(0xff),
+                )
             });
             let bytes = _mm256_packus_epi16(
                 _mm256_packs_epi32(i[0], i[1]),
@@ -1396,8 +1402,8 @@ unsafe fn attention_items_avx2(
 /// The CPU must have `level`; `a` describes live tensors.
 #[cfg(target_arch = "x86_64")]
 unsafe fn attention_items(level: SimdLevel, a: AttentionTensors, items: std::ops::Range<usize>) {
-    // Taken out of the thread-local rather than borrowed in a closure: code inside a
-    // closure would be compiled without the entry points' target features.
+    // Passed in, so that the generic body holds no closure: a closure there would be
+    // compiled without the entry points' target features.
     let mut scratch = ATT_SCRATCH.take();
     // SAFETY: the caller's guarantees.
     unsafe {
@@ -1411,7 +1417,7 @@ unsafe fn attention_items(level: SimdLevel, a: AttentionTensors, items: std::ops
 
 /// The custom op: `dst` [d, t] = multi-head self-attention (no mask, scale 1/8) of
 /// src 0, [3d, t] rows of stacked queries, keys and values; `userdata` is the number
-/// of heads. Threads split (head, 4-row tile) units.
+/// of heads. Threads split (head, block of [`ATT_BLOCK`] rows) units.
 ///
 /// # Safety
 /// Called by ggml's CPU backend on a tensor made by [`super::Context::self_attention_cpu`].
@@ -1681,11 +1687,12 @@ unsafe fn f16_rows(
     y_stride: usize,
     rows: std::ops::Range<usize>,
 ) {
-    for row in 0..m {
-        let mut v = rows.start;
-        while v < rows.end {
-            // A short last group re-reads rows before it, so every call covers 4 rows.
-            let first = v.min(n - 4);
+    let mut v = rows.start;
+    while v < rows.end {
+        // A short last group re-reads rows before it, so every call covers 4 rows.
+        let first = v.min(n - 4);
+        // Every activation row while the 4 weight rows are in cache.
+        for row in 0..m {
             // SAFETY: the caller's guarantees; rows first..first + 4 exist.
             unsafe {
                 let (wp, xp) = (w.add(first * k), x.add(row * x_stride));
@@ -1699,8 +1706,8 @@ unsafe fn f16_rows(
                     }
                 }
             }
-            v += 4;
         }
+        v += 4;
     }
 }
 

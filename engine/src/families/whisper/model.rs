@@ -529,7 +529,7 @@ impl WhisperNet {
         let last = ctx.view_2d_rows(x, d as i64, k as i64, (tokens.len() - k) * d);
         // The logits are a read of the whole embedding (40 MB in f16 for tiny) per token.
         let logits =
-            if self.cpu_kernels && emb.dtype() == DType::F16 && ggml::f16_product_available() {
+            if self.cpu_kernels && ggml::f16_product_fits(emb) && ggml::f16_product_available() {
                 ctx.mul_mat_f16_cpu(emb, last)
             } else {
                 ctx.mul_mat(emb, last)

@@ -17,11 +17,11 @@ use std::sync::Once;
 use llama_cpp_sys_2 as sys;
 
 mod cpu_ops;
-/// True when `w` has the shape [`Context::mul_mat_f16_cpu`] takes: 2-D f16, rows of a
-/// multiple of 16 values, at least 4 rows.
+/// True when `w` has the shape [`Context::mul_mat_f16_cpu`] takes: f16 with contiguous
+/// rows, at least 4 rows per batch, batches along one dimension.
 pub fn f16_product_fits(w: Tensor<'_>) -> bool {
-    let [k, n, n2, n3] = w.ne();
-    w.dtype() == DType::F16 && k % 16 == 0 && n >= 4 && n2 * n3 == 1
+    let [_, n, _, n3] = w.ne();
+    w.dtype() == DType::F16 && n >= 4 && n3 == 1 && w.row_contiguous()
 }
 
 pub use cpu_ops::{
@@ -777,30 +777,32 @@ impl Context {
         }
     }
 
-    /// [`Context::mul_mat`] of an f16 weight `w` [k, n] (contiguous, at least 4 rows,
-    /// `k` a multiple of 16: [`f16_product_fits`]) and f32 activations `x` [k, m], as a
-    /// CPU-only custom op with F16C conversion; needs [`f16_product_available`]. For
-    /// products that are a read of a large weight (the decoder's logits). Unlike
-    /// ggml's f16 product, the activations stay f32 (ggml rounds them to f16).
+    /// [`Context::mul_mat`] of an f16 weight `w` [k, n, b] (rows contiguous, at least 4
+    /// rows: [`f16_product_fits`]) and f32 activations `x` [k, m, b], as a CPU-only
+    /// custom op with F16C conversion: the result is [n, m, b]. Needs
+    /// [`f16_product_available`]. For products that are a read of a large weight: the
+    /// decoder's logits and its cross-attention over the f16 cache (strided views
+    /// of it, one batch per head). Unlike ggml's f16 product, the activations stay
+    /// f32 (ggml rounds them to f16).
     pub fn mul_mat_f16_cpu<'a>(&'a self, w: Tensor<'a>, x: Tensor<'a>) -> Tensor<'a> {
-        let [k, n, n2, n3] = w.ne();
-        let [xk, m, m2, m3] = x.ne();
-        assert_eq!(w.dtype(), DType::F16, "an f16 weight");
-        assert!(f16_product_available(), "the CPU runs the f16 product");
-        assert_eq!((n2 * n3, m2 * m3), (1, 1), "2-D operands");
-        assert_eq!(k, xk, "the weight's and activations' k");
-        assert!(f16_product_fits(w), "k a multiple of 16, at least 4 rows");
-        // SAFETY: the tensor belongs to this context.
+        let [k, n, b, _] = w.ne();
+        let [xk, m, xb, xb3] = x.ne();
         assert!(
-            unsafe { sys::ggml_is_contiguous(w.raw()) },
-            "a contiguous weight"
+            f16_product_fits(w),
+            "f16 with contiguous rows, at least 4 of them"
         );
-        let x = self.contiguous(x);
-        // SAFETY: the op reads the contiguous f16 weight and the contiguous f32 rows of
-        // x and writes [n, m] f32.
+        assert!(f16_product_available(), "the CPU runs the f16 product");
+        assert_eq!((k, b, xb3), (xk, xb, 1), "matching k and batches");
+        let x = if x.dtype() == DType::F32 && x.row_contiguous() {
+            x
+        } else {
+            self.contiguous(x)
+        };
+        // SAFETY: the op reads the f16 weight and the f32 activations through their
+        // strides (rows contiguous) and writes the contiguous [n, m, b] f32 result.
         unsafe {
             self.custom_f32_op(
-                [n, m, 1, 1],
+                [n, m, b, 1],
                 &mut [w.raw(), x.raw()],
                 cpu_ops::f16_product_op,
                 0,
@@ -952,6 +954,12 @@ pub struct Tensor<'ctx> {
 impl<'ctx> Tensor<'ctx> {
     fn raw(&self) -> *mut sys::ggml_tensor {
         self.raw.as_ptr()
+    }
+
+    /// True when the values of each row are adjacent (rows themselves may be strided).
+    pub fn row_contiguous(&self) -> bool {
+        // SAFETY: the tensor is live while its context is.
+        unsafe { (*self.raw()).nb[0] == self.dtype().nbytes(1) }
     }
 
     /// Dims in ggml order.

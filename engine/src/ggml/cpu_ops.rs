@@ -1606,30 +1606,50 @@ pub(super) unsafe extern "C" fn f32_product_op(
 /// Values one step of the f16 product covers: one 512-bit vector, two 256-bit ones.
 const F16_STEP: usize = 16;
 
-/// Four rows of f16 weights (`w`, rows `k` apart) times one row of f32 activations,
-/// with AVX-512 F: per-lane sums in `k` order, then [`sum_lanes`].
+/// The part of a row past its whole 16-value steps, added after the lane sums in one
+/// plain loop, so every level adds it the same way.
 ///
 /// # Safety
-/// AVX-512 F; 4 rows of `k` f16 at `w`, `k` floats at `x`, `k` a multiple of 16.
+/// `k` readable values at `w` and `x`.
+#[inline(always)]
+unsafe fn f16_dot_tail(w: *const u16, x: *const f32, k: usize) -> f32 {
+    let mut sum = 0f32;
+    for c in k - k % F16_STEP..k {
+        // SAFETY: caller's guarantee.
+        sum += unsafe { f16_to_f32(*w.add(c)) * *x.add(c) };
+    }
+    sum
+}
+
+/// Four rows of f16 weights (`w`, rows `stride` values apart) times one row of `k` f32
+/// activations, with AVX-512 F: per-lane sums in `k` order, then [`sum_lanes`], then
+/// the tail ([`f16_dot_tail`]).
+///
+/// # Safety
+/// AVX-512 F; 4 rows of `k` f16 at `w`, `stride` apart; `k` floats at `x`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn f16_dot4_avx512(w: *const u16, k: usize, x: *const f32) -> [f32; 4] {
+unsafe fn f16_dot4_avx512(w: *const u16, stride: usize, k: usize, x: *const f32) -> [f32; 4] {
     use std::arch::x86_64::*;
     let mut acc = [_mm512_setzero_ps(); 4];
-    for c in (0..k).step_by(F16_STEP) {
+    for c in (0..k - k % F16_STEP).step_by(F16_STEP) {
         // SAFETY (both): caller's guarantee.
         let xv = unsafe { _mm512_loadu_ps(x.add(c)) };
         for (i, a) in acc.iter_mut().enumerate() {
-            let wv = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(w.add(i * k + c).cast())) };
+            let wv = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(w.add(i * stride + c).cast())) };
             *a = _mm512_fmadd_ps(wv, xv, *a);
         }
     }
-    acc.map(|a| {
+    let mut dots = [0f32; 4];
+    for (i, (d, a)) in dots.iter_mut().zip(acc).enumerate() {
         let mut lanes = [0f32; 16];
-        // SAFETY: 16 floats.
-        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), a) };
-        sum_lanes(lanes)
-    })
+        // SAFETY: 16 floats; the row as the caller describes it.
+        unsafe {
+            _mm512_storeu_ps(lanes.as_mut_ptr(), a);
+            *d = sum_lanes(lanes) + f16_dot_tail(w.add(i * stride), x, k);
+        }
+    }
+    dots
 }
 
 /// [`f16_dot4_avx512`] with AVX2, F16C and FMA: two 8-lane accumulators per row stand
@@ -1639,70 +1659,79 @@ unsafe fn f16_dot4_avx512(w: *const u16, k: usize, x: *const f32) -> [f32; 4] {
 /// AVX2, F16C, FMA; as [`f16_dot4_avx512`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_dot4_avx2(w: *const u16, k: usize, x: *const f32) -> [f32; 4] {
+unsafe fn f16_dot4_avx2(w: *const u16, stride: usize, k: usize, x: *const f32) -> [f32; 4] {
     use std::arch::x86_64::*;
     let mut acc = [[_mm256_setzero_ps(); 2]; 4];
-    for c in (0..k).step_by(F16_STEP) {
+    for c in (0..k - k % F16_STEP).step_by(F16_STEP) {
         // SAFETY (both): caller's guarantee.
         let xv = unsafe { [_mm256_loadu_ps(x.add(c)), _mm256_loadu_ps(x.add(c + 8))] };
         for (i, a) in acc.iter_mut().enumerate() {
             for h in 0..2 {
-                let wv =
-                    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(w.add(i * k + c + 8 * h).cast())) };
+                let wv = unsafe {
+                    _mm256_cvtph_ps(_mm_loadu_si128(w.add(i * stride + c + 8 * h).cast()))
+                };
                 a[h] = _mm256_fmadd_ps(wv, xv[h], a[h]);
             }
         }
     }
-    acc.map(|a| {
+    let mut dots = [0f32; 4];
+    for (i, (d, a)) in dots.iter_mut().zip(acc).enumerate() {
         let mut lanes = [0f32; 16];
-        // SAFETY: 16 floats.
+        // SAFETY: 16 floats; the row as the caller describes it.
         unsafe {
             _mm256_storeu_ps(lanes.as_mut_ptr(), a[0]);
             _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a[1]);
+            *d = sum_lanes(lanes) + f16_dot_tail(w.add(i * stride), x, k);
         }
-        sum_lanes(lanes)
-    })
+    }
+    dots
 }
 
-/// Rows `rows` (a multiple of 4 long, or ending at the weight's last row) of `y = W x`
-/// for each of the `m` activation rows, with f16 weights (`n` rows of `k`) at `level`.
-/// A trailing group of fewer than 4 rows is computed with the last 4 rows' kernel
-/// reading only whole rows (`n >= 4`).
-///
-/// # Safety
-/// The CPU must have `level`'s features (and F16C); `w` `n` rows of `k` f16, `x` `m`
-/// rows of `k` floats `x_stride` apart, `y` `m` rows of `n` floats `y_stride` apart;
-/// `k` a multiple of 16, `n >= 4`.
-#[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn f16_rows(
-    level: SimdLevel,
+/// The f16 product's operands, per batch `b`: `n` weight rows of `k` f16 (rows
+/// `w_row` values apart, batches `w_batch`), `m` activation rows of `k` f32 (`x_row`,
+/// `x_batch` floats apart) and `m` output rows of `n` f32 (`y_row`, `y_batch`).
+#[derive(Clone, Copy)]
+struct F16Product {
     w: *const u16,
+    w_row: usize,
+    w_batch: usize,
     k: usize,
     n: usize,
     x: *const f32,
-    x_stride: usize,
+    x_row: usize,
+    x_batch: usize,
     m: usize,
     y: *mut f32,
-    y_stride: usize,
-    rows: std::ops::Range<usize>,
-) {
+    y_row: usize,
+    y_batch: usize,
+}
+
+/// Weight rows `rows` (starting at a multiple of 4) of batch `b` of the f16 product at
+/// `level`, for every activation row while the 4 weight rows are in cache. A trailing
+/// group of fewer than 4 rows re-reads the rows before it (`n >= 4`), so every call
+/// covers 4 whole rows.
+///
+/// # Safety
+/// The CPU must have `level`'s features (and F16C); `p` describes live buffers and
+/// `n >= 4`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn f16_rows(level: SimdLevel, p: F16Product, b: usize, rows: std::ops::Range<usize>) {
     let mut v = rows.start;
     while v < rows.end {
-        // A short last group re-reads rows before it, so every call covers 4 rows.
-        let first = v.min(n - 4);
-        // Every activation row while the 4 weight rows are in cache.
-        for row in 0..m {
+        let first = v.min(p.n - 4);
+        for row in 0..p.m {
             // SAFETY: the caller's guarantees; rows first..first + 4 exist.
             unsafe {
-                let (wp, xp) = (w.add(first * k), x.add(row * x_stride));
+                let wp = p.w.add(b * p.w_batch + first * p.w_row);
+                let xp = p.x.add(b * p.x_batch + row * p.x_row);
                 let dots = match level {
-                    SimdLevel::Avx512 => f16_dot4_avx512(wp, k, xp),
-                    SimdLevel::Avx2 => f16_dot4_avx2(wp, k, xp),
+                    SimdLevel::Avx512 => f16_dot4_avx512(wp, p.w_row, p.k, xp),
+                    SimdLevel::Avx2 => f16_dot4_avx2(wp, p.w_row, p.k, xp),
                 };
+                let yp = p.y.add(b * p.y_batch + row * p.y_row);
                 for (i, d) in dots.iter().enumerate() {
                     if first + i >= v && first + i < rows.end {
-                        *y.add(row * y_stride + first + i) = *d;
+                        *yp.add(first + i) = *d;
                     }
                 }
             }
@@ -1711,8 +1740,8 @@ unsafe fn f16_rows(
     }
 }
 
-/// True when the CPU can run the f16 product: AVX2 level CPUs need F16C too (every
-/// AVX2 CPU has it).
+/// The level the f16 product runs at: AVX2 level CPUs need F16C too (every AVX2 CPU
+/// has it).
 fn f16_product_level() -> Option<SimdLevel> {
     let level = SimdLevel::allowed()?;
     #[cfg(target_arch = "x86_64")]
@@ -1727,9 +1756,10 @@ pub fn f16_product_available() -> bool {
     f16_product_level().is_some()
 }
 
-/// The custom op: `dst` [n, m] = f16 weight (src 0, [k, n]) times f32 activations
-/// (src 1, [k, m], rows contiguous). Threads split the weight's rows in fours: the
-/// product is a read of the weight, so that is what is shared out.
+/// The custom op: `dst` [n, m, b] = f16 weight (src 0, [k, n, b], rows contiguous)
+/// times f32 activations (src 1, [k, m, b], rows contiguous). Threads split the work
+/// in (batch, four weight rows) units: the product is a read of the weight, so that is
+/// what is shared out.
 ///
 /// # Safety
 /// Called by ggml's CPU backend on a tensor made by [`super::Context::mul_mat_f16_cpu`].
@@ -1740,30 +1770,34 @@ pub(super) unsafe extern "C" fn f16_product_op(
     _userdata: *mut c_void,
 ) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: ggml passes the live tensor made by mul_mat_f16_cpu: a contiguous [k, n]
-    // f16 weight, [k, m] f32 activations with contiguous rows, an [n, m] f32 result.
+    // SAFETY: ggml passes the live tensor made by mul_mat_f16_cpu: an f16 weight and
+    // f32 activations whose rows are contiguous, and a contiguous f32 result of
+    // matching shape.
     unsafe {
-        let (w, x) = (&*(*dst).src[0], &*(*dst).src[1]);
-        let (k, n) = (w.ne[0] as usize, w.ne[1] as usize);
-        let rows = split_range(n, 4, ith as usize, nth as usize);
+        let (w, x, y) = (&*(*dst).src[0], &*(*dst).src[1], &*dst);
+        let p = F16Product {
+            w: w.data as *const u16,
+            w_row: w.nb[1] / 2,
+            w_batch: w.nb[2] / 2,
+            k: w.ne[0] as usize,
+            n: w.ne[1] as usize,
+            x: x.data as *const f32,
+            x_row: x.nb[1] / 4,
+            x_batch: x.nb[2] / 4,
+            m: x.ne[1] as usize,
+            y: y.data as *mut f32,
+            y_row: y.nb[1] / 4,
+            y_batch: y.nb[2] / 4,
+        };
+        let groups = p.n.div_ceil(4);
+        let units = split_range(groups * w.ne[2] as usize, 1, ith as usize, nth as usize);
         let Some(level) = f16_product_level() else {
             return;
         };
-        if rows.is_empty() {
-            return;
+        for unit in units {
+            let (b, g) = (unit / groups, unit % groups);
+            f16_rows(level, p, b, 4 * g..(4 * g + 4).min(p.n));
         }
-        f16_rows(
-            level,
-            w.data as *const u16,
-            k,
-            n,
-            x.data as *const f32,
-            x.nb[1] / 4,
-            x.ne[1] as usize,
-            (*dst).data as *mut f32,
-            (*dst).nb[1] / 4,
-            rows,
-        );
     }
 }
 
@@ -2232,48 +2266,72 @@ mod tests {
             eprintln!("SKIPPED LOUDLY: this CPU has no F16C; the f16 product cannot run");
             return;
         }
+        // (n, k, m, batches, weight row stride): whole steps and tails, strided rows
+        // as in the decoder's per-head views of its caches, several batches.
         #[cfg(target_arch = "x86_64")]
-        for (n, k, m) in [(4, 16, 1), (11, 64, 2), (1001, 384, 1)] {
-            let w: Vec<u16> = values(n * k, n as u64, 1.0)
+        for (n, k, m, batches, w_row) in [
+            (4, 16, 1, 1, 16),
+            (11, 64, 2, 1, 64),
+            (1001, 384, 1, 1, 384),
+            (150, 64, 1, 6, 384),
+            (64, 150, 3, 2, 160),
+            (5, 7, 1, 1, 7),
+        ] {
+            let w_batch = if batches > 1 && w_row > k {
+                k
+            } else {
+                n * w_row
+            };
+            let w_len = (batches - 1) * w_batch + (n - 1) * w_row + k;
+            let w: Vec<u16> = values(w_len, n as u64, 1.0)
                 .iter()
                 .map(|&v| f32_to_f16(v))
                 .collect();
-            let x = values(m * k, 5, 2.0);
+            let x = values(batches * m * k, 5, 2.0);
+            let wv = |b: usize, r: usize, c: usize| f16_to_f32(w[b * w_batch + r * w_row + c]);
             let mut by_level = Vec::new();
             for (level, nth) in levels.iter().flat_map(|&l| [1, 2, 3].map(|t| (l, t))) {
-                let mut y = vec![f32::NAN; m * n];
+                let mut y = vec![f32::NAN; batches * m * n];
+                let p = F16Product {
+                    w: w.as_ptr(),
+                    w_row,
+                    w_batch,
+                    k,
+                    n,
+                    x: x.as_ptr(),
+                    x_row: k,
+                    x_batch: m * k,
+                    m,
+                    y: y.as_mut_ptr(),
+                    y_row: n,
+                    y_batch: m * n,
+                };
+                let groups = n.div_ceil(4);
                 for ith in 0..nth {
-                    // SAFETY: the CPU has the level's features and F16C; buffers match.
-                    unsafe {
-                        f16_rows(
-                            level,
-                            w.as_ptr(),
-                            k,
-                            n,
-                            x.as_ptr(),
-                            k,
-                            m,
-                            y.as_mut_ptr(),
-                            n,
-                            split_range(n, 4, ith, nth),
-                        )
-                    };
+                    for unit in split_range(groups * batches, 1, ith, nth) {
+                        let (b, g) = (unit / groups, unit % groups);
+                        // SAFETY: the CPU has the level's features and F16C; the
+                        // buffers hold every row the strides reach.
+                        unsafe { f16_rows(level, p, b, 4 * g..(4 * g + 4).min(n)) };
+                    }
                 }
-                for r in 0..m {
-                    for c in 0..n {
-                        let want: f64 = (0..k)
-                            .map(|i| f16_to_f32(w[c * k + i]) as f64 * x[r * k + i] as f64)
-                            .sum();
-                        let got = y[r * n + c] as f64;
-                        assert!(
-                            (got - want).abs() < 1e-5 * (1.0 + want.abs()),
-                            "{level:?} {n}x{k}x{m} nth {nth} at {r},{c}: {got} vs {want}"
-                        );
+                for b in 0..batches {
+                    for r in 0..m {
+                        for c in 0..n {
+                            let want: f64 = (0..k)
+                                .map(|i| wv(b, c, i) as f64 * x[(b * m + r) * k + i] as f64)
+                                .sum();
+                            let got = y[(b * m + r) * n + c] as f64;
+                            assert!(
+                                (got - want).abs() < 1e-5 * (1.0 + want.abs()),
+                                "{level:?} {n}x{k}x{m}x{batches} nth {nth} at {b},{r},{c}: {got} vs {want}"
+                            );
+                        }
                     }
                 }
                 by_level.push((nth, level, y));
             }
-            assert_same_bits(&by_level, &format!("{n}x{k}x{m}"));
+            assert_same_bits(&by_level, &format!("{n}x{k}x{m}x{batches}"));
         }
     }
 

@@ -274,6 +274,16 @@ impl WhisperNet {
         }
     }
 
+    /// [`Context::mul_mat`], with the engine's f16 product on the CPU when `w` is an f16
+    /// tensor it takes (the logits' embedding, views of the cross-attention cache).
+    fn mul_mat<'a>(&'a self, ctx: &'a Context, w: Tensor<'a>, x: Tensor<'a>) -> Tensor<'a> {
+        if self.cpu_kernels && ggml::f16_product_fits(w) && ggml::f16_product_available() {
+            ctx.mul_mat_f16_cpu(w, x)
+        } else {
+            ctx.mul_mat(w, x)
+        }
+    }
+
     /// The exact GELU, with the engine's vectorised kernel on the CPU.
     fn gelu<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>) -> Tensor<'a> {
         if self.cpu_kernels {
@@ -299,13 +309,13 @@ impl WhisperNet {
         let qp = ctx.permute(q, [0, 2, 1, 3]);
         let qp = if t > 1 { ctx.cont(qp) } else { qp };
         let kp = ctx.permute(k, [0, 2, 1, 3]);
-        let kq = ctx.mul_mat(kp, qp);
+        let kq = self.mul_mat(ctx, kp, qp);
         let kq = match mask {
             Mask::None => kq,
             Mask::Causal(n_past) => ctx.diag_mask_inf(kq, n_past),
         };
         let probs = ctx.soft_max_scaled(kq, 1.0 / (dh as f32).sqrt());
-        let out = ctx.mul_mat(vt, probs);
+        let out = self.mul_mat(ctx, vt, probs);
         let merged = ctx.cont(ctx.permute(out, [0, 2, 1, 3]));
         ctx.reshape(merged, &[dh * heads, t])
     }
@@ -528,12 +538,7 @@ impl WhisperNet {
         let k = n_logits.clamp(1, tokens.len());
         let last = ctx.view_2d_rows(x, d as i64, k as i64, (tokens.len() - k) * d);
         // The logits are a read of the whole embedding (40 MB in f16 for tiny) per token.
-        let logits =
-            if self.cpu_kernels && ggml::f16_product_fits(emb) && ggml::f16_product_available() {
-                ctx.mul_mat_f16_cpu(emb, last)
-            } else {
-                ctx.mul_mat(emb, last)
-            };
+        let logits = self.mul_mat(&ctx, emb, last);
         logits.mark_output();
         graph.expand(logits);
         let ids_i32: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();

@@ -323,9 +323,10 @@ unsafe fn quantize_row(level: SimdLevel, x: &[f32], q: &mut [u8], d: &mut [f32])
 /// null. `xq`/`xd` hold the quantized rows starting at `rows.start`.
 ///
 /// # Safety
-/// The CPU must have `level` as [`q8_kernel_level`] requires it; `packed` must hold `w_groups` groups of
-/// `nb` cells; `y` must have room for `rows.end` rows of `y_stride` floats; a non-null
-/// `bias` must hold a value for every column of the groups.
+/// The CPU must have `level` as [`q8_kernel_level`] requires it; `packed` must hold
+/// the groups `groups` of `nb` cells; `y` must have room for `rows.end` rows of
+/// `y_stride` floats; a non-null `bias` must hold a value for every column of the
+/// groups.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemm_rows(
@@ -613,8 +614,9 @@ fn q8_work(
 }
 
 /// The custom op: `dst` [n, m] = packed weight (src 0) times activations (src 1,
-/// [k, m], rows contiguous), plus the bias (src 2, [n] contiguous) when given. Rows are split among threads when there are enough of
-/// them (the encoder); otherwise output columns are (the decoder's single token).
+/// [k, m], rows contiguous), plus the bias (src 2, [n] contiguous) when given. Rows
+/// are split among threads when there are enough of them (the encoder); otherwise
+/// output columns are (the decoder's single token).
 ///
 /// # Safety
 /// Called by ggml's CPU backend on a tensor made by [`super::Context::mul_mat_q8_packed`].
@@ -896,99 +898,105 @@ trait AttentionSimd {
     }
 }
 
-/// AVX-512 F: runs of 64 columns, tiles of 4 rows.
-#[cfg(target_arch = "x86_64")]
-struct Avx512Attention;
+/// An [`AttentionSimd`] instruction set from its intrinsics: one vector type and its
+/// load, store, broadcast, fused multiply-add and multiply, and the softmax row.
+macro_rules! attention_simd {
+    ($(#[$doc:meta])* $name:ident, lanes $lanes:expr, rows $rows:expr, $v:ty,
+     $load:ident, $store:ident, $set1:ident, $fmadd:ident, $mul:ident, $softmax:ident) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        struct $name;
 
-#[cfg(target_arch = "x86_64")]
-impl AttentionSimd for Avx512Attention {
-    const LANES: usize = 16;
-    const TILE_ROWS: usize = 4;
-    type V = std::arch::x86_64::__m512;
+        #[cfg(target_arch = "x86_64")]
+        impl AttentionSimd for $name {
+            const LANES: usize = $lanes;
+            const TILE_ROWS: usize = $rows;
+            type V = $v;
 
-    #[inline(always)]
-    unsafe fn load1(p: *const f32) -> Self::V {
-        // SAFETY: caller's guarantee.
-        unsafe { std::arch::x86_64::_mm512_loadu_ps(p) }
-    }
+            #[inline(always)]
+            unsafe fn load1(p: *const f32) -> Self::V {
+                // SAFETY: caller's guarantee.
+                unsafe { std::arch::x86_64::$load(p) }
+            }
 
-    #[inline(always)]
-    unsafe fn store1(p: *mut f32, v: Self::V) {
-        // SAFETY: caller's guarantee.
-        unsafe { std::arch::x86_64::_mm512_storeu_ps(p, v) }
-    }
+            #[inline(always)]
+            unsafe fn store1(p: *mut f32, v: Self::V) {
+                // SAFETY: caller's guarantee.
+                unsafe { std::arch::x86_64::$store(p, v) }
+            }
 
-    #[inline(always)]
-    unsafe fn splat(a: f32) -> Self::V {
-        // SAFETY: caller's guarantee.
-        unsafe { std::arch::x86_64::_mm512_set1_ps(a) }
-    }
+            #[inline(always)]
+            unsafe fn splat(a: f32) -> Self::V {
+                // SAFETY: caller's guarantee.
+                unsafe { std::arch::x86_64::$set1(a) }
+            }
 
-    #[inline(always)]
-    unsafe fn mul_add(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
-        // SAFETY: caller's guarantee.
-        unsafe { std::arch::x86_64::_mm512_fmadd_ps(a, b, c) }
-    }
+            #[inline(always)]
+            unsafe fn mul_add(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+                // SAFETY: caller's guarantee.
+                unsafe { std::arch::x86_64::$fmadd(a, b, c) }
+            }
 
-    #[inline(always)]
-    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V {
-        // SAFETY: caller's guarantee.
-        unsafe { std::arch::x86_64::_mm512_mul_ps(a, b) }
-    }
+            #[inline(always)]
+            unsafe fn mul(a: Self::V, b: Self::V) -> Self::V {
+                // SAFETY: caller's guarantee.
+                unsafe { std::arch::x86_64::$mul(a, b) }
+            }
 
-    #[inline(always)]
-    unsafe fn softmax_row(s: *mut f32, t: usize) -> f32 {
-        // SAFETY: caller's guarantee.
-        unsafe { softmax_row_avx512(s, t) }
-    }
+            #[inline(always)]
+            unsafe fn softmax_row(s: *mut f32, t: usize) -> f32 {
+                // SAFETY: caller's guarantee.
+                unsafe { $softmax(s, t) }
+            }
+        }
+    };
 }
 
-/// AVX2 with FMA: runs of 32 columns, tiles of 2 rows, so that the accumulators and
-/// one run of keys fit the 16 registers.
-#[cfg(target_arch = "x86_64")]
-struct Avx2Attention;
+attention_simd!(
+    /// AVX-512 F: runs of 64 columns, tiles of 4 rows.
+    Avx512Attention, lanes 16, rows 4, std::arch::x86_64::__m512,
+    _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_mul_ps,
+    softmax_row_avx512
+);
 
-#[cfg(target_arch = "x86_64")]
-impl AttentionSimd for Avx2Attention {
-    const LANES: usize = 8;
-    const TILE_ROWS: usize = 2;
-    type V = std::arch::x86_64::__m256;
+attention_simd!(
+    /// AVX2 with FMA: runs of 32 columns, tiles of 2 rows, so that the accumulators and
+    /// one run of keys fit the 16 registers.
+    Avx2Attention, lanes 8, rows 2, std::arch::x86_64::__m256,
+    _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_mul_ps,
+    softmax_row_avx2
+);
 
-    #[inline(always)]
-    unsafe fn load1(p: *const f32) -> Self::V {
-        // SAFETY: caller's guarantee.
-        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
-    }
-
-    #[inline(always)]
-    unsafe fn store1(p: *mut f32, v: Self::V) {
-        // SAFETY: caller's guarantee.
-        unsafe { std::arch::x86_64::_mm256_storeu_ps(p, v) }
-    }
-
-    #[inline(always)]
-    unsafe fn splat(a: f32) -> Self::V {
-        // SAFETY: caller's guarantee.
-        unsafe { std::arch::x86_64::_mm256_set1_ps(a) }
-    }
-
-    #[inline(always)]
-    unsafe fn mul_add(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
-        // SAFETY: caller's guarantee.
-        unsafe { std::arch::x86_64::_mm256_fmadd_ps(a, b, c) }
-    }
-
-    #[inline(always)]
-    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V {
-        // SAFETY: caller's guarantee.
-        unsafe { std::arch::x86_64::_mm256_mul_ps(a, b) }
-    }
-
-    #[inline(always)]
-    unsafe fn softmax_row(s: *mut f32, t: usize) -> f32 {
-        // SAFETY: caller's guarantee.
-        unsafe { softmax_row_avx2(s, t) }
-    }
+/// Defines `$name(level, args)`: the generic `$generic::<S>(args)` compiled once per
+/// [`SimdLevel`] inside a `target_feature` function (with the [`AttentionSimd`] set of
+/// that level), and the call of the one `level` names.
+macro_rules! by_level {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) => $generic:ident) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// The CPU must have `level`; the arguments as the generic function requires.
+        #[cfg(target_arch = "x86_64")]
+        unsafe fn $name(level: SimdLevel, $($arg: $ty),*) {
+            #[target_feature(enable = "avx512f")]
+            unsafe fn avx512($($arg: $ty),*) {
+                // SAFETY: the caller's guarantees, and this function's features.
+                unsafe { $generic::<Avx512Attention>($($arg),*) }
+            }
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2($($arg: $ty),*) {
+                // SAFETY: as above.
+                unsafe { $generic::<Avx2Attention>($($arg),*) }
+            }
+            // SAFETY: the caller's guarantees.
+            unsafe {
+                match level {
+                    SimdLevel::Avx512 => avx512($($arg),*),
+                    SimdLevel::Avx2 => avx2($($arg),*),
+                }
+            }
+        }
+    };
 }
 
 /// Calls tile function `$f::<S, R>` for `$rows` rows (at most 4) with the arguments.
@@ -1366,35 +1374,14 @@ unsafe fn attention_items_with<S: AttentionSimd>(
     }
 }
 
-/// [`attention_items_with`] compiled for AVX-512 F.
-///
-/// # Safety
-/// As [`attention_items_with`].
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn attention_items_avx512(
-    a: AttentionTensors,
-    items: std::ops::Range<usize>,
-    scratch: &mut AttentionScratch,
-) {
-    // SAFETY: the caller's guarantees, and this function's features.
-    unsafe { attention_items_with::<Avx512Attention>(a, items, scratch) }
-}
-
-/// [`attention_items_with`] compiled for AVX2 and FMA.
-///
-/// # Safety
-/// As [`attention_items_with`].
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn attention_items_avx2(
-    a: AttentionTensors,
-    items: std::ops::Range<usize>,
-    scratch: &mut AttentionScratch,
-) {
-    // SAFETY: the caller's guarantees, and this function's features.
-    unsafe { attention_items_with::<Avx2Attention>(a, items, scratch) }
-}
+by_level!(
+    /// [`attention_items_with`] at a level.
+    fn attention_items_at(
+        a: AttentionTensors,
+        items: std::ops::Range<usize>,
+        scratch: &mut AttentionScratch
+    ) => attention_items_with
+);
 
 /// Attention of query rows `items` at `level` (see [`attention_items_with`]).
 ///
@@ -1406,12 +1393,7 @@ unsafe fn attention_items(level: SimdLevel, a: AttentionTensors, items: std::ops
     // compiled without the entry points' target features.
     let mut scratch = ATT_SCRATCH.take();
     // SAFETY: the caller's guarantees.
-    unsafe {
-        match level {
-            SimdLevel::Avx512 => attention_items_avx512(a, items, &mut scratch),
-            SimdLevel::Avx2 => attention_items_avx2(a, items, &mut scratch),
-        }
-    }
+    unsafe { attention_items_at(level, a, items, &mut scratch) };
     ATT_SCRATCH.set(scratch);
 }
 
@@ -1459,17 +1441,16 @@ pub(super) unsafe extern "C" fn attention_op(
 /// rows of `n` floats `y_stride` apart.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn f32_rows_with<S: AttentionSimd>(
-    x: *const f32,
-    x_stride: usize,
-    k: usize,
-    wt: *const f32,
-    n: usize,
-    y: *mut f32,
-    y_stride: usize,
-    rows: std::ops::Range<usize>,
-) {
+unsafe fn f32_rows_with<S: AttentionSimd>(p: F32Product, rows: std::ops::Range<usize>) {
+    let F32Product {
+        x,
+        x_stride,
+        k,
+        wt,
+        n,
+        y,
+        y_stride,
+    } = p;
     // SAFETY (all): the caller's guarantees cover every tile.
     unsafe {
         for col in (0..n).step_by(64) {
@@ -1505,46 +1486,10 @@ struct F32Product {
     y_stride: usize,
 }
 
-/// [`f32_rows_with`] compiled for AVX-512 F.
-///
-/// # Safety
-/// As [`f32_rows_with`].
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn f32_rows_avx512(p: F32Product, rows: std::ops::Range<usize>) {
-    // SAFETY: the caller's guarantees, and this function's features.
-    unsafe {
-        f32_rows_with::<Avx512Attention>(p.x, p.x_stride, p.k, p.wt, p.n, p.y, p.y_stride, rows)
-    }
-}
-
-/// [`f32_rows_with`] compiled for AVX2 and FMA.
-///
-/// # Safety
-/// As [`f32_rows_with`].
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn f32_rows_avx2(p: F32Product, rows: std::ops::Range<usize>) {
-    // SAFETY: the caller's guarantees, and this function's features.
-    unsafe {
-        f32_rows_with::<Avx2Attention>(p.x, p.x_stride, p.k, p.wt, p.n, p.y, p.y_stride, rows)
-    }
-}
-
-/// Rows `rows` of the f32 product at `level`.
-///
-/// # Safety
-/// The CPU must have `level`; `p` describes live buffers holding those rows.
-#[cfg(target_arch = "x86_64")]
-unsafe fn f32_rows(level: SimdLevel, p: F32Product, rows: std::ops::Range<usize>) {
-    // SAFETY: the caller's guarantees.
-    unsafe {
-        match level {
-            SimdLevel::Avx512 => f32_rows_avx512(p, rows),
-            SimdLevel::Avx2 => f32_rows_avx2(p, rows),
-        }
-    }
-}
+by_level!(
+    /// Rows `rows` of the f32 product ([`f32_rows_with`]) at a level.
+    fn f32_rows(p: F32Product, rows: std::ops::Range<usize>) => f32_rows_with
+);
 
 /// Output columns of the f32 product must come in these (one run of 64 per tile).
 pub const F32_PRODUCT_COLS: usize = 64;

@@ -156,3 +156,24 @@ fn bench_server(repeat: u32) -> Result<()> {
         repeat,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_isa_is_refused_for_other_suites_before_any_work() {
+        for suite in [Suite::Vad, Suite::Server, Suite::All] {
+            let err = run(Args {
+                suite,
+                repeat: 1,
+                cpu_isa: asr::CpuIsa::Avx2,
+            })
+            .unwrap_err();
+            assert!(
+                err.to_string().contains("bench asr --cpu-isa avx2"),
+                "{suite:?}: {err}"
+            );
+        }
+    }
+}

@@ -98,19 +98,13 @@ impl BackendKind {
     }
 }
 
-/// True when `AUDIOCPP_CPU_KERNELS=ggml` asks for ggml's own CPU ops everywhere, to
-/// compare the two.
-fn cpu_kernels_off() -> bool {
-    std::env::var("AUDIOCPP_CPU_KERNELS").is_ok_and(|v| v == "ggml")
-}
-
 /// What the engine's own CPU kernels run as on this machine, for `--list-devices`:
 /// `float:<level>,q8_0:<level>` (levels `avx512` or `avx2`), or `ggml` when ggml's
 /// ops run instead (a CPU without AVX2 and FMA, or `AUDIOCPP_CPU_KERNELS=ggml`).
 /// `AUDIOCPP_CPU_KERNELS=avx2` caps the levels at AVX2.
 pub fn cpu_kernels() -> String {
     match (
-        cpu_kernels_off(),
+        ggml::kernels_switched_off(),
         ggml::SimdLevel::allowed(),
         ggml::q8_kernel_level(),
     ) {
@@ -307,7 +301,7 @@ impl Runtime {
     /// True when graphs run on the CPU backend, so the engine's own CPU kernels (ggml
     /// custom ops) may replace ggml's (see [`cpu_kernels`]).
     pub fn cpu_kernels(&self) -> bool {
-        self.cpu.is_none() && !cpu_kernels_off()
+        self.cpu.is_none() && !ggml::kernels_switched_off()
     }
 
     /// Worker threads for CPU work.

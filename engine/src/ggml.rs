@@ -25,8 +25,9 @@ pub fn f16_product_fits(w: Tensor<'_>) -> bool {
 }
 
 pub use cpu_ops::{
-    attention_kernel_available, f16_product_available, pack_f32_transposed, q8_kernel_available,
-    q8_kernel_level, PackedQ8, SimdLevel, ATTENTION_HEAD_DIM, F32_PRODUCT_COLS,
+    attention_kernel_available, f16_product_available, kernels_switched_off, pack_f32_transposed,
+    q8_kernel_available, q8_kernel_level, PackedQ8, SimdLevel, ATTENTION_HEAD_DIM,
+    F32_PRODUCT_COLS,
 };
 
 /// A failure inside ggml, reported with what was being done.

@@ -82,13 +82,37 @@ impl SimdLevel {
     pub fn allowed() -> Option<Self> {
         static ALLOWED: std::sync::OnceLock<Option<SimdLevel>> = std::sync::OnceLock::new();
         *ALLOWED.get_or_init(|| {
-            let cap = match std::env::var("AUDIOCPP_CPU_KERNELS").as_deref() {
-                Ok("avx2") => SimdLevel::Avx2,
-                _ => SimdLevel::Avx512,
+            let cap = match kernels_setting() {
+                KernelsSetting::Cap(level) => level,
+                KernelsSetting::Ggml => SimdLevel::Avx512,
             };
             Self::detected().map(|level| level.min(cap))
         })
     }
+}
+
+/// What `AUDIOCPP_CPU_KERNELS` asks for: `ggml` (ggml's ops everywhere), `avx2` (the
+/// kernels capped at AVX2), anything else or unset (the widest level).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KernelsSetting {
+    Ggml,
+    Cap(SimdLevel),
+}
+
+/// [`KernelsSetting`] from the environment, read once per process.
+fn kernels_setting() -> KernelsSetting {
+    static SETTING: std::sync::OnceLock<KernelsSetting> = std::sync::OnceLock::new();
+    *SETTING.get_or_init(|| match std::env::var("AUDIOCPP_CPU_KERNELS").as_deref() {
+        Ok("ggml") => KernelsSetting::Ggml,
+        Ok("avx2") => KernelsSetting::Cap(SimdLevel::Avx2),
+        _ => KernelsSetting::Cap(SimdLevel::Avx512),
+    })
+}
+
+/// True when `AUDIOCPP_CPU_KERNELS=ggml` asks for ggml's own CPU ops everywhere, to
+/// compare the two.
+pub fn kernels_switched_off() -> bool {
+    kernels_setting() == KernelsSetting::Ggml
 }
 
 /// The level the packed q8_0 product runs at on this CPU: AVX-512 with BW and VNNI
@@ -354,52 +378,35 @@ unsafe fn gemm_rows(
             let mut g = g0;
             while g < g1 {
                 let pair = g + 2 <= g1;
-                let w = packed.add(g * nb * CELL_BYTES);
-                let yt = y.add(r * y_stride + g * GROUP_COLS);
-                let bt = if bias.is_null() {
-                    bias
-                } else {
-                    bias.add(g * GROUP_COLS)
+                let t = Q8Tile {
+                    w: packed.add(g * nb * CELL_BYTES),
+                    nb,
+                    xq: xq_t,
+                    xd: xd_t,
+                    k,
+                    y: y.add(r * y_stride + g * GROUP_COLS),
+                    y_stride,
+                    bias: if bias.is_null() {
+                        bias
+                    } else {
+                        bias.add(g * GROUP_COLS)
+                    },
                 };
                 // SAFETY: the caller's guarantees cover every pointer formed here.
                 let done = unsafe {
                     match (level, tile, pair) {
-                        (SimdLevel::Avx512, 4, true) => {
-                            tile_kernel::<4, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
-                        }
-                        (SimdLevel::Avx512, 4, false) => {
-                            tile_kernel::<4, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
-                        }
-                        (SimdLevel::Avx512, 3, true) => {
-                            tile_kernel::<3, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
-                        }
-                        (SimdLevel::Avx512, 3, false) => {
-                            tile_kernel::<3, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
-                        }
-                        (SimdLevel::Avx512, 2, true) => {
-                            tile_kernel::<2, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
-                        }
-                        (SimdLevel::Avx512, 2, false) => {
-                            tile_kernel::<2, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
-                        }
-                        (SimdLevel::Avx512, _, true) => {
-                            tile_kernel::<1, 2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
-                        }
-                        (SimdLevel::Avx512, _, false) => {
-                            tile_kernel::<1, 1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
-                        }
-                        (SimdLevel::Avx2, 4, _) => {
-                            tile_kernel_avx2::<4>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
-                        }
-                        (SimdLevel::Avx2, 3, _) => {
-                            tile_kernel_avx2::<3>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
-                        }
-                        (SimdLevel::Avx2, 2, _) => {
-                            tile_kernel_avx2::<2>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
-                        }
-                        (SimdLevel::Avx2, _, _) => {
-                            tile_kernel_avx2::<1>(w, nb, xq_t, xd_t, k, yt, y_stride, bt)
-                        }
+                        (SimdLevel::Avx512, 4, true) => tile_kernel::<4, 2>(t),
+                        (SimdLevel::Avx512, 4, false) => tile_kernel::<4, 1>(t),
+                        (SimdLevel::Avx512, 3, true) => tile_kernel::<3, 2>(t),
+                        (SimdLevel::Avx512, 3, false) => tile_kernel::<3, 1>(t),
+                        (SimdLevel::Avx512, 2, true) => tile_kernel::<2, 2>(t),
+                        (SimdLevel::Avx512, 2, false) => tile_kernel::<2, 1>(t),
+                        (SimdLevel::Avx512, _, true) => tile_kernel::<1, 2>(t),
+                        (SimdLevel::Avx512, _, false) => tile_kernel::<1, 1>(t),
+                        (SimdLevel::Avx2, 4, _) => tile_kernel_avx2::<4>(t),
+                        (SimdLevel::Avx2, 3, _) => tile_kernel_avx2::<3>(t),
+                        (SimdLevel::Avx2, 2, _) => tile_kernel_avx2::<2>(t),
+                        (SimdLevel::Avx2, _, _) => tile_kernel_avx2::<1>(t),
                     }
                 };
                 g += done;
@@ -410,16 +417,12 @@ unsafe fn gemm_rows(
     }
 }
 
-/// `R` activation rows times `C` groups of 16 output columns over all `nb` blocks, with
-/// AVX-512 VNNI; returns `C`, the groups done.
-///
-/// # Safety
-/// As [`gemm_rows`]; `w` points at the first group's first cell, groups are
-/// `nb * CELL_BYTES` apart.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_kernel<const R: usize, const C: usize>(
+/// One micro-kernel call's operands: the packed weight at its first group's first cell
+/// (groups `nb * CELL_BYTES` apart), the quantized rows (`xq`, `k` bytes each) and their
+/// scales (`xd`, `nb` each), the output tile (rows `y_stride` floats apart) and the
+/// bias of its columns (or null).
+#[derive(Clone, Copy)]
+struct Q8Tile {
     w: *const u8,
     nb: usize,
     xq: *const u8,
@@ -428,7 +431,27 @@ unsafe fn tile_kernel<const R: usize, const C: usize>(
     y: *mut f32,
     y_stride: usize,
     bias: *const f32,
-) -> usize {
+}
+
+/// `R` activation rows times `C` groups of 16 output columns over all `nb` blocks, with
+/// AVX-512 VNNI; returns `C`, the groups done.
+///
+/// # Safety
+/// As [`gemm_rows`]; `w` points at the first group's first cell, groups are
+/// `nb * CELL_BYTES` apart.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_kernel<const R: usize, const C: usize>(t: Q8Tile) -> usize {
+    let Q8Tile {
+        w,
+        nb,
+        xq,
+        xd,
+        k,
+        y,
+        y_stride,
+        bias,
+    } = t;
     use std::arch::x86_64::*;
     let group_stride = nb * CELL_BYTES;
     let mut acc = [[_mm512_setzero_ps(); C]; R];
@@ -513,17 +536,17 @@ unsafe fn tile_kernel<const R: usize, const C: usize>(
 /// As [`gemm_rows`]; `w` points at the group's first cell.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_kernel_avx2<const R: usize>(
-    w: *const u8,
-    nb: usize,
-    xq: *const u8,
-    xd: *const f32,
-    k: usize,
-    y: *mut f32,
-    y_stride: usize,
-    bias: *const f32,
-) -> usize {
+unsafe fn tile_kernel_avx2<const R: usize>(t: Q8Tile) -> usize {
+    let Q8Tile {
+        w,
+        nb,
+        xq,
+        xd,
+        k,
+        y,
+        y_stride,
+        bias,
+    } = t;
     use std::arch::x86_64::*;
     let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_ps(); 2]; R];

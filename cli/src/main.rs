@@ -49,12 +49,17 @@ struct Flags {
     /// Write the transcript here (ASR families).
     #[arg(long)]
     text_out: Option<PathBuf>,
-    /// ASR: predict timestamps, so segments get their own start and end times
-    /// (otherwise one segment per 30 s window).
+    /// ASR: print each segment's start and end times (key=value lines and --json); the
+    /// transcript is the same with or without it.
     #[arg(long)]
     timestamps: bool,
-    /// ASR: write the segments (start, end in seconds, text) to this JSON file;
-    /// implies --timestamps.
+    /// ASR: decode without timestamp tokens, as faster-whisper's
+    /// without_timestamps=True: each 30 s window is read whole as one segment, and a
+    /// window judged silent loses all its speech. The default predicts timestamps and
+    /// seeks by them, so every window is transcribed.
+    #[arg(long)]
+    without_timestamps: bool,
+    /// ASR: write the segments (start, end in seconds, text) to this JSON file.
     #[arg(long)]
     segments_out: Option<PathBuf>,
     /// ASR: temperatures to fall back through, comma-separated (default from the model
@@ -301,7 +306,7 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     if let Some(lang) = &flags.language {
         decode.language = lang.clone();
     }
-    decode.timestamps = flags.timestamps || flags.segments_out.is_some();
+    decode.without_timestamps = flags.without_timestamps;
     if let Some(t) = &flags.temperatures {
         if t.is_empty() || t.iter().any(|&x| !(0.0..=2.0).contains(&x)) {
             return Err(usage(format!(
@@ -358,15 +363,29 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     if flags.json {
         out!(
             "{}",
-            serde_json::to_string_pretty(&out).expect("serialises")
+            serde_json::to_string_pretty(&asr_json(&out, flags.timestamps)).expect("serialises")
         );
     } else {
-        print_asr(&out);
+        print_asr(&out, flags.timestamps);
     }
     Ok(())
 }
 
-fn print_asr(out: &AsrOutput) {
+/// The `--json` result: segments carry their times only with `--timestamps`.
+fn asr_json(out: &AsrOutput, timestamps: bool) -> serde_json::Value {
+    let mut v = serde_json::to_value(out).expect("serialises");
+    if !timestamps {
+        for seg in v["segments"].as_array_mut().into_iter().flatten() {
+            if let Some(fields) = seg.as_object_mut() {
+                fields.remove("start");
+                fields.remove("end");
+            }
+        }
+    }
+    v
+}
+
+fn print_asr(out: &AsrOutput, timestamps: bool) {
     out!("task=asr");
     out!("family={}", out.family);
     out!("device={}", out.device);
@@ -378,7 +397,11 @@ fn print_asr(out: &AsrOutput) {
     }
     out!("segments={}", out.segments.len());
     for (i, s) in out.segments.iter().enumerate() {
-        out!("segment.{i}={:.2}-{:.2} {}", s.start, s.end, s.text.trim());
+        if timestamps {
+            out!("segment.{i}={:.2}-{:.2} {}", s.start, s.end, s.text.trim());
+        } else {
+            out!("segment.{i}={}", s.text.trim());
+        }
     }
     out!("text={}", out.text);
     out!("decode_passes={}", out.decode_passes);

@@ -323,8 +323,8 @@ pub struct AsrOutput {
     pub language_probability: Option<f32>,
     /// The whole transcript (segments joined, trimmed).
     pub text: String,
-    /// The segments that held speech: one per 30 s window, or with timestamps one per
-    /// timed piece.
+    /// The segments that held speech: one per timed piece (one per 30 s window when
+    /// decoding ran without timestamp tokens).
     pub segments: Vec<whisper::Segment>,
     /// Decoder passes, each sampled draw counted (see [`whisper::Transcript`]): more than
     /// one per window means temperature fallback ran.
@@ -363,7 +363,7 @@ impl AsrModel {
                 .to_string(),
             no_speech_threshold: spec.default_f64("no_speech_threshold").unwrap_or(0.6) as f32,
             log_prob_threshold: spec.default_f64("log_prob_threshold").unwrap_or(-1.0) as f32,
-            timestamps: false,
+            without_timestamps: false,
             max_initial_timestamp: 1.0,
             temperatures: spec
                 .defaults

@@ -583,7 +583,6 @@ async fn run_asr(
     slot: &Slot,
     audio: Vec<u8>,
     language: Option<String>,
-    timestamps: bool,
 ) -> Result<(AsrOutput, f64), ApiError> {
     with_model(state, slot, move |loaded| {
         let Loaded::Asr(model, vad) = loaded else {
@@ -593,7 +592,6 @@ async fn run_asr(
         if let Some(l) = language.filter(|l| !l.is_empty()) {
             opts.language = l;
         }
-        opts.timestamps = timestamps;
         let samples = decode_upload(&audio, model.sample_rate())?;
         match vad {
             Some(vad) => {
@@ -667,9 +665,9 @@ async fn transcriptions(
     let audio = r
         .audio
         .ok_or_else(|| ApiError::bad_request("no audio: send a 'file' part or 'audio_base64'"))?;
-    // Segment formats get Whisper's own timestamps, not one segment per 30 s window.
-    let timestamps = ["verbose_json", "srt", "vtt"].contains(&format.as_str());
-    let (out, wall) = run_asr(&state, slot, audio, r.language.clone(), timestamps).await?;
+    // Every format decodes alike (timestamp tokens, every window read); the formats
+    // differ only in what they show.
+    let (out, wall) = run_asr(&state, slot, audio, r.language.clone()).await?;
     let resp = match format.as_str() {
         "text" => (
             [(

@@ -5,9 +5,11 @@
 //! tokenizer vocabulary, the mel filterbank and the hyper-parameters travel in the file.
 //! Linear layers may be stored as Q8_0 ([`WeightType`]). [`Whisper`] runs the log-mel
 //! front end, the encoder per 30 s window and greedy decoding with faster-whisper's
-//! temperature fallback, optionally with timestamps (segments, windows seeking to the
-//! last timestamp), the way faster-whisper does with `beam_size=1` and
-//! `condition_on_previous_text=False`.
+//! temperature fallback and timestamp tokens (segments, windows seeking to the last
+//! timestamp), the way faster-whisper does with `beam_size=1` and
+//! `condition_on_previous_text=False`. Without timestamp tokens
+//! ([`DecodeOptions::without_timestamps`], faster-whisper's `without_timestamps=True`)
+//! each window is one segment, and a window judged silent loses all its speech.
 
 pub mod ct2;
 pub mod mel;
@@ -341,7 +343,8 @@ fn mel_params(spec: &ModelSpec, n_mels: usize) -> Result<MelParams> {
     })
 }
 
-/// One transcribed stretch: a decoded window, or with timestamps one timed piece of it.
+/// One transcribed stretch: a timed piece of a window, or a whole window when decoding
+/// ran [`DecodeOptions::without_timestamps`].
 #[derive(Debug, Clone, Serialize)]
 pub struct Segment {
     /// Start in seconds.
@@ -374,12 +377,15 @@ pub struct DecodeOptions {
     pub no_speech_threshold: f32,
     /// ...and whose mean token log-probability is below this is dropped as silence.
     pub log_prob_threshold: f32,
-    /// Predict timestamp tokens: segments get their own start and end, and a window
-    /// that ends inside speech is re-read from its last timestamp (faster-whisper's
-    /// default). Off: one segment per 30 s window, read back to back.
-    pub timestamps: bool,
-    /// With timestamps, the latest the first timestamp may be, in seconds (1.0 as in
-    /// faster-whisper and OpenAI's Whisper).
+    /// Suppress timestamp tokens (faster-whisper's `without_timestamps=True`): one
+    /// segment per 30 s window, read back to back, and a window the no-speech rule
+    /// drops takes all its speech with it (tiny.en loses the first 30 s of a 60 s clip
+    /// this way, as faster-whisper does). Off (the default, faster-whisper's too):
+    /// timestamp tokens are predicted, segments get their own start and end, and a
+    /// window that ends inside speech is re-read from its last timestamp.
+    pub without_timestamps: bool,
+    /// With timestamp tokens, the latest the first timestamp may be, in seconds (1.0 as
+    /// in faster-whisper and OpenAI's Whisper).
     pub max_initial_timestamp: f32,
     /// Temperatures tried in order until a window's result passes the checks below
     /// (faster-whisper: 0.0, 0.2, ..., 1.0); 0 is greedy, above 0 samples.
@@ -774,14 +780,15 @@ impl Whisper {
         if let Some(lang) = self.language_token(&opts.language)? {
             prompt.extend([lang, s.transcribe]);
         }
-        if !opts.timestamps {
+        if opts.without_timestamps {
             prompt.push(s.no_timestamps);
         }
         Ok(prompt)
     }
 
-    /// Transcribes 16 kHz mono audio window by window (30 s each; with timestamps, the
-    /// next window starts at the last timestamp of one that ends inside speech).
+    /// Transcribes 16 kHz mono audio window by window (30 s each; with timestamp tokens,
+    /// the next window starts at the last timestamp of one that ends inside speech, as
+    /// faster-whisper's `generate_segments` seeks).
     /// `opts.language` must be a language code: resolve `auto` first with
     /// [`Whisper::resolve_language`].
     pub fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript> {
@@ -793,8 +800,7 @@ impl Whisper {
         // A timestamp step is one encoder position: window / n_audio_ctx mel frames.
         let frames_per_step = window / self.hp.n_audio_ctx;
         let step_seconds = frames_per_step as f64 / per_second;
-        let max_initial = opts
-            .timestamps
+        let max_initial = (!opts.without_timestamps)
             .then(|| (opts.max_initial_timestamp as f64 / step_seconds).round() as usize);
         let tb = self.tok.specials().timestamp_begin;
         let mut sampler = Sampler::new(opts.seed);
@@ -811,7 +817,7 @@ impl Whisper {
             let silent =
                 no_speech > opts.no_speech_threshold && avg_logprob < opts.log_prob_threshold;
             let offset = seek as f64 / per_second;
-            let split = if opts.timestamps {
+            let split = if !opts.without_timestamps {
                 split_at_timestamps(&tokens, tb, size / frames_per_step)
             } else {
                 WindowSplit {
@@ -827,13 +833,15 @@ impl Whisper {
                 for (start, end, tokens) in split.pieces {
                     let text_tokens: Vec<u32> =
                         tokens.iter().copied().filter(|&t| t < tb).collect();
-                    if text_tokens.is_empty() {
+                    let text = self.tok.decode(&text_tokens);
+                    // faster-whisper drops a piece of no duration or no words.
+                    if start == end || text.trim().is_empty() {
                         continue;
                     }
                     segments.push(Segment {
                         start: offset + start as f64 * step_seconds,
                         end: offset + end as f64 * step_seconds,
-                        text: self.tok.decode(&text_tokens),
+                        text,
                         tokens: text_tokens,
                     });
                 }
@@ -1239,7 +1247,7 @@ mod tests {
             language: "en".into(),
             no_speech_threshold: 0.6,
             log_prob_threshold: -1.0,
-            timestamps: false,
+            without_timestamps: false,
             max_initial_timestamp: 1.0,
             temperatures: FALLBACK_TEMPERATURES.to_vec(),
             compression_ratio_threshold: Some(2.4),

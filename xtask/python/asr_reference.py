@@ -1,14 +1,21 @@
 """Reference Whisper results for the Rust tests: faster-whisper (CTranslate2 on the CPU)
 on the same CTranslate2 model the converter reads, greedy (beam_size=1, temperature 0),
-without timestamps, each 30 s window decoded on its own (no previous-text prompt); and
-the same with timestamps (segments with start and end, windows seeking to the last
-timestamp).
+each 30 s window decoded on its own (no previous-text prompt), in both decoding modes:
+
+- `text`, `segments`: faster-whisper's default, `without_timestamps=False`: timestamp
+  tokens are predicted, segments carry their start and end, and a window that ends
+  inside speech is re-read from its last timestamp;
+- `without_timestamps`: `without_timestamps=True`, one segment per 30 s window read back
+  to back (a window judged silent is dropped whole);
+- `condition_on_previous_text`: the default mode with faster-whisper's other default,
+  `condition_on_previous_text=True` (each window prompted with the text before it),
+  which audiocpp does not do: recorded to say how far that is.
 
 With `--language auto`, faster-whisper detects the language (its `detect_language` on
 the first 30 s window: softmax over the language tokens after `<|startoftranscript|>`)
 and the detected language and probability are recorded with each clip.
 
-Writes, for every clip, the transcript, the token ids of every window, and the log-mel
+Writes, for every clip, the transcripts, the segments' token ids, and the log-mel
 features faster-whisper's own front end computed (raw little-endian f32, n_mels rows of
 n_frames, in `<out dir>/mel/<clip>.f32`), plus the token suppression list it used.
 
@@ -47,45 +54,43 @@ def main():
     language = None if a.language == "auto" else a.language
     for clip in a.clips:
         audio = read_wav16k(clip)
-        segments, info = model.transcribe(
-            audio,
-            language=language,
-            beam_size=1,
-            best_of=1,
-            temperature=0.0,
-            without_timestamps=True,
-            condition_on_previous_text=False,
-            vad_filter=False,
-        )
-        segments = list(segments)
+
+        def transcribe(language, without_timestamps, condition_on_previous_text=False):
+            segments, info = model.transcribe(
+                audio,
+                language=language,
+                beam_size=1,
+                best_of=1,
+                temperature=0.0,
+                without_timestamps=without_timestamps,
+                condition_on_previous_text=condition_on_previous_text,
+                vad_filter=False,
+            )
+            segments = list(segments)
+            return {
+                "text": "".join(s.text for s in segments).strip(),
+                "segments": [
+                    {"start": s.start, "end": s.end, "text": s.text, "tokens": list(s.tokens)}
+                    for s in segments
+                ],
+            }, info
+
+        default, info = transcribe(language, without_timestamps=False)
         features = model.feature_extractor(audio)[:, :-1].astype(np.float32)
         name = os.path.splitext(os.path.basename(clip))[0]
         mel_path = os.path.join(mel_dir, name + ".f32")
         np.ascontiguousarray(features).tofile(mel_path)
         result["clips"][clip] = {
-            "text": "".join(s.text for s in segments).strip(),
-            "segments": [
-                {"start": s.start, "end": s.end, "text": s.text, "tokens": list(s.tokens)}
-                for s in segments
-            ],
+            **default,
+            "without_timestamps": transcribe(info.language, without_timestamps=True)[0],
+            "condition_on_previous_text": transcribe(
+                info.language, without_timestamps=False, condition_on_previous_text=True
+            )[0],
             "mel": mel_path,
             "mel_shape": list(features.shape),
             "language": info.language,
             "language_probability": info.language_probability,
         }
-        timed, _ = model.transcribe(
-            audio,
-            language=info.language,
-            beam_size=1,
-            best_of=1,
-            temperature=0.0,
-            without_timestamps=False,
-            condition_on_previous_text=False,
-            vad_filter=False,
-        )
-        result["clips"][clip]["timestamped_segments"] = [
-            {"start": s.start, "end": s.end, "text": s.text} for s in timed
-        ]
     tok = model.hf_tokenizer
     from faster_whisper.tokenizer import Tokenizer
 

@@ -55,8 +55,8 @@ struct Flags {
     timestamps: bool,
     /// ASR: decode without timestamp tokens, as faster-whisper's
     /// without_timestamps=True: each 30 s window is read whole as one segment, and a
-    /// window judged silent loses all its speech. The default predicts timestamps and
-    /// seeks by them, so every window is transcribed.
+    /// window whose text ends early loses the rest of its speech. The default predicts
+    /// timestamps and seeks by them, so every window is transcribed.
     #[arg(long)]
     without_timestamps: bool,
     /// ASR: write the segments (start, end in seconds, text) to this JSON file.

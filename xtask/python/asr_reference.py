@@ -6,7 +6,7 @@ each 30 s window decoded on its own (no previous-text prompt), in both decoding 
   tokens are predicted, segments carry their start and end, and a window that ends
   inside speech is re-read from its last timestamp;
 - `without_timestamps`: `without_timestamps=True`, one segment per 30 s window read back
-  to back (a window judged silent is dropped whole);
+  to back (a window whose text ends early loses the rest of its speech);
 - `condition_on_previous_text`: the default mode with faster-whisper's other default,
   `condition_on_previous_text=True` (each window prompted with the text before it),
   which audiocpp does not do: recorded to say how far that is.

@@ -9,7 +9,7 @@
 //! timestamp), the way faster-whisper does with `beam_size=1` and
 //! `condition_on_previous_text=False`. Without timestamp tokens
 //! ([`DecodeOptions::without_timestamps`], faster-whisper's `without_timestamps=True`)
-//! each window is one segment, and a window judged silent loses all its speech.
+//! each window is one segment, and a window whose text ends early loses the rest.
 
 pub mod ct2;
 pub mod mel;
@@ -378,9 +378,9 @@ pub struct DecodeOptions {
     /// ...and whose mean token log-probability is below this is dropped as silence.
     pub log_prob_threshold: f32,
     /// Suppress timestamp tokens (faster-whisper's `without_timestamps=True`): one
-    /// segment per 30 s window, read back to back, and a window the no-speech rule
-    /// drops takes all its speech with it (tiny.en loses the first 30 s of a 60 s clip
-    /// this way, as faster-whisper does). Off (the default, faster-whisper's too):
+    /// segment per 30 s window, read back to back, and a window whose text ends early
+    /// loses the rest of its speech (tiny.en loses the first 30 s of a 60 s clip this
+    /// way, as faster-whisper does). Off (the default, faster-whisper's too):
     /// timestamp tokens are predicted, segments get their own start and end, and a
     /// window that ends inside speech is re-read from its last timestamp.
     pub without_timestamps: bool,

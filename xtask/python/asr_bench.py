@@ -3,9 +3,14 @@ the same CTranslate2 model, in one run: our GGUF in f16 and q8_0 against faster-
 float32 and int8, at 1 and 2 threads, each pair's runs alternated. Prints the median
 real-time factor (model compute time / audio duration) and peak RSS of each
 configuration, with ratios. Both decode the
-same way: greedy, no timestamps, 30 s windows decoded independently.
+same way: greedy, with timestamp tokens (both programs' default: every window is read,
+the next one starting at the last timestamp), no previous-text prompt. With
+`--without-timestamps` both suppress timestamp tokens instead (faster-whisper's
+`without_timestamps=True`, audiocpp's `--without-timestamps`: 30 s windows read back to
+back), the mode the bench measured before both defaults were timestamped.
 
 Usage: asr_bench.py --cli PATH --ct2 DIR --f16 GGUF --q8 GGUF --audio WAV [--repeat N]
+                    [--without-timestamps]
 """
 import argparse
 import json
@@ -28,12 +33,14 @@ def read_wav16k(path):
 
 def ours_cmd(args, gguf, threads):
     return [args.cli, "--task", "asr", "--family", "whisper", "--model", gguf, "--audio", args.audio,
-            "--threads", str(threads), "--temperatures", "0", "--language", "en", "--json"]
+            "--threads", str(threads), "--temperatures", "0", "--language", "en", "--json",
+            *(["--without-timestamps"] if args.without_timestamps else [])]
 
 
 def fw_cmd(args, compute_type, threads):
     return [sys.executable, __file__, "--fw-child", "--ct2", args.ct2, "--audio", args.audio,
-            "--compute-type", compute_type, "--threads", str(threads)]
+            "--compute-type", compute_type, "--threads", str(threads),
+            *(["--without-timestamps"] if args.without_timestamps else [])]
 
 
 def fw_child(args):
@@ -43,7 +50,8 @@ def fw_child(args):
     audio = read_wav16k(args.audio)
     t0 = time.perf_counter()
     segments, _ = model.transcribe(audio, language="en", beam_size=1, best_of=1, temperature=0.0,
-                                   without_timestamps=True, condition_on_previous_text=False, vad_filter=False)
+                                   without_timestamps=args.without_timestamps, condition_on_previous_text=False,
+                                   vad_filter=False)
     text = "".join(s.text for s in segments).strip()
     ms = (time.perf_counter() - t0) * 1000
     print(json.dumps({"inference_ms": ms, "audio_seconds": len(audio) / RATE, "text": text}))
@@ -93,12 +101,15 @@ def main():
     for a in ["--ct2", "--audio"]:
         ap.add_argument(a, required=True)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--without-timestamps", action="store_true",
+                    help="both sides suppress timestamp tokens (the mode measured before)")
     args = ap.parse_args()
     if args.fw_child:
         return fw_child(args)
     secs = len(read_wav16k(args.audio)) / RATE
-    print(f"audio: {args.audio} ({secs:.1f} s); median of {args.repeat} alternated runs; RTF = compute time / audio time "
-          f"(model load excluded); RSS = peak of the whole process")
+    mode = "without timestamp tokens" if args.without_timestamps else "with timestamp tokens (both defaults)"
+    print(f"audio: {args.audio} ({secs:.1f} s); greedy, {mode}; median of {args.repeat} alternated runs; "
+          f"RTF = compute time / audio time (model load excluded); RSS = peak of the whole process")
     print(f"{'threads':>7}  {'audiocpp':<9} {'RTF':>7} {'RSS MiB':>8}   {'faster-whisper':<14} {'RTF':>7} {'RSS MiB':>8}"
           f"   {'speedup':>7} {'RSS ratio':>9}")
     pairs = [("f16", args.f16, "float32"), ("q8_0", args.q8, "int8")]

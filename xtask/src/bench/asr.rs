@@ -1,7 +1,8 @@
 //! `cargo xtask bench asr`: Whisper tiny.en and base in audiocpp (GGUF in f16 and q8_0) against
 //! faster-whisper (the same CTranslate2 model in float32 and int8) on ~60 s of speech,
 //! at 1 and 2 threads, in one run: real-time factor and peak RSS side by side, with
-//! ratios. Reported, never asserted.
+//! ratios. Both decode greedily in their default mode, with timestamp tokens (every
+//! window read, seeking to the last timestamp). Reported, never asserted.
 //!
 //! `--cpu-isa avx2` measures what a CPU without AVX-512 gets, on this one: our kernels
 //! capped at AVX2 (`AUDIOCPP_CPU_KERNELS=avx2`), ggml's CPU variants up to Haswell (a

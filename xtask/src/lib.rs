@@ -11,6 +11,7 @@ pub mod flags;
 pub mod kernels;
 pub mod project;
 pub mod sdk;
+pub mod setup;
 pub mod test;
 pub mod toolset;
 pub mod tracks;

@@ -555,10 +555,7 @@ fn find_command(name: &str) -> Option<PathBuf> {
 fn detect(d: &Detect, installed_components: &[String]) -> Option<String> {
     match d {
         Detect::Command(c) => find_command(c).map(|p| p.display().to_string()),
-        Detect::Path(paths) => paths
-            .iter()
-            .find(|p| Path::new(p).is_file())
-            .cloned(),
+        Detect::Path(paths) => paths.iter().find(|p| Path::new(p).is_file()).cloned(),
         Detect::Libclang {} => tools::libclang().path,
         Detect::PythonModule(m) => {
             let python = tools::which("python3")?;

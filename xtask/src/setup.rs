@@ -36,6 +36,10 @@ pub struct Args {
     /// Print what is present and what would be installed; change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Instead: try the set-up step of `dist` on a fresh Debian chroot (needs root; the
+    /// check `cargo xtask test` runs, see xtask/src/fresh_machine.rs).
+    #[arg(long, conflicts_with_all = ["dry_run", "track"])]
+    pub fresh_machine: bool,
 }
 
 /// `packaging/needs.toml`.
@@ -716,6 +720,10 @@ pub fn ensure(verb: &str, track: Option<&str>) -> Result<()> {
 
 /// Runs the verb.
 pub fn run(args: Args) -> Result<ExitCode> {
+    if args.fresh_machine {
+        crate::fresh_machine::check()?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.dry_run {
         let file = NeedsFile::load(&NeedsFile::default_path())?;
         let tracks = TracksFile::load(&TracksFile::default_path())?;

@@ -159,9 +159,9 @@ fn installed(root: &Path, wanted: &[String]) -> Result<Vec<String>> {
     Ok(found)
 }
 
-/// Copies the host's active toolchain into the chroot's RUSTUP_HOME without the std of
-/// `without` (and without the docs, which nothing here reads), as if it had never been
-/// added; returns the copy's folder on the host.
+/// Copies the host's active toolchain into the chroot's RUSTUP_HOME (without the docs,
+/// which nothing here reads) and has rustup remove the std of `without` from the copy, as
+/// if it had never been added; returns the copy's folder on the host.
 fn copy_toolchain(root: &Path, without: &str) -> Result<PathBuf> {
     let out = Command::new("rustc")
         .args(["--print", "sysroot"])
@@ -177,20 +177,12 @@ fn copy_toolchain(root: &Path, without: &str) -> Result<PathBuf> {
     let home = root.join(RUSTUP_HOME);
     let dest = home.join("toolchains").join(&name);
     std::fs::create_dir_all(&dest)?;
-    let skip = [
-        sysroot.join("lib/rustlib").join(without),
-        sysroot
-            .join("lib/rustlib")
-            .join(format!("manifest-rust-std-{without}")),
-        sysroot.join("share/doc"),
-    ];
+    let docs = sysroot.join("share/doc");
     let mut walk = walkdir::WalkDir::new(&sysroot).into_iter();
     while let Some(e) = walk.next() {
         let e = e?;
-        if skip.iter().any(|s| e.path() == s) {
-            if e.file_type().is_dir() {
-                walk.skip_current_dir();
-            }
+        if e.path() == docs {
+            walk.skip_current_dir();
             continue;
         }
         let to = dest.join(e.path().strip_prefix(&sysroot)?);
@@ -203,22 +195,44 @@ fn copy_toolchain(root: &Path, without: &str) -> Result<PathBuf> {
                 .with_context(|| format!("copying {}", e.path().display()))?;
         }
     }
-    let components = dest.join("lib/rustlib/components");
-    let list = std::fs::read_to_string(&components)
-        .with_context(|| format!("reading {}", components.display()))?;
-    let kept: String = list
-        .lines()
-        .filter(|l| *l != format!("rust-std-{without}"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::write(&components, kept)?;
     std::fs::write(
         home.join("settings.toml"),
         format!("version = \"12\"\ndefault_toolchain = \"{name}\"\nprofile = \"minimal\"\nauto_self_update = \"disable\"\n"),
     )?;
+    let rustup = |args: &[&str]| {
+        Command::new("rustup")
+            .env("RUSTUP_HOME", &home)
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .args(args)
+            .output()
+            .context("running rustup on the toolchain copy")
+    };
+    let listed = |o: &std::process::Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .any(|l| l.trim() == without)
+    };
+    if listed(&rustup(&[
+        "target",
+        "list",
+        "--installed",
+        "--toolchain",
+        &name,
+    ])?) {
+        let o = rustup(&["target", "remove", "--toolchain", &name, without])?;
+        ensure!(
+            o.status.success(),
+            "rustup target remove {without} on the toolchain copy failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let after = rustup(&["target", "list", "--installed", "--toolchain", &name])?;
     ensure!(
-        !dest.join("lib/rustlib").join(without).exists(),
-        "the toolchain copy still has the {without} std"
+        after.status.success()
+            && !listed(&after)
+            && !dest.join("lib/rustlib").join(without).exists(),
+        "the toolchain copy in {} still has the {without} std",
+        dest.display()
     );
     Ok(dest)
 }

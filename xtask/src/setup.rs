@@ -253,15 +253,18 @@ impl NeedsFile {
             needs.extend(vn.needs.iter().cloned());
             track_names.extend(vn.tracks.iter().cloned());
         }
-        track_names.extend(track.map(str::to_string));
-        let mut rust_targets: Vec<String> = Vec::new();
+        let mut targets: Vec<Option<String>> = Vec::new();
         for t in &track_names {
-            let target = tracks
+            let track = tracks
                 .track(t)
-                .with_context(|| format!("packaging/needs.toml: verbs.{verb}.tracks"))?
-                .build
-                .target
-                .clone();
+                .with_context(|| format!("packaging/needs.toml: verbs.{verb}.tracks"))?;
+            targets.push(track.build.target.clone());
+        }
+        if let Some(t) = track {
+            targets.push(tracks.track(t)?.build.target.clone());
+        }
+        let mut rust_targets: Vec<String> = Vec::new();
+        for target in targets {
             if let Some(target) = target {
                 if let Some(tn) = self.targets.get(&target) {
                     needs.extend(tn.needs.iter().cloned());
@@ -413,6 +416,12 @@ fn apt_steps(packages: &[String], via_sudo: bool) -> Vec<Step> {
     ]
 }
 
+/// Whether a need is checked on this host: those installed from Debian packages only on
+/// Linux (on Windows `cargo xtask doctor` reports the MSVC and SDK toolchains).
+fn applies(need: &Need, linux: bool) -> bool {
+    linux || need.apt.is_empty()
+}
+
 /// Decides what to install for `req` on a machine with `facts`. Pure.
 pub fn plan(file: &NeedsFile, req: &Required, facts: &Facts) -> Plan {
     let mut present = Vec::new();
@@ -422,6 +431,9 @@ pub fn plan(file: &NeedsFile, req: &Required, facts: &Facts) -> Plan {
     let mut components: Vec<String> = Vec::new();
     for name in &req.needs {
         let need = &file.needs[name];
+        if !applies(need, facts.linux) {
+            continue;
+        }
         if let Some(d) = facts.found.get(name) {
             present.push(Present {
                 need: name.clone(),
@@ -439,7 +451,7 @@ pub fn plan(file: &NeedsFile, req: &Required, facts: &Facts) -> Plan {
                 why: need.why.clone(),
                 fix: format!("{} (rustup: `rustup component add {c}`)", need.fix),
             }),
-            _ if facts.linux && facts.apt_get && !need.apt.is_empty() => {
+            _ if facts.apt_get && !need.apt.is_empty() => {
                 to_install.push((name.clone(), format!("apt: {}", need.apt.join(" "))));
                 apt.extend(need.apt.iter().cloned());
             }
@@ -581,6 +593,7 @@ fn detect(d: &Detect, installed_components: &[String]) -> Option<String> {
 pub fn probe(file: &NeedsFile, req: &Required) -> Facts {
     let rustup = tools::which("rustup");
     let is_root = crate::sdk::is_root();
+    let linux = cfg!(target_os = "linux");
     let listed = |what: &str| {
         rustup
             .as_deref()
@@ -607,6 +620,7 @@ pub fn probe(file: &NeedsFile, req: &Required) -> Facts {
         let jobs: Vec<_> = req
             .needs
             .iter()
+            .filter(|n| applies(&file.needs[*n], linux))
             .map(|n| {
                 let d = &file.needs[n].detect;
                 let components = &components;
@@ -618,7 +632,7 @@ pub fn probe(file: &NeedsFile, req: &Required) -> Facts {
             .collect()
     });
     Facts {
-        linux: cfg!(target_os = "linux"),
+        linux,
         is_root,
         sudo: !is_root
             && tools::which("sudo").is_some_and(|s| {
@@ -870,6 +884,28 @@ mod tests {
             p.present.len(),
             req.needs.len() + req.rust_targets.len() - 2
         );
+    }
+
+    #[test]
+    fn on_windows_only_rustup_needs_are_checked() {
+        let f = needs();
+        let req = f.resolve("ci", None, &tracks()).unwrap();
+        let facts = Facts {
+            linux: false,
+            rustup: true,
+            rust_targets: vec!["x86_64-pc-windows-msvc".into()],
+            ..Facts::default()
+        };
+        let p = plan(&f, &req, &facts);
+        let lines: Vec<String> = p.steps.iter().map(Step::display).collect();
+        assert_eq!(
+            lines,
+            [
+                "rustup target add x86_64-pc-windows-gnu",
+                "rustup component add rustfmt clippy",
+            ]
+        );
+        assert!(p.manual.is_empty() && p.present.is_empty(), "{p:?}");
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub fn check() -> Result<()> {
         mirror: None,
         dry_run: false,
     })?;
+    copy_local_ca_certificates(&root)?;
     let t_chroot = t0.elapsed().as_secs_f64();
 
     let needs = NeedsFile::load(&NeedsFile::default_path())?;
@@ -235,6 +236,27 @@ fn copy_toolchain(root: &Path, without: &str) -> Result<PathBuf> {
         dest.display()
     );
     Ok(dest)
+}
+
+/// The CA certificates this machine's administrator added (/usr/local/share/
+/// ca-certificates, where a TLS-inspecting proxy's CA goes) belong to the machine, not to
+/// what setup installs: the chroot gets them too, so that when setup installs
+/// ca-certificates, rustup's download trusts the same issuers as on the host.
+fn copy_local_ca_certificates(root: &Path) -> Result<()> {
+    let src = Path::new("/usr/local/share/ca-certificates");
+    let Ok(entries) = std::fs::read_dir(src) else {
+        return Ok(());
+    };
+    let dst = root.join(src.strip_prefix("/")?);
+    std::fs::create_dir_all(&dst)?;
+    for e in entries {
+        let e = e?;
+        if e.file_type()?.is_file() {
+            std::fs::copy(e.path(), dst.join(e.file_name()))
+                .with_context(|| format!("copying {}", e.path().display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// Removes a folder left by an earlier run, refusing while anything is mounted under it.

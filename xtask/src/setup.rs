@@ -253,23 +253,19 @@ impl NeedsFile {
             needs.extend(vn.needs.iter().cloned());
             track_names.extend(vn.tracks.iter().cloned());
         }
-        let mut targets: Vec<Option<String>> = Vec::new();
+        let mut rust_targets: Vec<String> = Vec::new();
         for t in &track_names {
             let track = tracks
                 .track(t)
                 .with_context(|| format!("packaging/needs.toml: verbs.{verb}.tracks"))?;
-            targets.push(track.build.target.clone());
+            rust_targets.extend(track.build.target.clone());
         }
         if let Some(t) = track {
-            targets.push(tracks.track(t)?.build.target.clone());
+            rust_targets.extend(tracks.track(t)?.build.target.clone());
         }
-        let mut rust_targets: Vec<String> = Vec::new();
-        for target in targets {
-            if let Some(target) = target {
-                if let Some(tn) = self.targets.get(&target) {
-                    needs.extend(tn.needs.iter().cloned());
-                }
-                rust_targets.push(target);
+        for target in &rust_targets {
+            if let Some(tn) = self.targets.get(target) {
+                needs.extend(tn.needs.iter().cloned());
             }
         }
         let mut once = BTreeSet::new();

@@ -55,6 +55,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         "--cpu-isa applies to the asr bench only: run `cargo xtask bench asr --cpu-isa {}`",
         args.cpu_isa.name()
     );
+    // The benches time this very binary (in-process steps, and `dist` run again through
+    // current_exe): it must be the optimized build `cargo xtask` users get.
+    anyhow::ensure!(
+        !cfg!(debug_assertions),
+        "this xtask is a debug build, not what users run: run the benches as `cargo xtask bench ...` (built with [profile.xtask])"
+    );
     if all || matches!(args.suite, Suite::Vad) {
         bench_vad(args.repeat)?;
     }

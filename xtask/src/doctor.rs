@@ -3,7 +3,8 @@
 //!
 //! The report is computed from [`HostFacts`] and the track table by [`report`] (pure, so
 //! it is tested with fake facts); [`run`] probes, prints, and can save the facts for
-//! `cargo xtask build --facts FILE --dry-run` on another machine.
+//! `cargo xtask build --facts FILE --dry-run` on another machine. The text report ends
+//! with what `cargo xtask setup --for ci` would install here ([`crate::setup`]).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -459,6 +460,16 @@ pub fn render(r: &Report) -> String {
     s
 }
 
+/// What `cargo xtask setup --for ci` finds and would install here, from the same needs
+/// data (packaging/needs.toml) the set-up step of `dist` and `test` reads.
+fn setup_section() -> Result<String> {
+    use crate::setup::{plan, probe, render, NeedsFile};
+    let needs = NeedsFile::load(&NeedsFile::default_path())?;
+    let tracks = TracksFile::load(&TracksFile::default_path())?;
+    let req = needs.resolve("ci", None, &tracks)?;
+    Ok(render(&plan(&needs, &req, &probe(&needs, &req))))
+}
+
 /// Runs the verb.
 pub fn run(args: Args) -> Result<ExitCode> {
     let path = TracksFile::default_path();
@@ -482,6 +493,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print!("{}", render(&r));
+        print!("\n{}", setup_section()?);
     }
     let failed = args.track.is_some() && r.tracks.iter().any(|t| !t.ready);
     Ok(if failed {

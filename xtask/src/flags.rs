@@ -38,6 +38,9 @@ pub enum Command {
     Kernels(crate::kernels::Args),
     /// Make a Debian chroot with a real ROCm SDK, and run commands in it.
     Sdk(crate::sdk::Args),
+    /// Check what a verb needs on this machine (packaging/needs.toml) and install what is
+    /// missing (apt as root, rustup); `dist` and `test` run it first.
+    Setup(crate::setup::Args),
 }
 
 /// Parses the process arguments; clap exits with code 2 on usage errors.

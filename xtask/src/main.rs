@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         flags::Command::VerifyPackage(args) => verify_package::run(args),
         flags::Command::Kernels(args) => kernels::run(args),
         flags::Command::Sdk(args) => xtask::sdk::run(args),
+        flags::Command::Setup(args) => xtask::setup::run(args),
     };
     match result {
         Ok(code) => code,

@@ -79,6 +79,17 @@ pub struct SuiteSpec {
     /// `apt-get install -t RELEASE`: where the SDK packages come from.
     #[serde(default)]
     pub default_release: Option<String>,
+    /// Packages this suite installs instead of the shared `packages` (a chroot that is
+    /// not an SDK, such as the fresh machine of [`crate::fresh_machine`]).
+    #[serde(default)]
+    pub packages: Option<Vec<String>>,
+}
+
+impl SuiteSpec {
+    /// The packages this suite's chroot installs.
+    pub fn packages<'a>(&'a self, spec: &'a DebianSpec) -> &'a [String] {
+        self.packages.as_deref().unwrap_or(&spec.packages)
+    }
 }
 
 /// `packaging/sdk/debian.toml`.
@@ -235,7 +246,7 @@ pub fn plan_create(suite: &str, spec: &DebianSpec, facts: &CreateFacts) -> Resul
             "no Debian mirror: none in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list; pass --mirror URL"
         );
     };
-    let stamp = stamp_text(suite, s, &spec.packages, mirror);
+    let stamp = stamp_text(suite, s, s.packages(spec), mirror);
     match &facts.root_state {
         RootState::Stamped(have) if *have == stamp => return Ok(CreatePlan::UpToDate { root }),
         RootState::Stamped(_) => bail!(
@@ -277,7 +288,7 @@ pub fn plan_create(suite: &str, spec: &DebianSpec, facts: &CreateFacts) -> Resul
     if let Some(rel) = &s.default_release {
         install.extend(["-t", rel]);
     }
-    install.extend(spec.packages.iter().map(String::as_str));
+    install.extend(s.packages(spec).iter().map(String::as_str));
     let in_chroot = vec![
         Cmd::new("apt-get", &["update"], "read the suite's package lists"),
         Cmd::new(

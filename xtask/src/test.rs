@@ -66,6 +66,7 @@ pub fn cargo() -> Command {
 
 /// Runs the verb.
 pub fn run(args: Args) -> Result<ExitCode> {
+    crate::setup::ensure("test", None)?;
     let assets = assets::ensure().context("preparing test assets")?;
     eprintln!("test: assets ready in {}", assets.dir.display());
     if args.hip {

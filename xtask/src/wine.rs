@@ -25,7 +25,7 @@ fn find_wine() -> Result<PathBuf> {
             return Ok(PathBuf::from(p));
         }
     }
-    bail!("Wine is not installed: apt-get install wine wine64 (see .ci/run)")
+    bail!("Wine is not installed: apt-get install wine wine64 (or run `cargo xtask setup --for test`)")
 }
 
 impl Wine {

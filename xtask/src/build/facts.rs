@@ -175,19 +175,7 @@ pub fn discover_tools() -> Tools {
     let rust_targets = rustup
         .path
         .as_ref()
-        .and_then(|p| {
-            std::process::Command::new(p)
-                .args(["target", "list", "--installed"])
-                .output()
-                .ok()
-        })
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .map(|l| l.trim().to_string())
-                .filter(|l| !l.is_empty())
-                .collect()
-        })
+        .map(|p| tools::rustup_installed(Path::new(p), "target"))
         .unwrap_or_default();
     let wine = {
         let at = tools::probe_at(Path::new("/usr/lib/wine/wine64"), &["--version"]);

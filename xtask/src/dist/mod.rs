@@ -87,6 +87,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(suite) = &args.chroot {
         return crate::sdk::reexec_in_chroot(suite);
     }
+    if args.bin_dir.is_empty() && !args.dry_run {
+        crate::setup::ensure("dist", args.track.as_deref())?;
+    }
     let tracks_path = args
         .tracks_file
         .clone()

@@ -122,3 +122,21 @@ pub fn libclang() -> ToolFact {
         None => ToolFact::missing(),
     }
 }
+
+/// What `rustup <what> list --installed` prints (`what`: `target` or `component`), one
+/// name a line; empty when rustup cannot say.
+pub fn rustup_installed(rustup: &Path, what: &str) -> Vec<String> {
+    Command::new(rustup)
+        .args([what, "list", "--installed"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(|l| l.trim().to_string())
+                .filter(|l| !l.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}

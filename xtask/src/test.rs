@@ -115,6 +115,7 @@ fn dist_track(track: &str, out: &Path) -> Result<PathBuf> {
         gpu_targets: None,
         chroot: None,
         dry_run: false,
+        facts: None,
         tracks_file: None,
     })?;
     anyhow::ensure!(code == ExitCode::SUCCESS, "dist --track {track} failed");

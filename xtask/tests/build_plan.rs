@@ -629,3 +629,26 @@ fn cli_dry_run_on_linux_prints_the_windows_plan_from_recorded_facts() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn linux_hip_track_plans_from_debian_rocm_as_test_hip_builds_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fake_linux_rocm(tmp.path(), "6.4.3");
+    let mut sdk = rocm::inspect(&root, SdkOrigin::Flag).unwrap();
+    sdk.root = "/usr".into();
+    // `test --hip` runs `dist --track linux-hip-rocm6 --gpu-targets gfx1100 --rocm-path
+    // /usr` in the sid chroot: the recipe's request with the track narrowed.
+    let mut req = track_request("linux-hip-rocm6");
+    req.rocm_path = Some("/usr".into());
+    req.track.as_mut().unwrap().track.gpu_targets = vec!["gfx1100".into()];
+    let p = plan(&req, &linux_facts(vec![sdk], None)).unwrap();
+    assert_eq!(p.link, Link::Dynamic);
+    assert_eq!(p.env_value("CMAKE_HIP_ARCHITECTURES"), Some("gfx1100"));
+    assert_eq!(p.env_value("GGML_HIP_NO_VMM"), Some("ON"));
+    assert_eq!(p.env_value("GGML_HIP_GRAPHS"), Some("OFF"));
+    assert_eq!(p.env_value("CMAKE_BUILD_RPATH"), Some("$ORIGIN"));
+    assert!(p.env_value("ROCM_PATH").is_none());
+    for f in ["hip", "dynamic-backends", "deployment"] {
+        assert!(p.features.contains(&format!("audiocpp-cli/{f}")), "{f}");
+    }
+}

@@ -121,6 +121,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         None
     };
     let mut binaries = BTreeMap::new();
+    let mut built_toolset = None;
     if !args.bin_dir.is_empty() {
         for d in &args.bin_dir {
             if !d.is_dir() {
@@ -137,6 +138,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let built = crate::build::execute(build_plan)
                 .with_context(|| format!("building track {track_name}"))?;
             let record = crate::build::BuildRecord::load(&built.record_path)?;
+            built_toolset = record
+                .plan
+                .toolset
+                .as_ref()
+                .map(|t| t.vc_tools_version.clone());
             let outputs: Vec<PathBuf> = record.outputs.iter().map(PathBuf::from).collect();
             list_files(&outputs, &mut binaries)?;
         }
@@ -171,6 +177,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         out_dir: &out_dir,
         kernels: facts.kernels.as_ref(),
         allow_uncovered: args.allow_uncovered,
+        built_toolset,
     };
     let result = package::execute(&plan, &ctx)?;
     print!("{}", result.size_table);

@@ -70,10 +70,31 @@ pub struct ForbiddenRule {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeMajorRule {
-    /// Display name of the runtime (`ROCm`).
-    pub runtime: String,
+    /// The runtime; a name outside [`Runtime`] is an error, so a misspelt rule cannot
+    /// end up checking nothing.
+    pub runtime: Runtime,
     /// Regex on the lower-case file name with exactly one capture group: the major.
     pub pattern: String,
+}
+
+/// A GPU runtime of which one package carries one major version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+pub enum Runtime {
+    /// AMD ROCm / HIP (`amdhip64_6.dll`, `libamdhip64.so.7`).
+    #[serde(rename = "ROCm")]
+    Rocm,
+    /// NVIDIA CUDA (`cudart64_12.dll`, `libcudart.so.12`).
+    #[serde(rename = "CUDA")]
+    Cuda,
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Runtime::Rocm => "ROCm",
+            Runtime::Cuda => "CUDA",
+        })
+    }
 }
 
 /// Operating system of a track.
@@ -831,6 +852,21 @@ executables = ["a.exe"]
         assert_eq!(e.key, "tracks.t.gpu_targets[1]");
         assert!(e.message.contains("not a CUDA architecture"), "{e}");
         assert!(parse(&cuda.replace(", \"sm_90\"", "")).is_ok());
+    }
+
+    #[test]
+    fn a_misspelt_runtime_major_rule_is_refused_with_the_allowed_names() {
+        let rule =
+            "[[policy.runtime_majors]]\nruntime = \"Rocm\"\npattern = '^amdhip64_(\\d+)\\.dll$'\n";
+        let text = MINIMAL.replace("never_follow = []\n", &format!("never_follow = []\n{rule}"));
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.starts_with("tracks.toml: "), "{e}");
+        assert!(
+            e.contains("runtime = \"Rocm\"") && e.contains("`ROCm`") && e.contains("`CUDA`"),
+            "{e}"
+        );
+        let ok = parse(&text.replace("\"Rocm\"", "\"ROCm\"")).unwrap();
+        assert_eq!(ok.policy.runtime_majors[0].runtime, Runtime::Rocm);
     }
 
     #[test]

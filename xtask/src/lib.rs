@@ -8,6 +8,7 @@ pub mod build;
 pub mod dist;
 pub mod doctor;
 pub mod flags;
+pub mod gpu_target;
 pub mod kernels;
 pub mod project;
 pub mod sdk;

@@ -442,9 +442,7 @@ impl TracksFile {
             }
         }
         let name_re = Regex::new("^[a-z0-9][a-z0-9-]*$").expect("static regex");
-        let gfx_re = Regex::new("^gfx[0-9a-f]{3,4}$").expect("static regex");
         let version_re = Regex::new(r"^\d+\.\d+$").expect("static regex");
-        let cuda_re = Regex::new(r"^[0-9]{2,3}[a-z]?(-real|-virtual)?$").expect("static regex");
         let mut packages = BTreeSet::new();
         for (name, t) in &self.tracks {
             let k = |field: &str| format!("tracks.{name}.{field}");
@@ -509,16 +507,11 @@ impl TracksFile {
             }
             let mut seen = BTreeSet::new();
             for (i, g) in t.gpu_targets.iter().enumerate() {
-                let bad = match t.backend {
-                    Backend::Cuda => (!cuda_re.is_match(g)).then(|| {
-                        format!("'{g}' is not a CUDA architecture (e.g. 86-real, 90-virtual)")
-                    }),
-                    _ => (!gfx_re.is_match(g))
-                        .then(|| format!("'{g}' is not a gfx architecture (e.g. gfx1100)")),
+                let checked = match t.backend {
+                    Backend::Cuda => crate::gpu_target::check_cuda_arch(g),
+                    _ => crate::gpu_target::check_gfx_target(g).map(|_| ()),
                 };
-                if let Some(message) = bad {
-                    return Err(err(format!("tracks.{name}.gpu_targets[{i}]"), message));
-                }
+                checked.map_err(|m| err(format!("tracks.{name}.gpu_targets[{i}]"), m))?;
                 if !seen.insert(g) {
                     return Err(err(
                         format!("tracks.{name}.gpu_targets[{i}]"),

@@ -399,7 +399,7 @@ fn linux_hip_dev_plan_with_gpus_from_amdgpu_arch() {
         "{:#}",
         plan(&req, &linux_facts(vec![sdk], None)).unwrap_err()
     )
-    .contains("'gfx11' is not an AMD GPU target"));
+    .contains("--gpu-targets: 'gfx11' is a family or generic token"));
 }
 
 #[test]

@@ -13,7 +13,6 @@
 use std::fmt::Write as _;
 
 use anyhow::{bail, Context, Result};
-use regex::Regex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -872,13 +871,6 @@ fn select_rocm(req: &BuildRequest, host: &HostFacts) -> Result<RocmSdk> {
     }
 }
 
-fn gpu_name_ok(t: &str) -> bool {
-    // gfx1100, gfx90a, gfx90a:xnack-, gfx942:sramecc+:xnack-
-    Regex::new(r"^gfx[0-9a-f]{3,4}(:(xnack|sramecc)[+-])*$")
-        .expect("static regex")
-        .is_match(t)
-}
-
 fn hip_targets(req: &BuildRequest, host: &HostFacts) -> Result<Vec<String>> {
     let list = match &req.gpu_targets {
         GpuTargets::Default => match &req.track {
@@ -891,15 +883,14 @@ fn hip_targets(req: &BuildRequest, host: &HostFacts) -> Result<Vec<String>> {
         GpuTargets::List(v) => v.clone(),
     };
     for t in &list {
-        if !gpu_name_ok(t) {
-            bail!("--gpu-targets: '{t}' is not an AMD GPU target (gfx1100, gfx1151, gfx90a:xnack-, ...)");
-        }
+        crate::gpu_target::check_gfx_target(t).map_err(|e| {
+            anyhow::anyhow!("--gpu-targets: {e} (gfx1100, gfx1151, gfx90a:xnack-, ...)")
+        })?;
     }
     Ok(list)
 }
 
 fn cuda_targets(req: &BuildRequest) -> Result<Vec<String>> {
-    let re = Regex::new(r"^[0-9]{2,3}[a-z]?(-real|-virtual)?$").expect("static regex");
     let list = match &req.gpu_targets {
         GpuTargets::Default => match &req.track {
             Some(t) if !t.track.gpu_targets.is_empty() => t.track.gpu_targets.clone(),
@@ -912,10 +903,9 @@ fn cuda_targets(req: &BuildRequest) -> Result<Vec<String>> {
         GpuTargets::List(v) => v.clone(),
     };
     for t in &list {
-        if t != "native" && !re.is_match(t) {
-            bail!(
-                "--gpu-targets: '{t}' is not a CUDA architecture (86, 89-real, 90-virtual, native)"
-            );
+        if t != "native" {
+            crate::gpu_target::check_cuda_arch(t)
+                .map_err(|e| anyhow::anyhow!("--gpu-targets: {e}, or native"))?;
         }
     }
     Ok(list)

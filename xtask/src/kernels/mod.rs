@@ -8,7 +8,6 @@
 //! - [`fixtures`]: realistic trees from real listings, for tests and [`bench`].
 
 pub mod bench;
-pub mod classify;
 pub mod debian;
 pub mod filter;
 pub mod fixtures;
@@ -20,7 +19,9 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-pub use classify::{classify, ArchClass, ArchToken};
+/// The kernel classifier lives with the GPU target type it shares with tracks and build.
+pub use crate::gpu_target as classify;
+pub use crate::gpu_target::{classify, ArchClass, ArchToken};
 pub use filter::{CoverageNotes, FilterPlan, KernelFile};
 pub use report::CoverageReport;
 

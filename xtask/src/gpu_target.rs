@@ -488,3 +488,32 @@ pub fn lazy_index_arch(file_name: &str) -> Option<&str> {
     let arch = &file_name[prefix.len()..stem_len];
     arch.to_ascii_lowercase().starts_with("gfx").then_some(arch)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_architectures_take_cmake_spellings_only() {
+        for ok in ["86", "89-real", "90a-virtual", "120-real", "50-virtual"] {
+            assert!(check_cuda_arch(ok).is_ok(), "{ok}");
+        }
+        for bad in ["sm_90", "9", "1200", "86-fake", "86ab", "", "gfx1100"] {
+            assert!(check_cuda_arch(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn gfx_targets_are_known_lower_case_processors() {
+        assert!(check_gfx_target("gfx1151").is_ok());
+        assert!(check_gfx_target("gfx90a:xnack-").is_ok());
+        assert!(check_gfx_target("GFX1100")
+            .unwrap_err()
+            .contains("lower case"));
+        assert!(check_gfx_target("gfx11").unwrap_err().contains("family"));
+        assert!(check_gfx_target("gfx1199").unwrap_err().contains("unknown"));
+        assert!(check_gfx_target("sm_86")
+            .unwrap_err()
+            .contains("not a GPU arch"));
+    }
+}

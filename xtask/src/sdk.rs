@@ -82,16 +82,17 @@ pub struct SuiteSpec {
 }
 
 /// `packaging/sdk/debian.toml`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DebianSpec {
     /// Packages every chroot installs.
     pub packages: Vec<String>,
     /// Suites by name.
     pub suites: BTreeMap<String, SuiteSpec>,
-    /// Pinned packages whose real kernel folders `cargo xtask test` checks.
+    /// Pinned packages whose real kernel folders `cargo xtask test` checks: their schema
+    /// is `kernels::debian::pinned`'s, so this module does not depend on `kernels`.
     #[serde(default)]
-    pub kernel_debs: Vec<crate::kernels::debian::KernelDeb>,
+    pub kernel_debs: Vec<toml::Table>,
 }
 
 impl DebianSpec {

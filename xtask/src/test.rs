@@ -88,7 +88,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     crate::actionlint::lint_workflows().context("linting the GitHub workflows with actionlint")?;
     eprintln!("test: actionlint passed on every workflow");
-    real_kernel_folders().context("real rocBLAS/hipBLASLt kernel folders from Debian")?;
+    crate::kernels::debian::check_pinned()
+        .context("real rocBLAS/hipBLASLt kernel folders from Debian")?;
     if !args.no_dist {
         dist_end_to_end(&assets).context("dist end to end: package, unpack, run")?;
         windows_end_to_end(&assets).context("Windows package end to end under Wine")?;
@@ -133,31 +134,6 @@ fn verified_zip(track: &str, out: &Path) -> Result<PathBuf> {
         zip.display()
     );
     Ok(zip)
-}
-
-/// The pinned Debian kernel packages, downloaded and extracted into the cache once and
-/// checked against the recorded listings ([`crate::kernels::debian`]).
-pub fn real_kernel_folders() -> Result<()> {
-    let started = std::time::Instant::now();
-    let spec = crate::sdk::DebianSpec::load(&crate::sdk::DebianSpec::default_path())?;
-    let mirror = crate::sdk::host_mirror().context(
-        "no Debian mirror in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list",
-    )?;
-    let cache = crate::project::target_dir().join("cache/debian-kernels");
-    anyhow::ensure!(
-        !spec.kernel_debs.is_empty(),
-        "packaging/sdk/debian.toml pins no kernel packages"
-    );
-    for deb in &spec.kernel_debs {
-        let c = crate::kernels::debian::check(deb, &mirror, &cache)
-            .with_context(|| format!("checking {} {}", deb.package, deb.version))?;
-        eprintln!("test: {}", c.line());
-    }
-    eprintln!(
-        "test: real kernel folders match their listings ({:.1} s)",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
 }
 
 /// The GPU target `test --hip` builds (one: the full list takes hours on 2 cores).

@@ -104,7 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         KernelsCommand::Filter(args) => run_filter(&args),
         KernelsCommand::CheckDebian => {
-            crate::test::real_kernel_folders()?;
+            debian::check_pinned()?;
             Ok(ExitCode::SUCCESS)
         }
     }

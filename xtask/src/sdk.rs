@@ -500,11 +500,7 @@ pub fn is_root() -> bool {
 }
 
 fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    crate::toolset::tools::which_also_in(name, &["/usr/sbin", "/sbin"])
 }
 
 /// The state of the chroot at `root`.
@@ -595,15 +591,10 @@ impl Drop for Mounted {
 }
 
 fn run_cmd(c: &Cmd) -> Result<()> {
-    eprintln!("sdk: {}", c.display());
-    let status = Command::new(&c.program)
-        .args(&c.args)
-        .status()
-        .with_context(|| format!("starting {}", c.program))?;
-    if !status.success() {
-        bail!("{} failed ({status})", c.display());
-    }
-    Ok(())
+    crate::toolset::tools::run_streamed(
+        Command::new(&c.program).args(&c.args),
+        &format!("sdk: {}", c.display()),
+    )
 }
 
 /// Carries out a [`CreatePlan`]: debootstrap into the staging folder, apt inside it with

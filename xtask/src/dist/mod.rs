@@ -9,7 +9,6 @@
 //! performs the plan.
 
 pub mod archive;
-pub mod bench;
 pub mod fixtures;
 pub mod package;
 pub mod plan;

@@ -5,9 +5,8 @@
 //! - [`layout`]: where the library folders are in an SDK, and listing them.
 //! - [`report`]: per-arch size tables and lazy-index coverage ([`report::CoverageReport`]).
 //! - [`filter`]: [`filter::plan_filter`] (pure) and [`filter::execute`] (stage, rename).
-//! - [`fixtures`]: realistic trees from real listings, for tests and [`bench`].
+//! - [`fixtures`]: realistic trees from real listings, for tests and `cargo xtask bench kernels` ([`crate::bench::kernels`]).
 
-pub mod bench;
 pub mod debian;
 pub mod filter;
 pub mod fixtures;

@@ -489,3 +489,30 @@ fn mingw_dry_run_prints_the_cross_build_then_the_gcc_runtime() {
         assert!(text.contains(line), "{line} missing in:\n{text}");
     }
 }
+
+#[test]
+fn rocm6_dry_run_build_section_is_the_build_plan_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fake(dir.path(), 6);
+    let facts = windows_box_facts(dir.path());
+    let o = xtask(
+        &[
+            "dist",
+            "--track",
+            "rocm6",
+            "--dry-run",
+            "--rocm-path",
+            f.sdk.to_str().unwrap(),
+            "--facts",
+            facts.to_str().unwrap(),
+        ],
+        &dir.path().join("dist"),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let (build, files) = text
+        .split_once("\npackage audiocpp-windows-hip-rocm6 (track rocm6)\n")
+        .unwrap_or_else(|| panic!("no package section in:\n{text}"));
+    build_common::snapshot("windows-hip-rocm6", build);
+    assert!(files.contains("amdhip64_6.dll") && files.contains("vcruntime140_1.dll"));
+}

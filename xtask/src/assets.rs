@@ -91,11 +91,17 @@ pub fn assets_dir() -> PathBuf {
     target_dir().join("test-assets")
 }
 
-/// SHA-256 of a file as lower-case hex.
+/// SHA-256 of a file as lower-case hex: the one file hash of xtask (asset pins, package
+/// manifests, zips, Debian packages, the actionlint wheel).
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    sha256_reader(f).with_context(|| format!("reading {}", path.display()))
+}
+
+/// SHA-256 of everything `reader` yields, as lower-case hex (zip entries, streams).
+pub fn sha256_reader(mut reader: impl std::io::Read) -> std::io::Result<String> {
     let mut h = Sha256::new();
-    std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
+    std::io::copy(&mut reader, &mut h)?;
     Ok(format!("{:x}", h.finalize()))
 }
 
@@ -103,22 +109,7 @@ fn sha_ok(path: &Path, want: &str) -> bool {
     path.is_file() && sha256_file(path).map(|h| h == want).unwrap_or(false)
 }
 
-/// Runs a command, failing with its output and an install hint when it is missing.
-pub fn run_cmd(cmd: &mut Command, hint: &str) -> Result<()> {
-    let shown = format!("{cmd:?}");
-    let out = cmd
-        .output()
-        .with_context(|| format!("cannot run {shown}: {hint}"))?;
-    if !out.status.success() {
-        bail!(
-            "{shown} failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
-}
+use crate::toolset::tools::run_captured as run_cmd;
 
 fn host_python() -> String {
     std::env::var("PYTHON").unwrap_or_else(|_| {

@@ -9,6 +9,7 @@ pub mod dist;
 pub mod doctor;
 pub mod flags;
 pub mod fresh_machine;
+pub mod gpu_target;
 pub mod kernels;
 pub mod project;
 pub mod sdk;

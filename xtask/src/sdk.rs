@@ -93,16 +93,17 @@ impl SuiteSpec {
 }
 
 /// `packaging/sdk/debian.toml`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DebianSpec {
     /// Packages every chroot installs.
     pub packages: Vec<String>,
     /// Suites by name.
     pub suites: BTreeMap<String, SuiteSpec>,
-    /// Pinned packages whose real kernel folders `cargo xtask test` checks.
+    /// Pinned packages whose real kernel folders `cargo xtask test` checks: their schema
+    /// is `kernels::debian::pinned`'s, so this module does not depend on `kernels`.
     #[serde(default)]
-    pub kernel_debs: Vec<crate::kernels::debian::KernelDeb>,
+    pub kernel_debs: Vec<toml::Table>,
 }
 
 impl DebianSpec {
@@ -510,11 +511,7 @@ pub fn is_root() -> bool {
 }
 
 fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    crate::toolset::tools::which_also_in(name, &["/usr/sbin", "/sbin"])
 }
 
 /// The state of the chroot at `root`.
@@ -605,15 +602,10 @@ impl Drop for Mounted {
 }
 
 fn run_cmd(c: &Cmd) -> Result<()> {
-    eprintln!("sdk: {}", c.display());
-    let status = Command::new(&c.program)
-        .args(&c.args)
-        .status()
-        .with_context(|| format!("starting {}", c.program))?;
-    if !status.success() {
-        bail!("{} failed ({status})", c.display());
-    }
-    Ok(())
+    crate::toolset::tools::run_streamed(
+        Command::new(&c.program).args(&c.args),
+        &format!("sdk: {}", c.display()),
+    )
 }
 
 /// Carries out a [`CreatePlan`]: debootstrap into the staging folder, apt inside it with

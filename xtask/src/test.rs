@@ -89,7 +89,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     crate::actionlint::lint_workflows().context("linting the GitHub workflows with actionlint")?;
     eprintln!("test: actionlint passed on every workflow");
-    real_kernel_folders().context("real rocBLAS/hipBLASLt kernel folders from Debian")?;
+    crate::kernels::debian::check_pinned()
+        .context("real rocBLAS/hipBLASLt kernel folders from Debian")?;
     if !args.no_dist {
         dist_end_to_end(&assets).context("dist end to end: package, unpack, run")?;
         windows_end_to_end(&assets).context("Windows package end to end under Wine")?;
@@ -116,6 +117,7 @@ fn dist_track(track: &str, out: &Path) -> Result<PathBuf> {
         gpu_targets: None,
         chroot: None,
         dry_run: false,
+        facts: None,
         tracks_file: None,
     })?;
     anyhow::ensure!(code == ExitCode::SUCCESS, "dist --track {track} failed");
@@ -135,36 +137,11 @@ fn verified_zip(track: &str, out: &Path) -> Result<PathBuf> {
     Ok(zip)
 }
 
-/// The pinned Debian kernel packages, downloaded and extracted into the cache once and
-/// checked against the recorded listings ([`crate::kernels::debian`]).
-pub fn real_kernel_folders() -> Result<()> {
-    let started = std::time::Instant::now();
-    let spec = crate::sdk::DebianSpec::load(&crate::sdk::DebianSpec::default_path())?;
-    let mirror = crate::sdk::host_mirror().context(
-        "no Debian mirror in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list",
-    )?;
-    let cache = crate::project::target_dir().join("cache/debian-kernels");
-    anyhow::ensure!(
-        !spec.kernel_debs.is_empty(),
-        "packaging/sdk/debian.toml pins no kernel packages"
-    );
-    for deb in &spec.kernel_debs {
-        let c = crate::kernels::debian::check(deb, &mirror, &cache)
-            .with_context(|| format!("checking {} {}", deb.package, deb.version))?;
-        eprintln!("test: {}", c.line());
-    }
-    eprintln!(
-        "test: real kernel folders match their listings ({:.1} s)",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
-}
-
 /// The GPU target `test --hip` builds (one: the full list takes hours on 2 cores).
 const HIP_TEST_TARGET: &str = "gfx1100";
 
-/// `test --hip`: the sid chroot (made when missing), the HIP build of the engine in it,
-/// `dist` of linux-hip-rocm6 for the built target, `verify-package`, then the unpacked
+/// `test --hip`: the sid chroot (made when missing), `dist` of linux-hip-rocm6 for one
+/// target in it (the HIP build through `build`'s planner), `verify-package`, then the unpacked
 /// package run inside the chroot (its binaries need sid's glibc): it must say that no
 /// HIP device was found and still run VAD on the CPU.
 fn hip_end_to_end(assets: &assets::Assets) -> Result<()> {
@@ -188,51 +165,24 @@ fn hip_end_to_end(assets: &assets::Assets) -> Result<()> {
         );
         Ok(())
     };
+    // `dist` builds through `build`'s planner and executor (the track's recipe, narrowed
+    // to the test target) and packages what the build record lists.
+    let chroot_target = crate::project::target_dir().join(format!("chroot-{suite}"));
+    let out = chroot_target.join("dist-test");
+    let out_arg = out.display().to_string();
     in_chroot(&[
-        "build",
-        "--backend",
-        "hip",
+        "dist",
         "--track",
         track,
         "--gpu-targets",
         HIP_TEST_TARGET,
-        "--deployment",
+        "--rocm-path",
+        "/usr",
+        "--out-dir",
+        &out_arg,
     ])?;
     let t_build = t0.elapsed().as_secs_f64() - t_chroot;
-    let chroot_target = crate::project::target_dir().join(format!("chroot-{suite}"));
-    let record = newest_build_record(&chroot_target.join("build"), track)?;
-    let text = std::fs::read_to_string(&record)
-        .with_context(|| format!("reading {}", record.display()))?;
-    let v: serde_json::Value = serde_json::from_str(&text)?;
-    let mut dirs: Vec<String> = v["outputs"]
-        .as_array()
-        .context("build-record.json has no outputs")?
-        .iter()
-        .filter_map(|o| o.as_str())
-        .filter_map(|o| Path::new(o).parent().map(|p| p.display().to_string()))
-        .collect();
-    // The binding leaves only links to ggml's shared libraries in the profile folder;
-    // the libraries themselves are in `out/lib`, next to `out/backends`.
-    let libs: Vec<String> = dirs
-        .iter()
-        .filter(|d| d.ends_with("/out/backends"))
-        .map(|d| format!("{}/lib", d.trim_end_matches("/backends")))
-        .collect();
-    dirs.extend(libs);
-    dirs.sort();
-    dirs.dedup();
-    let out = chroot_target.join("dist-test");
-    let mut dist: Vec<String> = ["dist", "--track", track, "--gpu-targets", HIP_TEST_TARGET]
-        .map(String::from)
-        .to_vec();
-    dist.extend(["--rocm-path".into(), "/usr".into()]);
-    dist.extend(["--out-dir".into(), out.display().to_string()]);
-    for d in &dirs {
-        dist.extend(["--bin-dir".into(), d.clone()]);
-    }
-    in_chroot(&dist.iter().map(String::as_str).collect::<Vec<_>>())?;
     let zip = verified_zip(track, &out)?;
-    let t_dist = t0.elapsed().as_secs_f64() - t_chroot - t_build;
     let root = unzip(&zip, &out.join("unpacked"))?;
     let cli = root.join("audiocpp_cli").display().to_string();
     let log = out.join("run.log");
@@ -269,41 +219,11 @@ fn hip_end_to_end(assets: &assets::Assets) -> Result<()> {
         "--backend cpu VAD in the chroot: {cpu}"
     );
     eprintln!(
-        "test: {track} ({HIP_TEST_TARGET}) chroot {t_chroot:.0} s, build {t_build:.0} s, dist {t_dist:.0} s, run {:.0} s; `--backend hip` said: {}",
-        t0.elapsed().as_secs_f64() - t_chroot - t_build - t_dist,
+        "test: {track} ({HIP_TEST_TARGET}) chroot {t_chroot:.0} s, build and dist {t_build:.0} s, run {:.0} s; `--backend hip` said: {}",
+        t0.elapsed().as_secs_f64() - t_chroot - t_build,
         hip.lines().last().unwrap_or("")
     );
     Ok(())
-}
-
-/// The most recent `build-record.json` of `track` under `build_root`.
-fn newest_build_record(build_root: &Path, track: &str) -> Result<PathBuf> {
-    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
-    for e in std::fs::read_dir(build_root)
-        .with_context(|| format!("listing {}", build_root.display()))?
-    {
-        let e = e?;
-        if !e
-            .file_name()
-            .to_string_lossy()
-            .starts_with(&format!("{track}-"))
-        {
-            continue;
-        }
-        let rec = e.path().join("build-record.json");
-        if let Ok(m) = std::fs::metadata(&rec) {
-            let t = m.modified()?;
-            if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
-                best = Some((t, rec));
-            }
-        }
-    }
-    best.map(|(_, p)| p).with_context(|| {
-        format!(
-            "no build-record.json of {track} under {}",
-            build_root.display()
-        )
-    })
 }
 
 fn unzip(zip: &Path, into: &Path) -> Result<PathBuf> {

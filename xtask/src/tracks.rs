@@ -70,10 +70,31 @@ pub struct ForbiddenRule {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeMajorRule {
-    /// Display name of the runtime (`ROCm`).
-    pub runtime: String,
+    /// The runtime; a name outside [`Runtime`] is an error, so a misspelt rule cannot
+    /// end up checking nothing.
+    pub runtime: Runtime,
     /// Regex on the lower-case file name with exactly one capture group: the major.
     pub pattern: String,
+}
+
+/// A GPU runtime of which one package carries one major version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+pub enum Runtime {
+    /// AMD ROCm / HIP (`amdhip64_6.dll`, `libamdhip64.so.7`).
+    #[serde(rename = "ROCm")]
+    Rocm,
+    /// NVIDIA CUDA (`cudart64_12.dll`, `libcudart.so.12`).
+    #[serde(rename = "CUDA")]
+    Cuda,
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Runtime::Rocm => "ROCm",
+            Runtime::Cuda => "CUDA",
+        })
+    }
 }
 
 /// Operating system of a track.
@@ -222,17 +243,36 @@ pub enum CrtKind {
     Mingw,
 }
 
-/// How a track's binaries are built when `dist` builds them.
+/// Which CPU code a build ships (`cpu_variants` of `[tracks.NAME.build]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuVariants {
+    /// Every CPU variant ggml builds (x64, sse42, haswell, ... zen4), each a backend
+    /// library loaded at start, the best one for the CPU picked (dynamic backends).
+    All,
+    /// One static CPU backend linked into the executables, x86-64 baseline (SSE2): for
+    /// toolchains that cannot assemble every variant (Debian 12's MinGW and the AMX one).
+    Baseline,
+}
+
+/// What differs per track in how its binaries are built (`[tracks.NAME.build]`): the
+/// input of `build`'s planner (xtask/src/build/plan.rs), which adds the environment rules
+/// every build shares (OpenMP off, graphs off, HIP without VMM, the MSVC capture...).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BuildSpec {
-    /// Rust target triple to cross-build for (default: the host's).
+    /// Rust target triple (default: the track's OS and arch with the platform toolchain,
+    /// `x86_64-pc-windows-msvc`, `x86_64-unknown-linux-gnu`).
     #[serde(default)]
     pub target: Option<String>,
-    /// Cargo features of audiocpp-cli/audiocpp-server to enable.
+    /// Which CPU code ships; a track without it has no build recipe.
+    #[serde(default)]
+    pub cpu_variants: Option<CpuVariants>,
+    /// Cargo features of audiocpp-cli/audiocpp-server besides those the planner derives
+    /// from the backend and `cpu_variants` (`hip`, `cuda`, `dynamic-backends`).
     #[serde(default)]
     pub features: Vec<String>,
-    /// Environment for the build (cross compilers, CMake and ggml options).
+    /// Extra environment for this track only; a variable the planner sets is refused.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
 }
@@ -292,7 +332,7 @@ pub struct Track {
     /// Lines `dist` writes into the package README.
     #[serde(default)]
     pub readme_notes: Vec<String>,
-    /// How `dist` builds the binaries (when no `--bin-dir` is given).
+    /// How `build` (and `dist`, when no `--bin-dir` is given) builds the binaries.
     #[serde(default)]
     pub build: BuildSpec,
 }
@@ -402,7 +442,6 @@ impl TracksFile {
             }
         }
         let name_re = Regex::new("^[a-z0-9][a-z0-9-]*$").expect("static regex");
-        let gfx_re = Regex::new("^gfx[0-9a-f]{3,4}$").expect("static regex");
         let version_re = Regex::new(r"^\d+\.\d+$").expect("static regex");
         let mut packages = BTreeSet::new();
         for (name, t) in &self.tracks {
@@ -460,14 +499,19 @@ impl TracksFile {
                     "a hip track needs GPU targets".into(),
                 ));
             }
+            if t.backend == Backend::Cuda && t.gpu_targets.is_empty() {
+                return Err(err(
+                    k("gpu_targets"),
+                    "a cuda track needs its CUDA architectures (e.g. [\"86-real\", \"90-virtual\"])".into(),
+                ));
+            }
             let mut seen = BTreeSet::new();
             for (i, g) in t.gpu_targets.iter().enumerate() {
-                if !gfx_re.is_match(g) {
-                    return Err(err(
-                        format!("tracks.{name}.gpu_targets[{i}]"),
-                        format!("'{g}' is not a gfx architecture (e.g. gfx1100)"),
-                    ));
-                }
+                let checked = match t.backend {
+                    Backend::Cuda => crate::gpu_target::check_cuda_arch(g),
+                    _ => crate::gpu_target::check_gfx_target(g).map(|_| ()),
+                };
+                checked.map_err(|m| err(format!("tracks.{name}.gpu_targets[{i}]"), m))?;
                 if !seen.insert(g) {
                     return Err(err(
                         format!("tracks.{name}.gpu_targets[{i}]"),
@@ -569,9 +613,55 @@ impl TracksFile {
                     }
                 }
             }
+            validate_build(name, t).map_err(|(key, m)| err(key, m))?;
         }
         Ok(())
     }
+}
+
+/// Features the build planner derives itself: from the backend and `cpu_variants`.
+pub const PLANNED_FEATURES: &[(&str, &str)] = &[
+    ("hip", "backend = \"hip\""),
+    ("cuda", "backend = \"cuda\""),
+    ("dynamic-backends", "cpu_variants = \"all\""),
+];
+
+fn validate_build(name: &str, t: &Track) -> Result<(), (String, String)> {
+    let b = &t.build;
+    for (i, f) in b.features.iter().enumerate() {
+        if let Some((_, from)) = PLANNED_FEATURES.iter().find(|(p, _)| p == f) {
+            return Err((
+                format!("tracks.{name}.build.features[{i}]"),
+                format!("'{f}' is decided by the build planner from {from}: remove it"),
+            ));
+        }
+    }
+    if let Some(triple) = &b.target {
+        let os_ok = match t.os {
+            Os::Windows => triple.contains("-windows-"),
+            Os::Linux => triple.contains("-linux-"),
+        };
+        let cpu = match t.arch {
+            Arch::X64 => "x86_64-",
+            Arch::Arm64 => "aarch64-",
+        };
+        if !os_ok || !triple.starts_with(cpu) {
+            return Err((
+                format!("tracks.{name}.build.target"),
+                format!(
+                    "'{triple}' is not a {:?} {:?} Rust target (e.g. x86_64-pc-windows-msvc, x86_64-pc-windows-gnu, x86_64-unknown-linux-gnu)",
+                    t.os, t.arch
+                ),
+            ));
+        }
+    }
+    if b.cpu_variants == Some(CpuVariants::Baseline) && t.arch != Arch::X64 {
+        return Err((
+            format!("tracks.{name}.build.cpu_variants"),
+            "\"baseline\" is the x86-64 SSE2 baseline; an arm64 track takes \"all\"".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn check_file_name(os: Os, name: &str) -> Result<(), String> {
@@ -722,6 +812,54 @@ executables = ["a.exe"]
             parse(&text).unwrap_err().key,
             "tracks.t.runtime[1].loaded_by"
         );
+    }
+
+    #[test]
+    fn build_recipe_refuses_planner_features_foreign_targets_and_bad_cuda_names() {
+        let with_build = |build: &str| format!("{MINIMAL}[tracks.t.build]\n{build}\n");
+        let e = parse(&with_build(
+            "cpu_variants = \"all\"\nfeatures = [\"deployment\", \"dynamic-backends\"]",
+        ))
+        .unwrap_err();
+        assert_eq!(e.key, "tracks.t.build.features[1]");
+        assert!(e.message.contains("cpu_variants = \"all\""), "{e}");
+        let e = parse(&with_build("target = \"x86_64-unknown-linux-gnu\"")).unwrap_err();
+        assert_eq!(e.key, "tracks.t.build.target");
+        assert!(e.message.contains("x86_64-pc-windows-gnu"), "{e}");
+        let e = parse(&with_build("cpu_variants = \"some\"")).unwrap_err();
+        assert!(
+            e.message.contains("some")
+                && e.message.contains("all")
+                && e.message.contains("baseline"),
+            "{e}"
+        );
+        assert!(parse(&with_build(
+            "target = \"x86_64-pc-windows-gnu\"\ncpu_variants = \"baseline\""
+        ))
+        .is_ok());
+        let cuda = MINIMAL.replace(
+            "backend = \"cpu\"",
+            "backend = \"cuda\"\nsdk = { kind = \"cuda\", version = \"12.8\" }\ngpu_targets = [\"86-real\", \"sm_90\"]",
+        );
+        let e = parse(&cuda).unwrap_err();
+        assert_eq!(e.key, "tracks.t.gpu_targets[1]");
+        assert!(e.message.contains("not a CUDA architecture"), "{e}");
+        assert!(parse(&cuda.replace(", \"sm_90\"", "")).is_ok());
+    }
+
+    #[test]
+    fn a_misspelt_runtime_major_rule_is_refused_with_the_allowed_names() {
+        let rule =
+            "[[policy.runtime_majors]]\nruntime = \"Rocm\"\npattern = '^amdhip64_(\\d+)\\.dll$'\n";
+        let text = MINIMAL.replace("never_follow = []\n", &format!("never_follow = []\n{rule}"));
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.starts_with("tracks.toml: "), "{e}");
+        assert!(
+            e.contains("runtime = \"Rocm\"") && e.contains("`ROCm`") && e.contains("`CUDA`"),
+            "{e}"
+        );
+        let ok = parse(&text.replace("\"Rocm\"", "\"ROCm\"")).unwrap();
+        assert_eq!(ok.policy.runtime_majors[0].runtime, Runtime::Rocm);
     }
 
     #[test]

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 
 use crate::dist::package::Manifest;
 use crate::tracks::TracksFile;
@@ -73,16 +72,9 @@ pub fn verify(
         let name = f.name().to_string();
         let root = name.split('/').next().unwrap_or_default().to_string();
         roots.insert(root);
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            let n = f.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            h.update(&buf[..n]);
-        }
-        entries.insert(name, (f.size(), format!("{:x}", h.finalize())));
+        let size = f.size();
+        let sha = crate::assets::sha256_reader(&mut f)?;
+        entries.insert(name, (size, sha));
     }
     if roots.len() != 1 {
         problems.push(format!(

@@ -5,6 +5,7 @@
 
 mod build_common;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 use build_common::*;
@@ -136,7 +137,189 @@ fn linux_cpu_track_plan() {
     let p = plan(&track_request("linux-cpu"), &linux_facts(vec![], None)).unwrap();
     snapshot("linux-cpu", &render(&p));
     assert!(p.toolset.is_none());
-    assert_eq!(p.library_globs.len(), 2);
+    assert_eq!(p.library_globs.len(), 1);
+    assert_eq!(
+        p.binding_globs,
+        vec!["lib/libggml*.so*", "bin/libggml*.so*", "backends/*.so*"]
+    );
+}
+
+/// The environment `dist` passed to `cargo build` before it used the planner (main
+/// 4378ba6: `[tracks.NAME.build.env]` of packaging/tracks.toml, on top of the caller's).
+fn env_before(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn env_of(p: &xtask::build::BuildPlan) -> BTreeMap<String, String> {
+    p.env
+        .iter()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect()
+}
+
+/// Features as `dist` passed them before (`audiocpp-cli/F`, `audiocpp-server/F`).
+fn features_before(features: &[&str]) -> BTreeSet<String> {
+    features
+        .iter()
+        .flat_map(|f| [format!("audiocpp-cli/{f}"), format!("audiocpp-server/{f}")])
+        .collect()
+}
+
+#[test]
+fn the_planned_linux_cpu_build_is_the_one_dist_ran_before() {
+    let p = plan(&track_request("linux-cpu"), &linux_facts(vec![], None)).unwrap();
+    // Before: `cargo build --release -p audiocpp-cli -p audiocpp-server` for the host
+    // (x86_64-unknown-linux-gnu), features deployment + dynamic-backends.
+    assert_eq!(
+        p.features.iter().cloned().collect::<BTreeSet<_>>(),
+        features_before(&["deployment", "dynamic-backends"])
+    );
+    assert_eq!(p.target.as_deref(), Some("x86_64-unknown-linux-gnu"));
+    assert_eq!(p.packages, vec!["audiocpp-cli", "audiocpp-server"]);
+    let args = &p.commands[0].args;
+    assert_eq!(&args[..2], &["build", "--release"], "release profile");
+    let mut env = env_of(&p);
+    let before = env_before(&[
+        ("GGML_OPENMP", "OFF"),
+        ("CMAKE_INSTALL_RPATH", "$ORIGIN"),
+        ("CMAKE_BUILD_RPATH", "$ORIGIN"),
+    ]);
+    for (k, v) in &before {
+        assert_eq!(env.remove(k).as_deref(), Some(v.as_str()), "{k}");
+    }
+    // The only additions are the values the build got anyway: the binding defines
+    // GGML_NATIVE=OFF itself without target-cpu=native, and no rustflags are configured
+    // (.cargo/config.toml has only the xtask alias).
+    assert_eq!(
+        env,
+        env_before(&[("GGML_NATIVE", "OFF"), ("CARGO_ENCODED_RUSTFLAGS", "")])
+    );
+    let config = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cargo/config.toml"),
+    )
+    .unwrap();
+    assert!(!config.contains("rustflags"), "{config}");
+}
+
+#[test]
+fn the_planned_mingw_build_is_the_one_dist_ran_before() {
+    let p = plan(
+        &track_request("windows-cpu-gnu"),
+        &linux_facts(vec![], None),
+    )
+    .unwrap();
+    assert_eq!(
+        p.features.iter().cloned().collect::<BTreeSet<_>>(),
+        features_before(&["deployment"])
+    );
+    assert_eq!(p.link, Link::Static);
+    assert_eq!(p.target.as_deref(), Some("x86_64-pc-windows-gnu"));
+    assert_eq!(&p.commands[0].args[..2], &["build", "--release"]);
+    assert!(p.toolset.is_none(), "no MSVC for a MinGW build");
+    let mut env = env_of(&p);
+    let mut before = env_before(&[
+        ("CC_x86_64_pc_windows_gnu", "x86_64-w64-mingw32-gcc-posix"),
+        ("CXX_x86_64_pc_windows_gnu", "x86_64-w64-mingw32-g++-posix"),
+        ("CFLAGS_x86_64_pc_windows_gnu", "-D_WIN32_WINNT=0x0601"),
+        ("CXXFLAGS_x86_64_pc_windows_gnu", "-D_WIN32_WINNT=0x0601"),
+        ("GGML_OPENMP", "OFF"),
+        ("GGML_NATIVE", "OFF"),
+    ]);
+    for opt in [
+        "GGML_SSE42",
+        "GGML_AVX",
+        "GGML_AVX2",
+        "GGML_BMI2",
+        "GGML_FMA",
+        "GGML_F16C",
+        "GGML_AVX_VNNI",
+        "GGML_AVX512",
+        "GGML_AVX512_VBMI",
+        "GGML_AVX512_VNNI",
+        "GGML_AVX512_BF16",
+        "GGML_AMX_TILE",
+        "GGML_AMX_INT8",
+        "GGML_AMX_BF16",
+    ] {
+        before.insert(opt.into(), "OFF".into());
+    }
+    for (k, v) in &before {
+        assert_eq!(env.remove(k).as_deref(), Some(v.as_str()), "{k}");
+    }
+    assert_eq!(env, env_before(&[("CARGO_ENCODED_RUSTFLAGS", "")]));
+}
+
+#[test]
+fn windows_cuda_plan_takes_the_track_architectures_with_graphs_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut f = windows_box(tmp.path());
+    f.cuda = Some(CudaSdk {
+        root: r"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v12.8".into(),
+        version: "12.8.1".into(),
+        nvcc: Some(r"bin\nvcc.exe".into()),
+    });
+    let p = plan(&track_request("windows-cuda"), &f).unwrap();
+    assert_eq!(
+        p.env_value("CMAKE_CUDA_ARCHITECTURES"),
+        Some("50-virtual;61-virtual;70-virtual;75-real;80-real;86-real;89-real;120-real")
+    );
+    assert_eq!(p.env_value("GGML_CUDA_GRAPHS"), Some("OFF"));
+    assert_eq!(
+        p.env
+            .iter()
+            .filter(|e| e.name == "GGML_CUDA_GRAPHS")
+            .count(),
+        1,
+        "one home for the graphs setting"
+    );
+    assert_eq!(p.toolset.as_ref().unwrap().vc_tools_version, "14.44.35207");
+    assert!(p.features.contains(&"audiocpp-cli/cuda".to_string()));
+}
+
+#[test]
+fn a_track_cannot_override_a_planner_rule() {
+    let mut req = track_request("linux-cpu");
+    let t = req.track.as_mut().unwrap();
+    t.track
+        .build
+        .env
+        .insert("GGML_CUDA_GRAPHS".into(), "ON".into());
+    let e = format!("{:#}", plan(&req, &linux_facts(vec![], None)).unwrap_err());
+    assert!(
+        e.contains("packaging/tracks.toml: tracks.linux-cpu.build.env.GGML_CUDA_GRAPHS: set by the build planner"),
+        "{e}"
+    );
+    // A variable of its own is passed, with where it came from.
+    let mut req = track_request("linux-cpu");
+    let t = req.track.as_mut().unwrap();
+    t.track
+        .build
+        .env
+        .insert("AUDIOCPP_EXTRA".into(), "1".into());
+    let p = plan(&req, &linux_facts(vec![], None)).unwrap();
+    assert_eq!(p.env_value("AUDIOCPP_EXTRA"), Some("1"));
+}
+
+#[test]
+fn a_track_without_a_build_recipe_names_the_file_the_key_and_an_example() {
+    let mut t = track("rocm7");
+    t.track.build = Default::default();
+    let e = BuildRequest::for_track("rocm7", &t.track, std::path::Path::new("x/tracks.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(
+            "x/tracks.toml: tracks.rocm7.build.cpu_variants: track rocm7 has no build recipe"
+        ),
+        "{e}"
+    );
+    assert!(
+        e.contains("(allowed: all, baseline)") && e.contains("`cpu_variants = \"all\"`"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -216,7 +399,7 @@ fn linux_hip_dev_plan_with_gpus_from_amdgpu_arch() {
         "{:#}",
         plan(&req, &linux_facts(vec![sdk], None)).unwrap_err()
     )
-    .contains("'gfx11' is not an AMD GPU target"));
+    .contains("--gpu-targets: 'gfx11' is a family or generic token"));
 }
 
 #[test]
@@ -445,4 +628,27 @@ fn cli_dry_run_on_linux_prints_the_windows_plan_from_recorded_facts() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn linux_hip_track_plans_from_debian_rocm_as_test_hip_builds_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fake_linux_rocm(tmp.path(), "6.4.3");
+    let mut sdk = rocm::inspect(&root, SdkOrigin::Flag).unwrap();
+    sdk.root = "/usr".into();
+    // `test --hip` runs `dist --track linux-hip-rocm6 --gpu-targets gfx1100 --rocm-path
+    // /usr` in the sid chroot: the recipe's request with the track narrowed.
+    let mut req = track_request("linux-hip-rocm6");
+    req.rocm_path = Some("/usr".into());
+    req.track.as_mut().unwrap().track.gpu_targets = vec!["gfx1100".into()];
+    let p = plan(&req, &linux_facts(vec![sdk], None)).unwrap();
+    assert_eq!(p.link, Link::Dynamic);
+    assert_eq!(p.env_value("CMAKE_HIP_ARCHITECTURES"), Some("gfx1100"));
+    assert_eq!(p.env_value("GGML_HIP_NO_VMM"), Some("ON"));
+    assert_eq!(p.env_value("GGML_HIP_GRAPHS"), Some("OFF"));
+    assert_eq!(p.env_value("CMAKE_BUILD_RPATH"), Some("$ORIGIN"));
+    assert!(p.env_value("ROCM_PATH").is_none());
+    for f in ["hip", "dynamic-backends", "deployment"] {
+        assert!(p.features.contains(&format!("audiocpp-cli/{f}")), "{f}");
+    }
 }

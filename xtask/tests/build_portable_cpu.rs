@@ -89,10 +89,11 @@ fn portable_cpu_build_has_no_avx512() {
     let host = HostFacts::discover(&DiscoverOptions::default());
     let p = plan(&req, &host).unwrap();
     assert_eq!(p.env_value("GGML_NATIVE"), Some("OFF"));
-    let outputs = execute(&p).unwrap_or_else(|e| {
+    let built = execute(&p).unwrap_or_else(|e| {
         panic!("building the portable CPU binaries failed (cargo xtask build --backend cpu --no-native-cpu): {e:#}")
     });
-    assert!(!outputs.is_empty());
+    assert!(!built.outputs().is_empty());
+    assert!(built.record_path.is_file());
     let mut with_ggml = 0;
     for exe in &p.executables {
         let exe = Path::new(exe);

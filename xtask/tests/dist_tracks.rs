@@ -4,8 +4,12 @@
 //! packages must verify, carry exactly the track's DLLs and filtered kernels, say the
 //! track's README notes, and come out byte-identical twice.
 
+mod build_common;
+
 use std::path::Path;
 use std::process::Command;
+
+use xtask::toolset::rocm::SdkOrigin;
 
 use xtask::dist::fixtures::{self as dist_fixtures, write_pe, FakeWindowsSdk, CRT_IMPORTS as CRT};
 use xtask::kernels::fixtures::{self, Fill};
@@ -361,4 +365,154 @@ fn windows_cuda_package_carries_the_runtime_and_cublas_but_not_the_driver() {
         "{err}"
     );
     assert!(!out13.join("audiocpp-windows-cuda12.zip").exists());
+}
+
+/// Facts recorded on the Windows build box (VS 2022 Build Tools with MSVC 14.44 next to
+/// VS 2026, the recorded vcvarsall output, HIP SDKs 6.4 and 7.1), written where
+/// `--facts` reads them.
+fn windows_box_facts(dir: &Path) -> std::path::PathBuf {
+    let facts = build_common::windows_facts(
+        "vcvars-vs2022-14.44-ok.txt",
+        "14.44",
+        vec![
+            build_common::windows_sdk(dir, (6, 4, 50101), SdkOrigin::HipPath),
+            build_common::windows_sdk(dir, (7, 1, 25424), SdkOrigin::Scan),
+        ],
+    );
+    let path = dir.join("facts.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&facts).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn rocm7_dry_run_on_linux_prints_the_hip_build_with_msvc_14_44_then_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fake(dir.path(), 7);
+    let facts = windows_box_facts(dir.path());
+    let out = dir.path().join("dist");
+    let o = xtask(
+        &[
+            "dist",
+            "--track",
+            "rocm7",
+            "--dry-run",
+            "--rocm-path",
+            f.sdk.to_str().unwrap(),
+            "--facts",
+            facts.to_str().unwrap(),
+        ],
+        &out,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let (build, files) = text
+        .split_once("\npackage audiocpp-windows-hip-rocm7 (track rocm7)\n")
+        .unwrap_or_else(|| panic!("no package section in:\n{text}"));
+    // The build section is `build`'s own plan of the track, the snapshot `build` tests.
+    build_common::snapshot("windows-hip-rocm7", build);
+    for line in [
+        "build plan: rocm7 (hip backend, dynamic-backends build on Windows)",
+        "toolset:     MSVC 14.44.35207 from Visual Studio Build Tools 2022",
+        "VCToolsVersion=14.44.35207",
+        "CMAKE_CXX_COMPILER=C:\\Program Files\\AMD\\ROCm\\7.1\\bin\\clang++.exe",
+        "CMAKE_HIP_ARCHITECTURES=gfx1100;gfx1101;gfx1103;gfx1150;gfx1151;gfx1200;gfx1201",
+        "GGML_HIP_NO_VMM=ON",
+        "GGML_CUDA_GRAPHS=OFF",
+        "GGML_OPENMP=OFF",
+        "--target x86_64-pc-windows-msvc",
+    ] {
+        assert!(build.contains(line), "{line} missing in:\n{build}");
+    }
+    // Then the package: the SDK's runtime and kernels, the CRT from the captured
+    // toolset's redistributable folder on the build box, the executables to be built.
+    for line in [
+        "amdhip64_7.dll",
+        "libhipblaslt.dll",
+        "hipblaslt/library/",
+        "audiocpp_cli.exe",
+        r"VC\Redist\MSVC\14.44.35207\x64\Microsoft.VC143.CRT\msvcp140_atomic_wait.dll",
+    ] {
+        assert!(files.contains(line), "{line} missing in:\n{files}");
+    }
+    assert!(!out.exists(), "a dry run writes nothing");
+}
+
+#[test]
+fn a_track_without_a_build_recipe_is_refused_naming_the_file_key_and_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/tracks.toml"),
+    )
+    .unwrap();
+    let recipe = "[tracks.rocm7.build]\ncpu_variants = \"all\"\nfeatures = [\"deployment\"]\n";
+    assert!(text.contains(recipe));
+    let tracks = dir.path().join("tracks.toml");
+    std::fs::write(&tracks, text.replace(recipe, "")).unwrap();
+    let out = dir.path().join("dist");
+    let o = xtask(
+        &[
+            "dist",
+            "--track",
+            "rocm7",
+            "--dry-run",
+            "--tracks-file",
+            tracks.to_str().unwrap(),
+        ],
+        &out,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "{}: tracks.rocm7.build.cpu_variants: track rocm7 has no build recipe",
+            tracks.display()
+        )) && err.contains("cpu_variants = \"all\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn mingw_dry_run_prints_the_cross_build_then_the_gcc_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("dist");
+    let o = xtask(&["dist", "--track", "windows-cpu-gnu", "--dry-run"], &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for line in [
+        "build plan: windows-cpu-gnu (cpu backend, static build on Linux)",
+        "CXX_x86_64_pc_windows_gnu=x86_64-w64-mingw32-g++-posix",
+        "GGML_AVX2=OFF",
+        "--target x86_64-pc-windows-gnu",
+        "package audiocpp-windows-cpu-gnu (track windows-cpu-gnu)",
+        "libstdc++-6.dll",
+    ] {
+        assert!(text.contains(line), "{line} missing in:\n{text}");
+    }
+}
+
+#[test]
+fn rocm6_dry_run_build_section_is_the_build_plan_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fake(dir.path(), 6);
+    let facts = windows_box_facts(dir.path());
+    let o = xtask(
+        &[
+            "dist",
+            "--track",
+            "rocm6",
+            "--dry-run",
+            "--rocm-path",
+            f.sdk.to_str().unwrap(),
+            "--facts",
+            facts.to_str().unwrap(),
+        ],
+        &dir.path().join("dist"),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let (build, files) = text
+        .split_once("\npackage audiocpp-windows-hip-rocm6 (track rocm6)\n")
+        .unwrap_or_else(|| panic!("no package section in:\n{text}"));
+    build_common::snapshot("windows-hip-rocm6", build);
+    assert!(files.contains("amdhip64_6.dll") && files.contains("vcruntime140_1.dll"));
 }

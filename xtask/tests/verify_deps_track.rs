@@ -7,10 +7,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use xtask::bench::deps as bench;
 use xtask::tracks::TracksFile;
 use xtask::verify_deps::binary::Machine;
 use xtask::verify_deps::synth::{self, ElfSpec, PeSpec};
-use xtask::verify_deps::{self, bench, fuzz, input, Policy, Report, Rule};
+use xtask::verify_deps::{self, fuzz, input, Policy, Report, Rule};
 
 fn policy(track: Option<&str>) -> Policy {
     let path = TracksFile::default_path();

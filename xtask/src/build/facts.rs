@@ -44,7 +44,7 @@ impl Default for DiscoverOptions {
 pub struct Tools {
     /// cmake (the binding drives ggml's CMake build).
     pub cmake: Option<ToolFact>,
-    /// ninja (the generator every plan uses).
+    /// ninja (the generator of plans for MSVC targets).
     pub ninja: Option<ToolFact>,
     /// libclang folder (bindgen).
     pub libclang: Option<ToolFact>,

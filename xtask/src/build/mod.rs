@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 
-pub use exec::execute;
+pub use exec::{execute, BuildRecord, Built};
 pub use facts::{DiscoverOptions, HostFacts};
 pub use plan::{
     plan, render, BuildPlan, EnvVar, PlannedCommand, PlannedFile, SdkRecord, ToolsetRecord,
@@ -74,8 +74,8 @@ pub struct Args {
     /// Embed the model-spec catalog (cargo feature `deployment`).
     #[arg(long)]
     pub deployment: bool,
-    /// ggml backends linked in (`static`) or loaded at start (`dynamic`). Default: dynamic
-    /// with --track (the package form), static otherwise.
+    /// ggml backends linked in (`static`) or loaded at start (`dynamic`). Default: the
+    /// track's `cpu_variants` (`all`: dynamic), static without a track.
     #[arg(long, value_enum)]
     pub link: Option<Link>,
     /// Which executables.
@@ -108,27 +108,25 @@ pub struct Args {
 
 /// Turns flags into a request (reads packaging/tracks.toml for `--track`).
 pub fn request_from_args(args: &Args) -> Result<BuildRequest> {
-    let mut req = BuildRequest::new(args.backend.into());
-    if let Some(name) = &args.track {
-        let path = TracksFile::default_path();
-        let tracks = TracksFile::load(&path)?;
-        let track = tracks.track(name)?.clone();
-        req.track = Some(TrackRef {
-            name: name.clone(),
-            track,
-        });
-    }
+    let mut req = match &args.track {
+        Some(name) => {
+            let path = TracksFile::default_path();
+            let tracks = TracksFile::load(&path)?;
+            let mut req = BuildRequest::for_track(name, tracks.track(name)?, &path)?;
+            req.backend = args.backend.into();
+            req
+        }
+        None => BuildRequest::new(args.backend.into()),
+    };
     req.rocm_path = args.rocm_path.clone();
     if let Some(t) = &args.gpu_targets {
         req.gpu_targets = GpuTargets::parse(t)?;
     }
     req.no_native_cpu = args.no_native_cpu;
     req.deployment = args.deployment;
-    req.link = args.link.unwrap_or(if req.track.is_some() {
-        Link::Dynamic
-    } else {
-        Link::Static
-    });
+    if let Some(link) = args.link {
+        req.link = link;
+    }
     req.bins = args.bins;
     if args.jobs == Some(0) {
         bail!("--jobs must be at least 1");
@@ -169,9 +167,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let outputs = execute(&plan).with_context(|| format!("building {label}"))?;
-    eprintln!("build: {} done:", plan.label);
-    for o in &outputs {
+    let built = execute(&plan).with_context(|| format!("building {label}"))?;
+    eprintln!(
+        "build: {} done (recorded in {}):",
+        plan.label,
+        built.record_path.display()
+    );
+    for o in &built.outputs() {
         let size = std::fs::metadata(o).map(|m| m.len()).unwrap_or(0);
         println!("{:>12}  {}", size, o.display());
     }

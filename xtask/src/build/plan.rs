@@ -13,7 +13,6 @@
 use std::fmt::Write as _;
 
 use anyhow::{bail, Context, Result};
-use regex::Regex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -183,9 +182,13 @@ pub struct BuildPlan {
     pub commands: Vec<PlannedCommand>,
     /// Executables the build must produce.
     pub executables: Vec<String>,
-    /// Where ggml's shared libraries and backend plugins land (dynamic builds): folders
-    /// and file-name globs, searched after the build.
+    /// Where ggml's shared libraries land in the profile folder (dynamic builds): paths
+    /// with file-name globs, searched after the build.
     pub library_globs: Vec<String>,
+    /// Globs relative to the OUT_DIR of llama-cpp-sys-2's build script, which cargo
+    /// reports while it builds (`lib/libggml*.so*`, `backends/*.so*`).
+    #[serde(default)]
+    pub binding_globs: Vec<String>,
     /// Remarks worth reading (decisions taken, risks handled).
     pub notes: Vec<String>,
 }
@@ -215,6 +218,52 @@ impl Env {
             why: why.to_string(),
         });
     }
+}
+
+/// The crate that builds ggml; its build script's OUT_DIR holds ggml's libraries.
+pub const BINDING: &str = "llama-cpp-sys-2";
+
+/// Environment variables the planner's rules own: a track may not set them itself.
+pub const PLANNER_VARS: &[&str] = &[
+    "CMAKE_GENERATOR",
+    "GGML_OPENMP",
+    "GGML_NATIVE",
+    "GGML_HIP_NO_VMM",
+    "GGML_HIP_GRAPHS",
+    "GGML_CUDA_GRAPHS",
+    "CMAKE_HIP_ARCHITECTURES",
+    "CMAKE_CUDA_ARCHITECTURES",
+    "CMAKE_BUILD_RPATH",
+    "CMAKE_INSTALL_RPATH",
+    "CARGO_ENCODED_RUSTFLAGS",
+    "HIP_PATH",
+    "ROCM_PATH",
+    "CUDA_PATH",
+];
+
+/// Adds a track's own `build.env` after the planner's rules; a variable a rule owns (or
+/// that a rule set for this plan) is refused, naming the file, the key and the remedy.
+fn add_track_env(
+    track: &str,
+    extra: &std::collections::BTreeMap<String, String>,
+    env: &mut Env,
+) -> Result<()> {
+    for (name, value) in extra {
+        let owned = PLANNER_VARS.contains(&name.as_str())
+            || X86_ISA_OPTIONS.contains(&name.as_str())
+            || env.0.iter().any(|e| e.name.eq_ignore_ascii_case(name));
+        if owned {
+            bail!(
+                "packaging/tracks.toml: tracks.{track}.build.env.{name}: set by the build planner's rules (xtask/src/build/plan.rs, with their reasons); remove it from the track"
+            );
+        }
+        env.set(
+            name,
+            value,
+            &format!("track {track}'s own setting (packaging/tracks.toml)"),
+        );
+    }
+    Ok(())
 }
 
 /// The target triple a track's binaries are built for.
@@ -247,7 +296,13 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
     }
     let triple = match (&req.target, &req.track) {
         (Some(t), _) => Some(t.clone()),
-        (None, Some(t)) => Some(default_triple(t.track.os, t.track.arch)),
+        (None, Some(t)) => Some(
+            t.track
+                .build
+                .target
+                .clone()
+                .unwrap_or_else(|| default_triple(t.track.os, t.track.arch)),
+        ),
         (None, None) => None,
     };
     let effective_triple = triple.clone().unwrap_or_else(|| host.host_triple.clone());
@@ -348,11 +403,36 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
     let mut sdk_record = None;
     let mut files_pending: Option<String> = None;
 
-    env.set(
-        "CMAKE_GENERATOR",
-        "Ninja",
-        "Ninja on every OS: for an MSVC target the cmake crate would otherwise pick the Visual Studio generator, which cannot drive ROCm clang and sets per-config flags behind our back",
-    );
+    if msvc_target {
+        env.set(
+            "CMAKE_GENERATOR",
+            "Ninja",
+            "Ninja for MSVC targets: the cmake crate would otherwise pick the Visual Studio generator, which cannot drive ROCm clang and sets per-config flags behind our back",
+        );
+    }
+    if let Some(arch) = effective_triple.strip_suffix("-pc-windows-gnu") {
+        // The cmake and cc crates read these per-target variables; the names carry the
+        // triple with `_` for `-`.
+        let key = effective_triple.replace('-', "_");
+        let why_cc = "MinGW-w64's posix-thread compilers: the default win32 thread model has no std::mutex, which ggml needs";
+        env.set(
+            &format!("CC_{key}"),
+            format!("{arch}-w64-mingw32-gcc-posix"),
+            why_cc,
+        );
+        env.set(
+            &format!("CXX_{key}"),
+            format!("{arch}-w64-mingw32-g++-posix"),
+            why_cc,
+        );
+        let why_winnt = "Windows 7 API level: Debian 12's MinGW headers lack THREAD_POWER_THROTTLING_STATE, which ggml uses when _WIN32_WINNT >= 0x0602";
+        env.set(&format!("CFLAGS_{key}"), "-D_WIN32_WINNT=0x0601", why_winnt);
+        env.set(
+            &format!("CXXFLAGS_{key}"),
+            "-D_WIN32_WINNT=0x0601",
+            why_winnt,
+        );
+    }
 
     match req.backend {
         Backend::Hip => {
@@ -556,6 +636,14 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
     if req.deployment {
         feats.push("deployment");
     }
+    if let Some(t) = &req.track {
+        for f in &t.track.build.features {
+            if !feats.contains(&f.as_str()) {
+                feats.push(f);
+            }
+        }
+        add_track_env(&t.name, &t.track.build.env, &mut env)?;
+    }
     let features: Vec<String> = packages
         .iter()
         .flat_map(|p| feats.iter().map(move |f| format!("{p}/{f}")))
@@ -592,7 +680,14 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         });
     }
 
-    let mut args: Vec<String> = vec!["build".into(), "--release".into(), "--locked".into()];
+    let mut args: Vec<String> = vec![
+        "build".into(),
+        "--release".into(),
+        "--locked".into(),
+        // JSON on stdout (diagnostics still rendered on stderr): the executor reads the
+        // binding's OUT_DIR from it instead of searching the target folder.
+        "--message-format=json-render-diagnostics".into(),
+    ];
     for p in &packages {
         args.push("-p".into());
         args.push(p.clone());
@@ -627,21 +722,24 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         .iter()
         .map(|p| join(&profile_dir, &format!("{}{exe}", p.replace('-', "_")), os))
         .collect();
-    let library_globs = if dynamic {
+    // Where the binding leaves ggml's libraries: links (or copies) in the profile folder,
+    // the libraries in its OUT_DIR's `lib/` (`bin/` for DLLs), the backends in `backends/`.
+    // The OUT_DIR is the one cargo reports for this build (`build-script-executed`).
+    let (library_globs, binding_globs) = if dynamic {
         let (lib, plugin) = match target_os {
             Os::Windows => ("ggml*.dll", "*.dll"),
             Os::Linux => ("libggml*.so*", "*.so*"),
         };
-        vec![
-            join(&profile_dir, lib, os),
-            join(
-                &profile_dir,
-                &format!("build/llama-cpp-sys-2-*/out/backends/{plugin}"),
-                os,
-            ),
-        ]
+        (
+            vec![join(&profile_dir, lib, os)],
+            vec![
+                format!("lib/{lib}"),
+                format!("bin/{lib}"),
+                format!("backends/{plugin}"),
+            ],
+        )
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
 
     Ok(BuildPlan {
@@ -663,6 +761,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         commands,
         executables,
         library_globs,
+        binding_globs,
         notes,
     })
 }
@@ -772,13 +871,6 @@ fn select_rocm(req: &BuildRequest, host: &HostFacts) -> Result<RocmSdk> {
     }
 }
 
-fn gpu_name_ok(t: &str) -> bool {
-    // gfx1100, gfx90a, gfx90a:xnack-, gfx942:sramecc+:xnack-
-    Regex::new(r"^gfx[0-9a-f]{3,4}(:(xnack|sramecc)[+-])*$")
-        .expect("static regex")
-        .is_match(t)
-}
-
 fn hip_targets(req: &BuildRequest, host: &HostFacts) -> Result<Vec<String>> {
     let list = match &req.gpu_targets {
         GpuTargets::Default => match &req.track {
@@ -791,15 +883,14 @@ fn hip_targets(req: &BuildRequest, host: &HostFacts) -> Result<Vec<String>> {
         GpuTargets::List(v) => v.clone(),
     };
     for t in &list {
-        if !gpu_name_ok(t) {
-            bail!("--gpu-targets: '{t}' is not an AMD GPU target (gfx1100, gfx1151, gfx90a:xnack-, ...)");
-        }
+        crate::gpu_target::check_gfx_target(t).map_err(|e| {
+            anyhow::anyhow!("--gpu-targets: {e} (gfx1100, gfx1151, gfx90a:xnack-, ...)")
+        })?;
     }
     Ok(list)
 }
 
 fn cuda_targets(req: &BuildRequest) -> Result<Vec<String>> {
-    let re = Regex::new(r"^[0-9]{2,3}[a-z]?(-real|-virtual)?$").expect("static regex");
     let list = match &req.gpu_targets {
         GpuTargets::Default => match &req.track {
             Some(t) if !t.track.gpu_targets.is_empty() => t.track.gpu_targets.clone(),
@@ -812,10 +903,9 @@ fn cuda_targets(req: &BuildRequest) -> Result<Vec<String>> {
         GpuTargets::List(v) => v.clone(),
     };
     for t in &list {
-        if t != "native" && !re.is_match(t) {
-            bail!(
-                "--gpu-targets: '{t}' is not a CUDA architecture (86, 89-real, 90-virtual, native)"
-            );
+        if t != "native" {
+            crate::gpu_target::check_cuda_arch(t)
+                .map_err(|e| anyhow::anyhow!("--gpu-targets: {e}, or native"))?;
         }
     }
     Ok(list)
@@ -930,6 +1020,9 @@ pub fn render(plan: &BuildPlan) -> String {
     }
     for g in &plan.library_globs {
         let _ = writeln!(s, "  {g}");
+    }
+    for g in &plan.binding_globs {
+        let _ = writeln!(s, "  <{BINDING} OUT_DIR>/{g}");
     }
     if !plan.notes.is_empty() {
         let _ = writeln!(s, "\nnotes:");

@@ -1,8 +1,10 @@
 //! [`BuildRequest`]: what a caller (the `build` verb, or `dist`) asks to build.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
+
+use crate::tracks::CpuVariants;
 use serde::{Deserialize, Serialize};
 
 use crate::toolset::msvc;
@@ -114,6 +116,32 @@ impl BuildRequest {
             target: None,
             msvc_toolset: None,
         }
+    }
+
+    /// The request for a track's package build, from its `[tracks.NAME.build]` recipe:
+    /// the backend, and dynamic backends for `cpu_variants = "all"`, static for
+    /// `"baseline"`. A track without a recipe is an error naming what to add.
+    /// `tracks_path` is the file the track came from, named in that error.
+    pub fn for_track(name: &str, track: &Track, tracks_path: &Path) -> Result<BuildRequest> {
+        let Some(cpu) = track.build.cpu_variants else {
+            bail!(
+                "{}: tracks.{name}.build.cpu_variants: track {name} has no build recipe; add the table \
+                 [tracks.{name}.build] with cpu_variants (allowed: all, baseline), for example \
+                 `[tracks.{name}.build]` `cpu_variants = \"all\"` `features = [\"deployment\"]`, \
+                 or package binaries built elsewhere with --bin-dir",
+                tracks_path.display()
+            );
+        };
+        let mut req = BuildRequest::new(track.backend);
+        req.track = Some(TrackRef {
+            name: name.to_string(),
+            track: track.clone(),
+        });
+        req.link = match cpu {
+            CpuVariants::All => Link::Dynamic,
+            CpuVariants::Baseline => Link::Static,
+        };
+        Ok(req)
     }
 
     /// The MSVC toolset to pin: `--msvc-toolset`, else the track's CRT toolset, else 14.44.

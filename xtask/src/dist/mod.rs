@@ -2,11 +2,13 @@
 //! files and filtered kernel libraries, verify the dependency closure, and write a
 //! reproducible zip with its checksums, README, manifest and size table.
 //!
-//! Deciding and doing are apart: [`plan::plan`] is pure; this module gathers facts from
-//! the disk and [`package`] performs the plan.
+//! Deciding and doing are apart: the binaries are built by `build`'s planner and executor
+//! ([`crate::build::plan()`], [`crate::build::execute`]) from the track's
+//! `[tracks.NAME.build]` recipe, and packaged from the build record the executor wrote;
+//! [`plan::plan`] is pure; this module gathers facts from the disk and [`package`]
+//! performs the plan.
 
 pub mod archive;
-pub mod bench;
 pub mod fixtures;
 pub mod package;
 pub mod plan;
@@ -18,8 +20,8 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 
 use crate::kernels::filter::{self as kfilter, CoverageNotes};
-use crate::project::{project_root, target_dir};
-use crate::tracks::{Os, SdkKind, Track, TracksFile};
+use crate::project::target_dir;
+use crate::tracks::{SdkKind, Track, TracksFile};
 use plan::{DistFacts, FoundFile};
 
 /// Flags of `cargo xtask dist`.
@@ -55,9 +57,16 @@ pub struct Args {
     /// SUITE`), from its ROCm SDK; the package lands in <target>/chroot-SUITE/dist.
     #[arg(long, value_name = "SUITE")]
     pub chroot: Option<String>,
-    /// Print the plan and change nothing.
+    /// Print the plan (the build's commands and environment, then the package's files)
+    /// and change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Plan the build against facts recorded on the build machine (`cargo xtask doctor
+    /// --save-facts FILE`), e.g. a Windows track on Linux; needs --dry-run. The build then
+    /// uses the SDK recorded there; --rocm-path / --cuda-path name the SDK whose files
+    /// are listed for the package.
+    #[arg(long, value_name = "FILE", requires = "dry_run")]
+    pub facts: Option<PathBuf>,
     /// Tracks file (default: packaging/tracks.toml).
     #[arg(long)]
     pub tracks_file: Option<PathBuf>,
@@ -108,19 +117,39 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .out_dir
         .clone()
         .unwrap_or_else(|| target_dir().join("dist"));
-    let bin_dirs = if !args.bin_dir.is_empty() {
+    let build = if args.bin_dir.is_empty() {
+        Some(plan_build(&track_name, track, &tracks_path, &args)?)
+    } else {
+        None
+    };
+    let mut binaries = BTreeMap::new();
+    let mut built_toolset = None;
+    if !args.bin_dir.is_empty() {
         for d in &args.bin_dir {
             if !d.is_dir() {
                 bail!("--bin-dir {} is not a folder", d.display());
             }
+            list_dir(d, &mut binaries)?;
         }
-        args.bin_dir.clone()
-    } else if args.dry_run {
-        Vec::new()
-    } else {
-        build_binaries(&track_name, track)?
-    };
-    let facts = gather(&track_name, track, &bin_dirs, &args)?;
+    } else if let Some(build_plan) = &build {
+        if args.dry_run {
+            for exe in &build_plan.executables {
+                add_planned(exe, &mut binaries);
+            }
+        } else {
+            let built = crate::build::execute(build_plan)
+                .with_context(|| format!("building track {track_name}"))?;
+            let record = crate::build::BuildRecord::load(&built.record_path)?;
+            built_toolset = record
+                .plan
+                .toolset
+                .as_ref()
+                .map(|t| t.vc_tools_version.clone());
+            let outputs: Vec<PathBuf> = record.outputs.iter().map(PathBuf::from).collect();
+            list_files(&outputs, &mut binaries)?;
+        }
+    }
+    let facts = gather(&track_name, track, binaries, &args, build.as_ref())?;
     let plan = plan::plan(&track_name, track, &facts)?;
     if let Some(k) = &facts.kernels {
         if !k.uncovered.is_empty() && !args.allow_uncovered {
@@ -137,6 +166,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     }
     if args.dry_run {
+        if let Some(b) = &build {
+            println!("{}", crate::build::render(b));
+        }
         print!("{}", plan.to_text());
         return Ok(ExitCode::SUCCESS);
     }
@@ -147,6 +179,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         out_dir: &out_dir,
         kernels: facts.kernels.as_ref(),
         allow_uncovered: args.allow_uncovered,
+        built_toolset,
     };
     let result = package::execute(&plan, &ctx)?;
     print!("{}", result.size_table);
@@ -178,21 +211,35 @@ pub fn narrow_targets(track_name: &str, track: &mut Track, list: &str) -> Result
     Ok(())
 }
 
-/// Lists the regular files of `dir` (symlinks followed, dangling ones skipped). ELF
-/// shared libraries are listed once, under their SONAME (the name the loader looks for),
-/// however many symlinks and versioned names a build left for them.
+/// Lists the regular files of `dir` (symlinks followed, dangling ones skipped) as
+/// [`list_files`] does.
 fn list_dir(dir: &Path, into: &mut BTreeMap<String, FoundFile>) -> Result<()> {
-    let mut by_target: BTreeMap<PathBuf, String> = BTreeMap::new();
+    let mut paths = Vec::new();
     for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let e = e?;
-        let Ok(meta) = std::fs::metadata(e.path()) else {
+        paths.push(e?.path());
+    }
+    paths.sort();
+    list_files(&paths, into)
+}
+
+/// Adds the regular files among `paths` (symlinks followed, dangling ones and folders
+/// skipped) by file name. ELF shared libraries are listed once, under their SONAME (the
+/// name the loader looks for), however many symlinks and versioned names a build left.
+pub fn list_files(paths: &[PathBuf], into: &mut BTreeMap<String, FoundFile>) -> Result<()> {
+    let mut by_target: BTreeMap<PathBuf, String> = BTreeMap::new();
+    for path in paths {
+        let Ok(meta) = std::fs::metadata(path) else {
             continue;
         };
         if !meta.is_file() {
             continue;
         }
-        let mut name = e.file_name().to_string_lossy().into_owned();
-        let real = std::fs::canonicalize(e.path())?;
+        let mut name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let real = std::fs::canonicalize(path)?;
         if name.contains(".so") {
             if let Some(soname) = elf_soname(&real) {
                 name = soname;
@@ -215,6 +262,45 @@ fn list_dir(dir: &Path, into: &mut BTreeMap<String, FoundFile>) -> Result<()> {
     Ok(())
 }
 
+/// Adds a file a dry run's build would produce (or that lies on the build machine):
+/// listed with its planned path and size 0.
+fn add_planned(path: &str, into: &mut BTreeMap<String, FoundFile>) {
+    let name = path.rsplit(['/', '\\']).next().unwrap_or(path).to_string();
+    into.insert(
+        name,
+        FoundFile {
+            path: PathBuf::from(path),
+            size: 0,
+        },
+    );
+}
+
+/// The build of a track, decided by `build`'s planner from the track's recipe and this
+/// machine's facts (or facts recorded elsewhere, `--facts`).
+pub fn plan_build(
+    track_name: &str,
+    track: &Track,
+    tracks_path: &Path,
+    args: &Args,
+) -> Result<crate::build::BuildPlan> {
+    use crate::build::{BuildRequest, DiscoverOptions, HostFacts};
+    let mut req = BuildRequest::for_track(track_name, track, tracks_path)?;
+    let host = match &args.facts {
+        Some(path) => HostFacts::load(path)?,
+        None => {
+            req.rocm_path = args.rocm_path.clone();
+            HostFacts::discover(&DiscoverOptions {
+                rocm_path: req.rocm_path.clone(),
+                msvc_toolset: req.effective_msvc_toolset(),
+                probe_gpus: false,
+                probe_tools: false,
+            })
+        }
+    };
+    crate::build::plan(&req, &host)
+        .with_context(|| format!("planning the build of track {track_name}"))
+}
+
 fn elf_soname(path: &Path) -> Option<String> {
     let bytes = std::fs::read(path).ok()?;
     crate::verify_deps::parse(&bytes).ok()?.soname
@@ -222,13 +308,20 @@ fn elf_soname(path: &Path) -> Option<String> {
 
 /// The track's SDK root from its flag or environment, checked to be a folder of the
 /// track's SDK version.
-fn sdk_root(track_name: &str, track: &Track, args: &Args) -> Result<PathBuf> {
+fn sdk_root(
+    track_name: &str,
+    track: &Track,
+    args: &Args,
+    planned: Option<&str>,
+) -> Result<PathBuf> {
     let kind = track.sdk.as_ref().map(|s| s.kind).unwrap_or(SdkKind::Rocm);
+    let planned = planned.map(PathBuf::from);
     let (flag, root) = match kind {
         SdkKind::Rocm => (
             "--rocm-path",
             args.rocm_path
                 .clone()
+                .or_else(|| planned.clone())
                 .or_else(|| std::env::var_os("HIP_PATH").map(PathBuf::from))
                 .or_else(|| std::env::var_os("ROCM_PATH").map(PathBuf::from)),
         ),
@@ -236,6 +329,7 @@ fn sdk_root(track_name: &str, track: &Track, args: &Args) -> Result<PathBuf> {
             "--cuda-path",
             args.cuda_path
                 .clone()
+                .or(planned)
                 .or_else(|| std::env::var_os("CUDA_PATH").map(PathBuf::from)),
         ),
     };
@@ -276,14 +370,27 @@ fn sdk_root(track_name: &str, track: &Track, args: &Args) -> Result<PathBuf> {
 }
 
 /// Collects the facts `plan` decides on: binaries, runtime files, CRT, kernel plan.
-fn gather(track_name: &str, track: &Track, bin_dirs: &[PathBuf], args: &Args) -> Result<DistFacts> {
-    let mut facts = DistFacts::default();
-    for d in bin_dirs {
-        list_dir(d, &mut facts.binaries)?;
-    }
+/// `build` is the build's plan: its SDK (when it was planned on this machine) and its
+/// captured MSVC redistributable folder are where the SDK files and the CRT come from
+/// when no flag names them.
+fn gather(
+    track_name: &str,
+    track: &Track,
+    binaries: BTreeMap<String, FoundFile>,
+    args: &Args,
+    build: Option<&crate::build::BuildPlan>,
+) -> Result<DistFacts> {
+    let mut facts = DistFacts {
+        binaries,
+        ..Default::default()
+    };
     let needs_sdk = !track.runtime.is_empty() || !track.kernel_libraries.is_empty();
     if needs_sdk {
-        let root = sdk_root(track_name, track, args)?;
+        let planned_root = build
+            .filter(|_| args.facts.is_none())
+            .and_then(|b| b.sdk.as_ref())
+            .map(|s| s.root.as_str());
+        let root = sdk_root(track_name, track, args, planned_root)?;
         for r in &track.runtime {
             let Some(p) = crate::toolset::rocm::find_runtime_file(&root, &r.source, &r.name) else {
                 continue;
@@ -315,144 +422,42 @@ fn gather(track_name: &str, track: &Track, bin_dirs: &[PathBuf], args: &Args) ->
         }
     }
     if let Some(crt) = &track.crt {
-        let dirs: Vec<PathBuf> = match &args.crt_dir {
-            Some(dir) => vec![dir.clone()],
-            None => crt.search.iter().map(PathBuf::from).collect(),
+        let redist = build.and_then(|b| msvc_redist_dir(crt, b));
+        let dirs: Vec<PathBuf> = match (&args.crt_dir, &redist) {
+            (Some(dir), _) => vec![dir.clone()],
+            (None, Some(dir)) => vec![PathBuf::from(dir)],
+            (None, None) => crt.search.iter().map(PathBuf::from).collect(),
         };
         for name in &crt.files {
             if let Some(p) = dirs.iter().map(|d| d.join(name)).find(|p| p.is_file()) {
                 let size = std::fs::metadata(&p)?.len();
                 facts.crt.insert(name.clone(), FoundFile { path: p, size });
+            } else if let (true, None, Some(dir)) = (args.dry_run, &args.crt_dir, &redist) {
+                // A plan from another machine's facts: the folder is on the build box.
+                let sep = if dir.contains('\\') { "\\" } else { "/" };
+                add_planned(
+                    &format!("{}{sep}{name}", dir.trim_end_matches(sep)),
+                    &mut facts.crt,
+                );
             }
         }
     }
     Ok(facts)
 }
 
-/// Builds the engine's executables for a track into `target/build/<track>` (its own
-/// target dir, so CMake caches of different tracks never mix) with the track's build
-/// spec (target triple, features, environment: data in tracks.toml), and returns the
-/// folders holding the executables, the ggml libraries and the backend plugins.
-fn build_binaries(track_name: &str, track: &Track) -> Result<Vec<PathBuf>> {
-    let host_os = if cfg!(windows) {
-        Os::Windows
-    } else {
-        Os::Linux
-    };
-    if track.os != host_os && track.build.target.is_none() {
-        bail!(
-            "track {track_name} is for {:?} and has no cross target; build on a matching host and pass --bin-dir",
-            track.os
-        );
+/// The folder of the MSVC redistributable the build's captured toolset ships with:
+/// `VCToolsRedistDir` (from vcvarsall) joined with the part of the track's `crt.source`
+/// below its version folder (`x64/Microsoft.VC143.CRT` of
+/// `VC/Redist/MSVC/14.44/x64/Microsoft.VC143.CRT`).
+fn msvc_redist_dir(crt: &crate::tracks::Crt, build: &crate::build::BuildPlan) -> Option<String> {
+    if crt.kind != crate::tracks::CrtKind::Msvc {
+        return None;
     }
-    let tdir = target_dir().join("build").join(track_name);
-    let features: Vec<String> = track
-        .build
-        .features
-        .iter()
-        .flat_map(|f| [format!("audiocpp-cli/{f}"), format!("audiocpp-server/{f}")])
-        .collect();
-    eprintln!(
-        "dist: building {track_name} into {} (features {})",
-        tdir.display(),
-        features.join(",")
-    );
-    let release = match &track.build.target {
-        Some(t) => tdir.join(t).join("release"),
-        None => tdir.join("release"),
-    };
-    remove_dangling_links(&release)?;
-    let mut cmd = crate::test::cargo();
-    cmd.current_dir(project_root())
-        .env("CARGO_TARGET_DIR", &tdir)
-        .envs(&track.build.env)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "audiocpp-cli",
-            "-p",
-            "audiocpp-server",
-        ]);
-    if !features.is_empty() {
-        cmd.arg("--features").arg(features.join(","));
-    }
-    if let Some(t) = &track.build.target {
-        cmd.args(["--target", t]);
-    }
-    let status = cmd.status().context("running cargo build")?;
-    if !status.success() {
-        bail!("cargo build for track {track_name} failed");
-    }
-    let mut dirs = vec![release.clone()];
-    if let Some(out) = newest_binding_out(&release.join("build"))? {
-        dirs.push(out.join("lib"));
-        dirs.push(out.join("backends"));
-    }
-    Ok(dirs)
-}
-
-/// The binding hard-links its shared libraries (symlinks included, which then dangle)
-/// into the profile folder and its `deps/` and `examples/`, and on a rebuild panics on
-/// the dangling links it left there before (`!exists()` then `hard_link` -> EEXIST);
-/// remove them first. Only this track's own target folder is touched.
-fn remove_dangling_links(release: &Path) -> Result<()> {
-    for dir in [
-        release.to_path_buf(),
-        release.join("deps"),
-        release.join("examples"),
-    ] {
-        remove_dangling_links_in(&dir)?;
-    }
-    Ok(())
-}
-
-fn remove_dangling_links_in(dir: &Path) -> Result<()> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(());
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        let is_link = std::fs::symlink_metadata(&p)
-            .map(|m| m.file_type().is_symlink())
-            .unwrap_or(false);
-        if is_link && std::fs::metadata(&p).is_err() {
-            std::fs::remove_file(&p)
-                .with_context(|| format!("removing the dangling link {}", p.display()))?;
-        }
-    }
-    Ok(())
-}
-
-/// The binding's `out` folder of the most recent dynamic-backends build (its `lib/`
-/// holds the ggml shared libraries, `backends/` the backend plugins).
-fn newest_binding_out(build: &Path) -> Result<Option<PathBuf>> {
-    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
-    if !build.is_dir() {
-        return Ok(None);
-    }
-    for e in std::fs::read_dir(build)? {
-        let e = e?;
-        if !e
-            .file_name()
-            .to_string_lossy()
-            .starts_with("llama-cpp-sys-2-")
-        {
-            continue;
-        }
-        let out = e.path().join("out");
-        let backends = out.join("backends");
-        if let Ok(m) = std::fs::metadata(&backends) {
-            let has_files = std::fs::read_dir(&backends)
-                .map(|mut r| r.next().is_some())
-                .unwrap_or(false);
-            let t = m.modified()?;
-            if has_files && best.as_ref().is_none_or(|(bt, _)| t > *bt) {
-                best = Some((t, out));
-            }
-        }
-    }
-    Ok(best.map(|(_, d)| d))
+    let redist = build.env_value("VCToolsRedistDir")?;
+    let parts: Vec<&str> = crt.source.split(['/', '\\']).collect();
+    let at = parts.iter().position(|p| p.eq_ignore_ascii_case("MSVC"))?;
+    let tail = parts.get(at + 2..)?.join("\\");
+    Some(format!("{}\\{tail}", redist.trim_end_matches('\\')))
 }
 
 #[cfg(test)]

@@ -32,6 +32,9 @@ pub struct PackageContext<'a> {
     pub kernels: Option<&'a FilterPlan>,
     /// `--allow-uncovered` was given.
     pub allow_uncovered: bool,
+    /// The MSVC toolset the build captured (`14.44.35207`), when `dist` built the
+    /// binaries itself: recorded in the manifest instead of the track's pin.
+    pub built_toolset: Option<String>,
 }
 
 /// One file in the manifest.
@@ -306,11 +309,14 @@ fn stage_verify_zip(
             .sdk
             .as_ref()
             .map(|s| format!("{:?} {}", s.kind, s.version).to_lowercase()),
-        toolset: ctx
-            .track
-            .crt
-            .as_ref()
-            .map(|c| format!("{:?} {}", c.kind, c.toolset)),
+        toolset: match &ctx.built_toolset {
+            Some(v) => Some(format!("Msvc {v}")),
+            None => ctx
+                .track
+                .crt
+                .as_ref()
+                .map(|c| format!("{:?} {}", c.kind, c.toolset)),
+        },
         gpu_targets: ctx.track.gpu_targets.clone(),
         uncovered: ctx
             .kernels

@@ -44,6 +44,51 @@ pub struct KernelDeb {
     pub uncovered: Vec<String>,
 }
 
+/// The `[[kernel_debs]]` of packaging/sdk/debian.toml; the rest of that file is the
+/// `sdk` verb's ([`crate::sdk::DebianSpec`]), which keeps these entries opaque.
+#[derive(Debug, Deserialize)]
+struct KernelPins {
+    #[serde(default)]
+    kernel_debs: Vec<KernelDeb>,
+}
+
+/// The pinned kernel packages of `path` (packaging/sdk/debian.toml).
+pub fn pinned(path: &Path) -> Result<Vec<KernelDeb>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let pins: KernelPins = toml::from_str(&text)
+        .with_context(|| format!("parsing the kernel_debs of {}", path.display()))?;
+    Ok(pins.kernel_debs)
+}
+
+/// The pinned Debian kernel packages, downloaded and extracted into the cache once and
+/// checked against the recorded listings (`cargo xtask kernels check-debian`, and part
+/// of `cargo xtask test`).
+pub fn check_pinned() -> Result<()> {
+    let started = Instant::now();
+    let path = crate::sdk::DebianSpec::default_path();
+    let debs = pinned(&path)?;
+    let mirror = crate::sdk::host_mirror().context(
+        "no Debian mirror in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list",
+    )?;
+    let cache = crate::project::target_dir().join("cache/debian-kernels");
+    ensure!(
+        !debs.is_empty(),
+        "{} pins no kernel packages ([[kernel_debs]])",
+        path.display()
+    );
+    for deb in &debs {
+        let c = check(deb, &mirror, &cache)
+            .with_context(|| format!("checking {} {}", deb.package, deb.version))?;
+        eprintln!("kernels: {}", c.line());
+    }
+    eprintln!(
+        "kernels: real kernel folders match their listings ({:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 impl KernelDeb {
     /// The `.deb` file name.
     pub fn file_name(&self) -> &str {
@@ -498,9 +543,9 @@ mod tests {
 
     #[test]
     fn the_pins_name_listings_that_exist_and_targets_they_judge() {
-        let spec = crate::sdk::DebianSpec::load(&crate::sdk::DebianSpec::default_path()).unwrap();
-        assert!(spec.kernel_debs.len() >= 2);
-        for d in &spec.kernel_debs {
+        let debs = pinned(&crate::sdk::DebianSpec::default_path()).unwrap();
+        assert!(debs.len() >= 2);
+        for d in &debs {
             let p = project_root()
                 .join("xtask/tests/fixtures/rocm-library-listings")
                 .join(&d.listing);
@@ -514,8 +559,8 @@ mod tests {
     #[test]
     fn verdicts_from_the_listing_match_the_pins() {
         // The same verdict the real-folder check reaches, from the recorded listing alone.
-        let spec = crate::sdk::DebianSpec::load(&crate::sdk::DebianSpec::default_path()).unwrap();
-        for d in &spec.kernel_debs {
+        let debs = pinned(&crate::sdk::DebianSpec::default_path()).unwrap();
+        for d in &debs {
             let text = std::fs::read_to_string(
                 project_root()
                     .join("xtask/tests/fixtures/rocm-library-listings")

@@ -5,10 +5,8 @@
 //! - [`layout`]: where the library folders are in an SDK, and listing them.
 //! - [`report`]: per-arch size tables and lazy-index coverage ([`report::CoverageReport`]).
 //! - [`filter`]: [`filter::plan_filter`] (pure) and [`filter::execute`] (stage, rename).
-//! - [`fixtures`]: realistic trees from real listings, for tests and [`bench`].
+//! - [`fixtures`]: realistic trees from real listings, for tests and `cargo xtask bench kernels` ([`crate::bench::kernels`]).
 
-pub mod bench;
-pub mod classify;
 pub mod debian;
 pub mod filter;
 pub mod fixtures;
@@ -20,7 +18,9 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-pub use classify::{classify, ArchClass, ArchToken};
+/// The kernel classifier lives with the GPU target type it shares with tracks and build.
+pub use crate::gpu_target as classify;
+pub use crate::gpu_target::{classify, ArchClass, ArchToken};
 pub use filter::{CoverageNotes, FilterPlan, KernelFile};
 pub use report::CoverageReport;
 
@@ -103,7 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         KernelsCommand::Filter(args) => run_filter(&args),
         KernelsCommand::CheckDebian => {
-            crate::test::real_kernel_folders()?;
+            debian::check_pinned()?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -30,15 +30,54 @@ impl ToolFact {
     }
 }
 
+/// Runs a command with its output captured: one that cannot start fails naming `hint`
+/// (how to install it), one that exits non-zero fails with its output.
+pub fn run_captured(cmd: &mut Command, hint: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {shown}: {hint}"))?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{shown} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Runs a long command with its output on the terminal (printed as `shown` first);
+/// a non-zero exit fails naming it.
+pub fn run_streamed(cmd: &mut Command, shown: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    eprintln!("{shown}");
+    let status = cmd.status().with_context(|| format!("starting {shown}"))?;
+    if !status.success() {
+        anyhow::bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}
+
 /// Finds `name` on PATH (with the Windows executable suffixes on Windows).
 pub fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
+    which_also_in(name, &[])
+}
+
+/// [`which`], then the folders `extra` (`/usr/sbin` for root's tools when PATH lacks it).
+pub fn which_also_in(name: &str, extra: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path)
+        .chain(extra.iter().map(PathBuf::from))
+        .collect();
     let exts: Vec<String> = if cfg!(windows) {
         vec![".exe".into(), ".cmd".into(), ".bat".into(), String::new()]
     } else {
         vec![String::new()]
     };
-    std::env::split_paths(&path).find_map(|dir| {
+    dirs.iter().find_map(|dir| {
         exts.iter()
             .map(|e| dir.join(format!("{name}{e}")))
             .find(|p| p.is_file())

@@ -10,7 +10,6 @@
 //!
 //! Exit codes: 0 clean, 1 violations, 2 (an `Err`) usage or I/O errors.
 
-pub mod bench;
 pub mod binary;
 pub mod elf;
 pub mod fuzz;

@@ -141,7 +141,7 @@ impl Policy {
             .iter()
             .map(|r| {
                 Ok(RuntimeMajor {
-                    runtime: r.runtime.clone(),
+                    runtime: r.runtime.to_string(),
                     re: Regex::new(&r.pattern)?,
                 })
             })

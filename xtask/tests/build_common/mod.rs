@@ -29,13 +29,11 @@ pub fn track(name: &str) -> TrackRef {
     }
 }
 
-/// A request for a track, as `build --track NAME` makes it (dynamic backends).
+/// A request for a track, as `build --track NAME` and `dist --track NAME` make it from
+/// the track's `[tracks.NAME.build]` recipe.
 pub fn track_request(name: &str) -> BuildRequest {
     let t = track(name);
-    let mut req = BuildRequest::new(t.track.backend);
-    req.track = Some(t);
-    req.link = xtask::build::Link::Dynamic;
-    req
+    BuildRequest::for_track(name, &t.track, &TracksFile::default_path()).unwrap()
 }
 
 /// The two recorded VS instances with the toolset folders they hold on the box the

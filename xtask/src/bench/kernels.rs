@@ -9,13 +9,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use super::classify::classify;
-use super::filter::{execute, parse_targets, plan, CoverageNotes, ExecuteOptions, LinkMode};
-use super::fixtures::{
+use crate::gpu_target::{classify, ArchClass};
+use crate::kernels::filter::{
+    execute, parse_targets, plan, CoverageNotes, ExecuteOptions, LinkMode,
+};
+use crate::kernels::fixtures::{
     bench_tree, listing_entries, rocm6_targets, write_tree, Fill, HIPBLASLT_711_LISTING,
     ROCBLAS_644_LISTING, ROCBLAS_724_LISTING,
 };
-use super::report::human_mb;
+use crate::kernels::report::human_mb;
 
 /// Names classified by the first measurement.
 pub const CLASSIFY_NAMES: usize = 50_000;
@@ -56,7 +58,7 @@ fn bench_classify() -> anyhow::Result<()> {
     let start = Instant::now();
     let mut specific = 0usize;
     for name in &names {
-        if classify(Path::new(name))? != super::ArchClass::Independent {
+        if classify(Path::new(name))? != ArchClass::Independent {
             specific += 1;
         }
     }
@@ -151,7 +153,11 @@ fn bench_filter(dir: &Path) -> anyhow::Result<()> {
 const ROUNDS: usize = 3;
 
 /// The baseline: GNU `cp -r --parents` of exactly the kept files, per library folder.
-fn copy_with_cp(plan: &super::filter::FilterPlan, src: &Path, dst: &Path) -> anyhow::Result<()> {
+fn copy_with_cp(
+    plan: &crate::kernels::filter::FilterPlan,
+    src: &Path,
+    dst: &Path,
+) -> anyhow::Result<()> {
     for lib in &plan.libraries {
         let to = dst.join(&lib.dest_dir);
         std::fs::create_dir_all(&to).with_context(|| format!("creating {}", to.display()))?;

@@ -1,4 +1,7 @@
-//! Pure classification of kernel-library paths by GPU architecture token.
+//! GPU targets: the one type every validator of a GPU target name uses ([`ArchToken`]
+//! for AMD `gfx*` targets, in packaging/tracks.toml, `build --gpu-targets` and the kernel
+//! filter; [`check_cuda_arch`] for CUDA architectures), and the pure classification of
+//! kernel-library paths by GPU architecture token.
 //!
 //! rocBLAS and hipBLASLt name their per-arch files after the LLVM processor
 //! (`TensileLibrary_lazy_gfx1100.dat`, `Kernels.so-000-gfx90a-xnack+.hsaco`,
@@ -149,6 +152,39 @@ impl ArchToken {
                 .any(|(name, members)| *name == self.base && members.contains(&target.base)),
         }
     }
+}
+
+/// Checks a CUDA architecture as CMake's `CMAKE_CUDA_ARCHITECTURES` takes it (`86`,
+/// `89-real`, `90a-virtual`); the error says what was expected.
+pub fn check_cuda_arch(text: &str) -> Result<(), String> {
+    let (number, suffix) = match text.split_once('-') {
+        Some((n, s)) => (n, Some(s)),
+        None => (text, None),
+    };
+    let digits = number.trim_end_matches(|c: char| c.is_ascii_lowercase());
+    let letters = number.len() - digits.len();
+    let ok = (2..=3).contains(&digits.len())
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && letters <= 1
+        && matches!(suffix, None | Some("real") | Some("virtual"));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{text}' is not a CUDA architecture (e.g. 86, 89-real, 90-virtual)"
+        ))
+    }
+}
+
+/// Checks an AMD GPU target as tracks.toml and `--gpu-targets` take it: a known processor
+/// with optional features (`gfx1100`, `gfx90a:xnack-`), written in lower case.
+pub fn check_gfx_target(text: &str) -> Result<ArchToken, String> {
+    if text != text.to_ascii_lowercase() {
+        return Err(format!(
+            "'{text}' is not a GPU target as ROCm spells them: use lower case (e.g. gfx1100)"
+        ));
+    }
+    ArchToken::parse_target(text).map_err(|e| e.to_string())
 }
 
 impl fmt::Display for ArchToken {
@@ -451,4 +487,33 @@ pub fn lazy_index_arch(file_name: &str) -> Option<&str> {
         .map(str::len)?;
     let arch = &file_name[prefix.len()..stem_len];
     arch.to_ascii_lowercase().starts_with("gfx").then_some(arch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_architectures_take_cmake_spellings_only() {
+        for ok in ["86", "89-real", "90a-virtual", "120-real", "50-virtual"] {
+            assert!(check_cuda_arch(ok).is_ok(), "{ok}");
+        }
+        for bad in ["sm_90", "9", "1200", "86-fake", "86ab", "", "gfx1100"] {
+            assert!(check_cuda_arch(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn gfx_targets_are_known_lower_case_processors() {
+        assert!(check_gfx_target("gfx1151").is_ok());
+        assert!(check_gfx_target("gfx90a:xnack-").is_ok());
+        assert!(check_gfx_target("GFX1100")
+            .unwrap_err()
+            .contains("lower case"));
+        assert!(check_gfx_target("gfx11").unwrap_err().contains("family"));
+        assert!(check_gfx_target("gfx1199").unwrap_err().contains("unknown"));
+        assert!(check_gfx_target("sm_86")
+            .unwrap_err()
+            .contains("not a GPU arch"));
+    }
 }

@@ -11,6 +11,9 @@ use crate::assets;
 use crate::project::project_root;
 
 mod asr;
+pub mod deps;
+pub mod dist;
+pub mod kernels;
 
 /// What to benchmark.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -65,10 +68,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         bench_vad(args.repeat)?;
     }
     if all || matches!(args.suite, Suite::Deps) {
-        crate::verify_deps::bench::bench()?;
+        deps::bench()?;
     }
     if all || matches!(args.suite, Suite::Kernels) {
-        crate::kernels::bench::bench()?;
+        kernels::bench()?;
     }
     if all || matches!(args.suite, Suite::Asr) {
         asr::bench(args.repeat, args.cpu_isa)?;
@@ -77,7 +80,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         bench_server(args.repeat)?;
     }
     if all || matches!(args.suite, Suite::Dist) {
-        crate::dist::bench::bench()?;
+        dist::bench()?;
     }
     Ok(ExitCode::SUCCESS)
 }

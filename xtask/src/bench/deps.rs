@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 
-use super::synth::{self, PeSpec};
-use super::{check, input, Policy};
 use crate::tracks::TracksFile;
+use crate::verify_deps::synth::{self, PeSpec};
+use crate::verify_deps::{check, input, Policy};
 
 /// One timed verification.
 #[derive(Debug, Clone, Copy)]
@@ -70,7 +70,7 @@ pub fn bench_tree(dir: &Path, files: usize, bytes: u64) -> anyhow::Result<BenchR
     let tracks_path = TracksFile::default_path();
     let tracks = TracksFile::load(&tracks_path)?;
     let policy = Policy::new(&tracks, &tracks_path, Some("rocm6"))?;
-    let run = || -> anyhow::Result<(super::Report, f64)> {
+    let run = || -> anyhow::Result<(crate::verify_deps::Report, f64)> {
         let t = Instant::now();
         let p = input::read_dir(&pkg)?;
         let r = check(&p, &policy);

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use super::archive::{self, ZipEntry};
+use crate::dist::archive::{self, ZipEntry};
 use crate::kernels::fixtures::{bench_tree, Fill};
 use crate::kernels::report::human_mb;
 use crate::toolset::tools::which;
@@ -47,7 +47,7 @@ pub fn bench() -> Result<()> {
 
 fn run(dir: &Path) -> Result<()> {
     let start = Instant::now();
-    let fake = super::fixtures::windows_hip(dir, 6, &bench_tree(), Fill::Code)?;
+    let fake = crate::dist::fixtures::windows_hip(dir, 6, &bench_tree(), Fill::Code)?;
     let sdk_bytes = folder_bytes(&fake.sdk)?;
     println!(
         "== bench dist: rocm6 package from a generated SDK of {} (written in {:.1} s)",

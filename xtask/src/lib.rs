@@ -8,6 +8,7 @@ pub mod build;
 pub mod dist;
 pub mod doctor;
 pub mod flags;
+pub mod hostile;
 pub mod kernels;
 pub mod project;
 pub mod sdk;

@@ -375,7 +375,7 @@ mod tests {
             b.extend(offset.to_le_bytes());
             offset += (*data as u64).div_ceil(32) * 32;
         }
-        while b.len() % 32 != 0 {
+        while !b.len().is_multiple_of(32) {
             b.push(0);
         }
         for (_, _, _, data) in tensors {

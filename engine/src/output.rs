@@ -266,13 +266,10 @@ mod tests {
     #[test]
     fn devices_are_written_in_place_and_write_errors_reported() {
         write_bytes(Path::new("/dev/null"), b"discarded").unwrap();
-        assert!(
-            std::fs::metadata("/dev/null")
-                .unwrap()
-                .file_type()
-                .is_file()
-                == false
-        );
+        assert!(!std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_file());
         let err = write_bytes(Path::new("/dev/full"), &[0u8; 1 << 16]).unwrap_err();
         assert!(
             err.to_string().contains("cannot write '/dev/full'"),

@@ -164,15 +164,21 @@ pub fn check(bytes: &[u8]) -> Result<(), String> {
     let n_kv = c.u64(&|| "the metadata count".into())?;
     // Every tensor entry takes at least 8 (name) + 4 (dims) + 4 (type) + 8 (offset) bytes,
     // every metadata entry at least 8 (key) + 4 (type) + 1 (value).
-    if n_tensors > MAX_TENSORS || n_tensors.saturating_mul(24) > c.remaining() {
-        return Err(format!(
-            "the header claims {n_tensors} tensors, more than the file can hold (at most {MAX_TENSORS})"
-        ));
-    }
-    if n_kv > MAX_KV || n_kv.saturating_mul(13) > c.remaining() {
-        return Err(format!(
-            "the header claims {n_kv} metadata entries, more than the file can hold (at most {MAX_KV})"
-        ));
+    for (what, n, max, min_bytes) in [
+        ("tensors", n_tensors, MAX_TENSORS, 24),
+        ("metadata entries", n_kv, MAX_KV, 13),
+    ] {
+        if n > max {
+            return Err(format!(
+                "the header claims {n} {what}; at most {max} are allowed"
+            ));
+        }
+        if n.saturating_mul(min_bytes) > c.remaining() {
+            return Err(format!(
+                "the header claims {n} {what} but only {} bytes follow (truncated or corrupt file)",
+                c.remaining()
+            ));
+        }
     }
     let mut alignment = DEFAULT_ALIGNMENT;
     let mut keys = HashSet::new();

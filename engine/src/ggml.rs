@@ -204,6 +204,7 @@ pub fn init() {
                     // SAFETY: c is a valid NUL-terminated path.
                     unsafe { sys::ggml_backend_load_all_from_path(c.as_ptr()) };
                 }
+                log::report_backend_load_errors();
                 break;
             }
         }

@@ -35,6 +35,20 @@ pub fn take_last_error() -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
 
+/// Prints, as one `warning:` line, the first error ggml logged while loading the
+/// backend libraries: a quiet log must not hide that a GPU backend failed to load
+/// (a missing runtime DLL, an old driver), since the run then falls back to the CPU.
+pub fn report_backend_load_errors() {
+    if let Some(e) = take_last_error() {
+        if !verbose() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "warning: a ggml backend failed to load ({e}); see --verbose"
+            );
+        }
+    }
+}
+
 fn record(level: sys::ggml_log_level, msg: &str) {
     if verbose() {
         let _ = write!(std::io::stderr(), "{msg}");

@@ -303,10 +303,9 @@ fn run_vad(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         output::write_bytes(path, segments_json(&out).as_bytes())?;
     }
     if flags.json {
-        out!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("serialises")
-        );
+        let mut v = serde_json::to_value(&out).expect("serialises");
+        v["segments"] = serde_json::Value::from(vad_segments(&out));
+        out!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
     } else {
         print_vad(&out)?;
     }
@@ -452,20 +451,24 @@ fn asr_segments_json(out: &AsrOutput) -> String {
     .expect("serialises")
 }
 
-fn segments_json(out: &VadOutput) -> String {
+/// VAD segments as every output names them (docs/errors.md): `start` and `end` in
+/// seconds, `start_sample` and `end_sample` at the model's rate.
+fn vad_segments(out: &VadOutput) -> Vec<serde_json::Value> {
     let rate = out.sample_rate as f64;
-    let segs: Vec<serde_json::Value> = out
-        .segments
+    out.segments
         .iter()
         .map(|s| {
             serde_json::json!({
+                "start": s.start as f64 / rate, "end": s.end as f64 / rate,
                 "start_sample": s.start, "end_sample": s.end,
-                "start_s": s.start as f64 / rate, "end_s": s.end as f64 / rate,
             })
         })
-        .collect();
+        .collect()
+}
+
+fn segments_json(out: &VadOutput) -> String {
     serde_json::to_string_pretty(
-        &serde_json::json!({ "sample_rate": out.sample_rate, "segments": segs }),
+        &serde_json::json!({ "sample_rate": out.sample_rate, "segments": vad_segments(out) }),
     )
     .expect("serialises")
 }

@@ -6,9 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use audiocpp_engine::audio::{self, AudioLimits};
 use audiocpp_engine::backend::{self, BackendKind, RuntimeOptions};
 use audiocpp_engine::families;
 use audiocpp_engine::families::whisper::WeightType;
+use audiocpp_engine::output;
 use audiocpp_engine::tasks::{self, AsrModel, AsrOutput, VadModel, VadOutput};
 use audiocpp_engine::vad::VadParams;
 use audiocpp_engine::EngineError;
@@ -108,15 +110,28 @@ struct Flags {
     /// VAD: split segments longer than this many seconds.
     #[arg(long)]
     vad_max_speech_s: Option<f32>,
+    /// Refuse audio longer than this many seconds (checked from the header before
+    /// decoding; default 21600, six hours).
+    #[arg(long, value_name = "SECONDS")]
+    max_audio_s: Option<f64>,
+    /// Refuse audio sampled below this rate in Hz (default 4000): resampling a lower
+    /// rate up to the model's multiplies the samples.
+    #[arg(long, value_name = "HZ")]
+    min_sample_rate_hz: Option<u32>,
     /// List the devices of this build and exit.
     #[arg(long)]
     list_devices: bool,
     /// List the model families this build can load and exit.
     #[arg(long)]
     list_loaders: bool,
-    /// Print results as JSON instead of key=value lines.
+    /// Print results as JSON instead of key=value lines (and errors as one JSON line
+    /// on stderr).
     #[arg(long)]
     json: bool,
+    /// Show ggml's own log lines (hidden by default; their reason still reaches the
+    /// final `error:` line).
+    #[arg(long)]
+    verbose: bool,
 }
 
 /// A failure with its exit code.
@@ -142,7 +157,8 @@ fn usage(message: impl Into<String>) -> Failure {
 }
 
 /// `println!` for results: a closed pipe (`audiocpp_cli ... | head`) ends the process
-/// quietly with status 0, as SIGPIPE does for C tools, instead of panicking.
+/// quietly with status 0, as SIGPIPE does for C tools; any other write error (a full
+/// disk behind a redirect, `/dev/full`) is a failure with exit code 2.
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
@@ -150,17 +166,33 @@ macro_rules! out {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 std::process::exit(0);
             }
-            panic!("writing to stdout: {e}");
+            return Err(usage(format!("cannot write to standard output: {e}")));
         }
     }};
 }
 
 fn main() -> ExitCode {
     let flags = Flags::parse();
+    // An interrupted write leaves no hidden partial file behind.
+    let handler = ctrlc::set_handler(|| {
+        audiocpp_engine::output::remove_partials();
+        std::process::exit(130);
+    });
+    if let Err(e) = handler {
+        eprintln!("warning: cannot handle SIGINT/SIGTERM ({e}); an interrupted write may leave a .partial file");
+    }
+    audiocpp_engine::ggml::log::set_verbose(flags.verbose);
+    let json = flags.json;
     match run(flags) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("error: {}", f.message);
+            if json {
+                let e =
+                    serde_json::json!({ "error": { "message": f.message, "exit_code": f.code } });
+                eprintln!("{e}");
+            } else {
+                eprintln!("error: {}", f.message);
+            }
             ExitCode::from(f.code)
         }
     }
@@ -233,6 +265,19 @@ fn run(flags: Flags) -> Result<(), Failure> {
     }
 }
 
+/// The decoded-audio limits: the engine's defaults with the flags applied.
+fn audio_limits(flags: &Flags) -> Result<AudioLimits, Failure> {
+    let d = AudioLimits::default();
+    let limits = AudioLimits {
+        max_duration_s: flags.max_audio_s.unwrap_or(d.max_duration_s),
+        min_sample_rate_hz: flags.min_sample_rate_hz.unwrap_or(d.min_sample_rate_hz),
+    };
+    limits
+        .validate()
+        .map_err(|e| usage(format!("--max-audio-s / --min-sample-rate-hz: {e}")))?;
+    Ok(limits)
+}
+
 fn run_vad(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     let audio = flags
         .audio
@@ -254,19 +299,20 @@ fn run_vad(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             "--vad-model is for --task asr; --task vad takes the VAD model as --model",
         ));
     }
+    let limits = audio_limits(flags)?;
     let mut vad = VadModel::load(family, model, flags.model_spec_override.as_deref(), &opts)?;
     let params = vad_params(flags, vad.default_params());
-    let out = vad.run_file(audio, &params)?;
+    let samples = audio::load_limited(audio, vad.sample_rate(), &limits)?.samples;
+    let out = vad.run_samples(&samples, &params)?;
     if let Some(path) = &flags.vad_chunks_out {
-        write_atomic(path, segments_json(&out).as_bytes())?;
+        output::write_bytes(path, segments_json(&out).as_bytes())?;
     }
     if flags.json {
-        out!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("serialises")
-        );
+        let mut v = serde_json::to_value(&out).expect("serialises");
+        v["segments"] = serde_json::Value::from(vad_segments(&out));
+        out!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
     } else {
-        print_vad(&out);
+        print_vad(&out)?;
     }
     Ok(())
 }
@@ -301,6 +347,7 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         device: flags.device,
         threads: flags.threads,
     };
+    let limits = audio_limits(flags)?;
     let mut asr = AsrModel::load(family, model, flags.model_spec_override.as_deref(), &opts)?;
     let mut decode = asr.default_options();
     if let Some(lang) = &flags.language {
@@ -331,7 +378,10 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         )));
     }
     let out = match &flags.vad_model {
-        None => asr.run_file(audio, &decode)?,
+        None => {
+            let samples = audio::load_limited(audio, asr.sample_rate(), &limits)?.samples;
+            asr.run_samples(&samples, &decode)?
+        }
         Some(vad_path) => {
             if !vad_path.is_file() {
                 return Err(usage(format!(
@@ -350,15 +400,15 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
                     }
                 })?;
             let params = vad_params(flags, vad.asr_chunking_params());
-            let samples = audiocpp_engine::audio::load(audio, asr.sample_rate())?.samples;
+            let samples = audio::load_limited(audio, asr.sample_rate(), &limits)?.samples;
             asr.run_samples_with_vad(&samples, &decode, &mut vad, &params)?
         }
     };
     if let Some(path) = &flags.text_out {
-        write_atomic(path, format!("{}\n", out.text).as_bytes())?;
+        output::write_bytes(path, format!("{}\n", out.text).as_bytes())?;
     }
     if let Some(path) = &flags.segments_out {
-        write_atomic(path, asr_segments_json(&out).as_bytes())?;
+        output::write_bytes(path, asr_segments_json(&out).as_bytes())?;
     }
     if flags.json {
         out!(
@@ -366,7 +416,7 @@ fn run_asr(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             serde_json::to_string_pretty(&asr_json(&out, flags.timestamps)).expect("serialises")
         );
     } else {
-        print_asr(&out, flags.timestamps);
+        print_asr(&out, flags.timestamps)?;
     }
     Ok(())
 }
@@ -385,7 +435,7 @@ fn asr_json(out: &AsrOutput, timestamps: bool) -> serde_json::Value {
     v
 }
 
-fn print_asr(out: &AsrOutput, timestamps: bool) {
+fn print_asr(out: &AsrOutput, timestamps: bool) -> Result<(), Failure> {
     out!("task=asr");
     out!("family={}", out.family);
     out!("device={}", out.device);
@@ -409,6 +459,7 @@ fn print_asr(out: &AsrOutput, timestamps: bool) {
     if out.audio_seconds > 0.0 {
         out!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);
     }
+    Ok(())
 }
 
 fn asr_segments_json(out: &AsrOutput) -> String {
@@ -423,25 +474,29 @@ fn asr_segments_json(out: &AsrOutput) -> String {
     .expect("serialises")
 }
 
-fn segments_json(out: &VadOutput) -> String {
+/// VAD segments as every output names them (docs/errors.md): `start` and `end` in
+/// seconds, `start_sample` and `end_sample` at the model's rate.
+fn vad_segments(out: &VadOutput) -> Vec<serde_json::Value> {
     let rate = out.sample_rate as f64;
-    let segs: Vec<serde_json::Value> = out
-        .segments
+    out.segments
         .iter()
         .map(|s| {
             serde_json::json!({
+                "start": s.start as f64 / rate, "end": s.end as f64 / rate,
                 "start_sample": s.start, "end_sample": s.end,
-                "start_s": s.start as f64 / rate, "end_s": s.end as f64 / rate,
             })
         })
-        .collect();
+        .collect()
+}
+
+fn segments_json(out: &VadOutput) -> String {
     serde_json::to_string_pretty(
-        &serde_json::json!({ "sample_rate": out.sample_rate, "segments": segs }),
+        &serde_json::json!({ "sample_rate": out.sample_rate, "segments": vad_segments(out) }),
     )
     .expect("serialises")
 }
 
-fn print_vad(out: &VadOutput) {
+fn print_vad(out: &VadOutput) -> Result<(), Failure> {
     let rate = out.sample_rate as f64;
     out!("task=vad");
     out!("family={}", out.family);
@@ -460,18 +515,6 @@ fn print_vad(out: &VadOutput) {
     out!("inference_ms={:.2}", out.inference_ms);
     if out.audio_seconds > 0.0 {
         out!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);
-    }
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| usage(format!("'{}' is not a file path", path.display())))?;
-    let tmp = path.with_file_name(format!(".{}.partial", name.to_string_lossy()));
-    let res = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = res {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(usage(format!("cannot write '{}': {e}", path.display())));
     }
     Ok(())
 }

@@ -279,3 +279,224 @@ fn a_closed_stdout_ends_the_run_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
+
+/// A mono 16-bit WAV header claiming `rate` Hz over `samples` samples.
+fn wav_at(path: &std::path::Path, rate: u32, samples: usize) {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for i in 0..samples {
+        w.write_sample((i % 200) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+}
+
+#[test]
+fn audio_limits_are_checked_from_the_header() {
+    let dir = tempfile::tempdir().unwrap();
+    // 84 KB claiming 1 Hz: 11.7 hours once resampled to 16 kHz (the CLI passed 6 GB).
+    let one_hz = dir.path().join("1hz.wav");
+    wav_at(&one_hz, 1, 42_000);
+    let specs = specs();
+    let spec = ["--model-spec-override", s(&specs)];
+    let run = vad_run(s(&silero_bin()), s(&one_hz), &spec);
+    assert_user_error(&run, "sample rate 1 Hz is below the limit of 4000 Hz");
+    assert!(
+        run.stderr.contains("--min-sample-rate-hz"),
+        "{}",
+        run.stderr
+    );
+    let run = vad_run(
+        s(&silero_bin()),
+        s(&one_hz),
+        &[
+            &spec[..],
+            &["--min-sample-rate-hz", "1", "--max-audio-s", "60"],
+        ]
+        .concat(),
+    );
+    assert_user_error(&run, "over the limit of 60 s (max_audio_s)");
+    assert!(run.stderr.contains("--max-audio-s"), "{}", run.stderr);
+    let run = vad_run(
+        s(&silero_bin()),
+        s(&clip("silence.wav")),
+        &[&spec[..], &["--max-audio-s", "0"]].concat(),
+    );
+    assert_user_error(&run, "must be a positive number of seconds");
+}
+
+#[test]
+fn threads_beyond_the_machine_are_clamped_with_a_warning() {
+    for threads in ["100000", "99999999999"] {
+        let run = vad_run(
+            s(&silero_bin()),
+            s(&clip("silence.wav")),
+            &["--model-spec-override", s(&specs()), "--threads", threads],
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(
+            run.stderr
+                .contains(&format!("warning: --threads {threads} is more than the")),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn a_gguf_tensor_past_the_end_of_the_file_is_an_error_not_an_abort() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("silero.gguf");
+    let run = cli(&[
+        "--task",
+        "convert",
+        "--family",
+        "silero_vad",
+        "--model",
+        s(&silero_bin()),
+        "--out",
+        s(&gguf),
+        "--model-spec-override",
+        s(&specs()),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut bytes = std::fs::read(&gguf).unwrap();
+    let dims_at = last_tensor_dim_offset(&bytes);
+    bytes[dims_at..dims_at + 8].copy_from_slice(&(1u64 << 27).to_le_bytes());
+    let bad = dir.path().join("bad.gguf");
+    std::fs::write(&bad, &bytes).unwrap();
+    let run = vad_run(s(&bad), s(&clip("silence.wav")), &[]);
+    assert_user_error(&run, "past the end of the file");
+    assert_eq!(
+        run.stderr.lines().count(),
+        1,
+        "one line, no ggml log: {}",
+        run.stderr
+    );
+}
+
+#[test]
+fn json_errors_are_json() {
+    let run = cli(&["--task", "vad", "--family", "silero_vad", "--json"]);
+    assert_eq!(run.code, 2);
+    let v: serde_json::Value = serde_json::from_str(run.stderr.trim()).unwrap();
+    assert_eq!(v["error"]["exit_code"], 2);
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--model is required"));
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn outputs_go_in_place_to_devices_through_symlinks_and_report_write_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, audio, specs) = (silero_bin(), clip("speech_gaps.wav"), specs());
+    let base = [
+        &vad_args(s(&model), s(&audio))[..],
+        &["--model-spec-override", s(&specs)],
+    ]
+    .concat();
+    // /dev/full: the write error is an error, exit 2, not a silent success.
+    let run = cli(&[&base[..], &["--vad-chunks-out", "/dev/full"]].concat());
+    assert_user_error(&run, "cannot write '/dev/full'");
+    // /dev/null stays a device.
+    let run = cli(&[&base[..], &["--vad-chunks-out", "/dev/null"]].concat());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!std::fs::metadata("/dev/null").unwrap().is_file());
+    // A symlink stays a symlink; its target gets the content.
+    let real = dir.path().join("real.json");
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let run = cli(&[&base[..], &["--vad-chunks-out", s(&link)]].concat());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&real).unwrap()).unwrap();
+    assert!(!v["segments"].as_array().unwrap().is_empty());
+    // A FIFO is written in place (a reader gets the whole file).
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    let run = cli(&[&base[..], &["--vad-chunks-out", s(&fifo)]].concat());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(reader.join().unwrap().contains("\"segments\""));
+    // Standard output itself full: exit 2 with the reason.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_audiocpp_cli"))
+        .args(&base)
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write to standard output"));
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        3,
+        "no partial files"
+    );
+}
+
+#[test]
+fn a_convert_that_cannot_write_exits_2() {
+    let run = cli(&[
+        "--task",
+        "convert",
+        "--family",
+        "silero_vad",
+        "--model",
+        s(&silero_bin()),
+        "--out",
+        "/nonexistent-dir/out.gguf",
+        "--model-spec-override",
+        s(&specs()),
+    ]);
+    assert_user_error(&run, "cannot write '/nonexistent-dir/out.gguf'");
+}
+
+/// Offset of the last tensor's first dimension in a GGUF's tensor table.
+fn last_tensor_dim_offset(b: &[u8]) -> usize {
+    fn u64_at(b: &[u8], p: usize) -> usize {
+        u64::from_le_bytes(b[p..p + 8].try_into().unwrap()) as usize
+    }
+    fn u32_at(b: &[u8], p: usize) -> usize {
+        u32::from_le_bytes(b[p..p + 4].try_into().unwrap()) as usize
+    }
+    fn skip(b: &[u8], p: usize, t: usize) -> usize {
+        match t {
+            0 | 1 | 7 => p + 1,
+            2 | 3 => p + 2,
+            4..=6 => p + 4,
+            10..=12 => p + 8,
+            8 => p + 8 + u64_at(b, p),
+            9 => (0..u64_at(b, p + 4)).fold(p + 12, |q, _| skip(b, q, u32_at(b, p))),
+            _ => panic!("GGUF value type {t}"),
+        }
+    }
+    let (n_tensors, n_kv) = (u64_at(b, 8), u64_at(b, 16));
+    let mut p = 24;
+    for _ in 0..n_kv {
+        p += 8 + u64_at(b, p);
+        p = skip(b, p + 4, u32_at(b, p));
+    }
+    let mut last = 0;
+    for _ in 0..n_tensors {
+        p += 8 + u64_at(b, p);
+        last = p + 4;
+        p += 4 + 8 * u32_at(b, p) + 12;
+    }
+    last
+}

@@ -3,6 +3,10 @@
 //! WAV (8/16/24/32-bit integer or float, any channel count) goes through `hound`;
 //! FLAC and MP3 through `symphonia`. Channels are averaged, then the signal is
 //! resampled with `rubato`'s windowed-sinc resampler.
+//!
+//! Every decode runs under [`AudioLimits`], checked from the header before any sample
+//! is decoded or resampled: a small file whose header claims 1 Hz would otherwise be
+//! resampled to hours of audio (gigabytes of memory).
 
 use std::path::Path;
 
@@ -24,6 +28,83 @@ impl Audio {
     }
 }
 
+/// Bounds on the audio a decode may produce. The defaults are far beyond real
+/// recordings (six-hour files, telephone-quality rates and up) and exist so a lying
+/// header cannot make a small file expand into gigabytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AudioLimits {
+    /// Longest audio accepted, in seconds (`--max-audio-s`, server.json `max_audio_s`).
+    pub max_duration_s: f64,
+    /// Lowest sample rate accepted, in Hz (`--min-sample-rate-hz`, server.json
+    /// `min_sample_rate_hz`): resampling from a rate this low up to 16 kHz multiplies
+    /// the samples by at most 16000 / this.
+    pub min_sample_rate_hz: u32,
+}
+
+/// Default of [`AudioLimits::max_duration_s`]: 6 hours (1.4 GB of samples at 16 kHz).
+pub const DEFAULT_MAX_AUDIO_S: f64 = 6.0 * 3600.0;
+/// Default of [`AudioLimits::min_sample_rate_hz`]: 4 kHz, below every real
+/// recording format (telephony is 8 kHz).
+pub const DEFAULT_MIN_SAMPLE_RATE_HZ: u32 = 4000;
+/// Highest sample rate accepted, in Hz: above the 768 kHz of the fastest audio
+/// converters, so only a corrupt header reaches it.
+pub const MAX_SAMPLE_RATE_HZ: u32 = 1_536_000;
+
+impl Default for AudioLimits {
+    fn default() -> Self {
+        AudioLimits {
+            max_duration_s: DEFAULT_MAX_AUDIO_S,
+            min_sample_rate_hz: DEFAULT_MIN_SAMPLE_RATE_HZ,
+        }
+    }
+}
+
+impl AudioLimits {
+    /// Checks the limits themselves (a flag or config value): both must be positive.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if !(self.max_duration_s.is_finite() && self.max_duration_s > 0.0) {
+            return Err(format!(
+                "max audio duration {} s must be a positive number of seconds",
+                self.max_duration_s
+            ));
+        }
+        if self.min_sample_rate_hz == 0 || self.min_sample_rate_hz > MAX_SAMPLE_RATE_HZ {
+            return Err(format!(
+                "minimum sample rate {} Hz must be between 1 and {MAX_SAMPLE_RATE_HZ}",
+                self.min_sample_rate_hz
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a stream's rate, and its length in frames when the header states one.
+    pub fn check(&self, sample_rate: u32, frames: Option<u64>) -> std::result::Result<(), String> {
+        if sample_rate < self.min_sample_rate_hz {
+            return Err(format!(
+                "sample rate {sample_rate} Hz is below the limit of {} Hz (min_sample_rate_hz); \
+                 if the file is real, lower it with --min-sample-rate-hz (server.json: min_sample_rate_hz)",
+                self.min_sample_rate_hz
+            ));
+        }
+        if sample_rate > MAX_SAMPLE_RATE_HZ {
+            return Err(format!(
+                "sample rate {sample_rate} Hz is above {MAX_SAMPLE_RATE_HZ} Hz; the header is corrupt"
+            ));
+        }
+        if let Some(frames) = frames {
+            let seconds = frames as f64 / sample_rate as f64;
+            if seconds > self.max_duration_s {
+                return Err(format!(
+                    "the audio is {seconds:.0} s long, over the limit of {:.0} s (max_audio_s); \
+                     raise it with --max-audio-s (server.json: max_audio_s) or split the file",
+                    self.max_duration_s
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 fn audio_err(path: &Path, reason: impl std::fmt::Display) -> EngineError {
     EngineError::Audio {
         path: path.to_path_buf(),
@@ -31,18 +112,28 @@ fn audio_err(path: &Path, reason: impl std::fmt::Display) -> EngineError {
     }
 }
 
-/// Reads and decodes an audio file, then converts it to mono at `target_rate`.
+/// Reads and decodes an audio file under the default [`AudioLimits`], then converts
+/// it to mono at `target_rate`.
 pub fn load(path: &Path, target_rate: u32) -> Result<Audio> {
+    load_limited(path, target_rate, &AudioLimits::default())
+}
+
+/// [`load`] under the given limits.
+pub fn load_limited(path: &Path, target_rate: u32, limits: &AudioLimits) -> Result<Audio> {
     let bytes = std::fs::read(path).map_err(|source| EngineError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    from_bytes(&bytes, target_rate).map_err(|reason| audio_err(path, reason))
+    from_bytes(&bytes, target_rate, limits).map_err(|reason| audio_err(path, reason))
 }
 
 /// Decodes an in-memory audio file (an upload) to mono at `target_rate`.
-pub fn from_bytes(bytes: &[u8], target_rate: u32) -> std::result::Result<Audio, String> {
-    let audio = decode(bytes)?;
+pub fn from_bytes(
+    bytes: &[u8],
+    target_rate: u32,
+    limits: &AudioLimits,
+) -> std::result::Result<Audio, String> {
+    let audio = decode(bytes, limits)?;
     if audio.samples.is_empty() {
         return Err("the file holds no samples".into());
     }
@@ -65,19 +156,24 @@ pub fn flush_denormals(samples: &mut [f32]) {
     }
 }
 
-/// Decodes bytes of a WAV, FLAC or MP3 file to mono.
-pub fn decode(bytes: &[u8]) -> std::result::Result<Audio, String> {
+/// Decodes bytes of a WAV, FLAC or MP3 file to mono, refusing (before decoding) a
+/// stream outside `limits`.
+pub fn decode(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<Audio, String> {
     if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
-        decode_wav(bytes)
+        decode_wav(bytes, limits)
     } else {
-        decode_symphonia(bytes)
+        decode_symphonia(bytes, limits)
     }
 }
 
-fn decode_wav(bytes: &[u8]) -> std::result::Result<Audio, String> {
+fn decode_wav(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<Audio, String> {
     let reader = hound::WavReader::new(std::io::Cursor::new(bytes)).map_err(|e| e.to_string())?;
     let spec = reader.spec();
     let channels = spec.channels.max(1) as usize;
+    // The header's frame count, capped by what the file can hold (a header may lie).
+    let frame_bytes = channels as u64 * u64::from(spec.bits_per_sample).div_ceil(8).max(1);
+    let frames = u64::from(reader.duration()).min(bytes.len() as u64 / frame_bytes);
+    limits.check(spec.sample_rate, Some(frames))?;
     let interleaved: Vec<f32> = match spec.sample_format {
         hound::SampleFormat::Float => reader
             .into_samples::<f32>()
@@ -98,7 +194,7 @@ fn decode_wav(bytes: &[u8]) -> std::result::Result<Audio, String> {
     })
 }
 
-fn decode_symphonia(bytes: &[u8]) -> std::result::Result<Audio, String> {
+fn decode_symphonia(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<Audio, String> {
     use symphonia::core::audio::SampleBuffer;
     use symphonia::core::codecs::DecoderOptions;
     use symphonia::core::formats::FormatOptions;
@@ -127,6 +223,9 @@ fn decode_symphonia(bytes: &[u8]) -> std::result::Result<Audio, String> {
         .make(&track.codec_params, &DecoderOptions::default())
         .map_err(|e| e.to_string())?;
     let mut sample_rate = track.codec_params.sample_rate.unwrap_or(0);
+    if sample_rate != 0 {
+        limits.check(sample_rate, track.codec_params.n_frames)?;
+    }
     let mut samples = Vec::new();
     while let Ok(packet) = format.next_packet() {
         if packet.track_id() != track.id {
@@ -138,7 +237,15 @@ fn decode_symphonia(bytes: &[u8]) -> std::result::Result<Audio, String> {
             Err(e) => return Err(e.to_string()),
         };
         let spec = *decoded.spec();
+        if spec.rate != sample_rate || samples.is_empty() {
+            limits.check(spec.rate, None)?;
+        }
         sample_rate = spec.rate;
+        // Streams without a stated length are bounded as they decode.
+        limits.check(
+            sample_rate,
+            Some(samples.len() as u64 + decoded.frames() as u64),
+        )?;
         let mut buf = SampleBuffer::<f32>::new(decoded.capacity() as u64, spec);
         buf.copy_interleaved_ref(decoded);
         samples.extend(downmix(buf.samples(), spec.channels.count().max(1)));
@@ -262,7 +369,7 @@ mod tests {
                 w.write_sample(0i32).unwrap();
             }
         });
-        let a = decode(&bytes).unwrap();
+        let a = decode(&bytes, &AudioLimits::default()).unwrap();
         assert_eq!(a.samples.len(), 100);
         assert!((a.samples[0] - 0.25).abs() < 1e-6, "{}", a.samples[0]);
     }
@@ -280,7 +387,7 @@ mod tests {
                 w.write_sample(i as f32 / 10.0).unwrap();
             }
         });
-        let a = decode(&bytes).unwrap();
+        let a = decode(&bytes, &AudioLimits::default()).unwrap();
         assert_eq!(a.sample_rate, 8000);
         assert_eq!(a.samples[3], 0.3);
     }
@@ -326,9 +433,78 @@ mod tests {
         assert_eq!(x, vec![0.0, 0.0, 0.5, -3e-5]);
     }
 
+    fn mono16(rate: u32, samples: usize) -> Vec<u8> {
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: rate,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        wav_bytes(spec, |w| {
+            for i in 0..samples {
+                w.write_sample((i % 100) as i16).unwrap();
+            }
+        })
+    }
+
+    #[test]
+    fn a_rate_below_the_floor_is_refused_before_resampling() {
+        // 1 Hz: 42,000 samples would become 11.7 hours (2.7 GB) at 16 kHz.
+        let bytes = mono16(1, 42_000);
+        let err = from_bytes(&bytes, 16000, &AudioLimits::default()).unwrap_err();
+        assert!(
+            err.contains("sample rate 1 Hz is below the limit of 4000 Hz"),
+            "{err}"
+        );
+        assert!(err.contains("--min-sample-rate-hz"), "{err}");
+        let lowered = AudioLimits {
+            min_sample_rate_hz: 1,
+            max_duration_s: 10.0,
+        };
+        let err = from_bytes(&bytes, 16000, &lowered).unwrap_err();
+        assert!(
+            err.contains("over the limit of 10 s (max_audio_s)"),
+            "{err}"
+        );
+        assert!(err.contains("--max-audio-s"), "{err}");
+    }
+
+    #[test]
+    fn the_duration_limit_reads_the_header_and_the_file_size() {
+        let limits = AudioLimits {
+            max_duration_s: 1.0,
+            ..AudioLimits::default()
+        };
+        assert!(from_bytes(&mono16(8000, 7_999), 16000, &limits).is_ok());
+        let err = from_bytes(&mono16(8000, 16_000), 16000, &limits).unwrap_err();
+        assert!(err.contains("the audio is 2 s long"), "{err}");
+        // A header claiming far more data than the file holds is judged by the file.
+        let mut lying = mono16(8000, 4000);
+        let n = lying.len();
+        lying[40..44].copy_from_slice(&u32::MAX.to_le_bytes());
+        let err = from_bytes(&lying, 16000, &limits).unwrap_err();
+        assert!(!err.contains("long, over the limit"), "{err} ({n} bytes)");
+    }
+
+    #[test]
+    fn limits_themselves_are_checked() {
+        let zero = AudioLimits {
+            max_duration_s: 0.0,
+            ..AudioLimits::default()
+        };
+        assert!(zero.validate().is_err());
+        let no_floor = AudioLimits {
+            min_sample_rate_hz: 0,
+            ..AudioLimits::default()
+        };
+        assert!(no_floor.validate().is_err());
+        assert!(AudioLimits::default().validate().is_ok());
+    }
+
     #[test]
     fn garbage_is_rejected() {
-        assert!(decode(b"this is not audio at all, just text").is_err());
-        assert!(decode(b"RIFF\0\0\0\0WAVEfmt ").is_err());
+        let limits = AudioLimits::default();
+        assert!(decode(b"this is not audio at all, just text", &limits).is_err());
+        assert!(decode(b"RIFF\0\0\0\0WAVEfmt ", &limits).is_err());
     }
 }

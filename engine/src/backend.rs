@@ -191,6 +191,24 @@ impl Default for RuntimeOptions {
     }
 }
 
+/// The worker threads to run with: `requested` (0 = all cores) capped at the machine's
+/// `cores`, and the warning to print when the request was capped. More threads than
+/// cores only slow ggml down, and an absurd count (100000) would spawn that many
+/// threads or fail to.
+pub fn clamp_threads(requested: usize, cores: usize) -> (usize, Option<String>) {
+    let cores = cores.max(1);
+    match requested {
+        0 => (cores, None),
+        n if n > cores => (
+            cores,
+            Some(format!(
+                "--threads {n} is more than the {cores} cores of this machine; using {cores}"
+            )),
+        ),
+        n => (n, None),
+    }
+}
+
 /// The chosen device's backend, plus the CPU backend for ops the device lacks.
 pub struct Runtime {
     main: Backend,
@@ -255,13 +273,13 @@ impl Runtime {
             ))
         })?;
         let main = Backend::new(dev)?;
-        let threads = if opts.threads == 0 {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
-        } else {
-            opts.threads
-        };
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let (threads, warning) = clamp_threads(opts.threads, cores);
+        if let Some(w) = warning {
+            eprintln!("warning: {w}");
+        }
         main.set_threads(threads);
         let cpu = if wanted == BackendKind::Cpu {
             None
@@ -316,5 +334,22 @@ impl Runtime {
             backends.push(cpu);
         }
         Ok(Scheduler::new(&backends, graph_size)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_are_clamped_to_the_machine_with_a_warning() {
+        assert_eq!(clamp_threads(0, 8), (8, None));
+        assert_eq!(clamp_threads(3, 8), (3, None));
+        let (n, warning) = clamp_threads(100_000, 8);
+        assert_eq!(n, 8);
+        assert!(warning
+            .unwrap()
+            .contains("--threads 100000 is more than the 8 cores"));
+        assert_eq!(clamp_threads(usize::MAX, 0).0, 1);
     }
 }

@@ -17,6 +17,7 @@ use std::sync::Once;
 use llama_cpp_sys_2 as sys;
 
 mod cpu_ops;
+pub mod log;
 /// True when `w` has the shape [`Context::mul_mat_f16_cpu`] takes: f16 with contiguous
 /// rows, at least 4 rows per batch, batches along one dimension.
 pub fn f16_product_fits(w: Tensor<'_>) -> bool {
@@ -169,29 +170,13 @@ pub fn quantize_rows(dtype: DType, data: &[f32], row_len: usize) -> Result<Vec<u
 
 static INIT: Once = Once::new();
 
-unsafe extern "C" fn log_callback(
-    level: sys::ggml_log_level,
-    text: *const std::os::raw::c_char,
-    _user: *mut std::os::raw::c_void,
-) {
-    let verbose = std::env::var_os("AUDIOCPP_LOG").is_some();
-    if text.is_null() || (!verbose && level < sys::GGML_LOG_LEVEL_WARN) {
-        return;
-    }
-    // SAFETY: ggml passes a NUL-terminated string valid for this call.
-    let msg = unsafe { CStr::from_ptr(text) }.to_string_lossy();
-    if verbose || level >= sys::GGML_LOG_LEVEL_ERROR {
-        eprint!("{msg}");
-    }
-}
-
 /// Quietens ggml's logging and, in builds with dynamic backends, loads the backend
 /// libraries that sit next to the executable (then the build's own backend folder).
 /// Idempotent; every public entry point calls it.
 pub fn init() {
     INIT.call_once(|| {
         // SAFETY: the callback is a plain function valid for the whole program.
-        unsafe { sys::ggml_log_set(Some(log_callback), std::ptr::null_mut()) };
+        unsafe { sys::ggml_log_set(Some(log::callback), std::ptr::null_mut()) };
         if cfg!(feature = "dynamic-backends") {
             let mut dirs = Vec::new();
             if let Some(dir) = std::env::current_exe()
@@ -219,6 +204,7 @@ pub fn init() {
                     // SAFETY: c is a valid NUL-terminated path.
                     unsafe { sys::ggml_backend_load_all_from_path(c.as_ptr()) };
                 }
+                log::report_backend_load_errors();
                 break;
             }
         }
@@ -1314,9 +1300,9 @@ pub fn read_gguf(bytes: &[u8]) -> Result<GgufContents> {
     // SAFETY: bytes is valid for its length; ggml copies what it needs into data_ctx.
     let gguf = unsafe { sys::gguf_init_from_buffer(bytes.as_ptr().cast(), bytes.len(), params) };
     if gguf.is_null() {
-        return Err(GgmlError::BadGguf(
-            "header, metadata or tensor table is malformed or truncated".into(),
-        ));
+        return Err(GgmlError::BadGguf(log::take_last_error().unwrap_or_else(
+            || "header, metadata or tensor table is malformed or truncated".into(),
+        )));
     }
     let mut out = GgufContents::default();
     // SAFETY: gguf and data_ctx are valid until freed below.

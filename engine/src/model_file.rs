@@ -95,6 +95,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<ModelFile> {
     }
     match &bytes[0..4] {
         b"GGUF" => {
+            crate::gguf_check::check(bytes).map_err(bad)?;
             let contents = ggml::read_gguf(bytes).map_err(|e| bad(e.to_string()))?;
             let family = contents.metadata.iter().find_map(|(k, v)| match v {
                 GgufValue::Str(s) if k == GGUF_FAMILY_KEY => Some(s.clone()),

@@ -217,8 +217,8 @@ pub struct ConvertOutput {
     pub tensors: usize,
 }
 
-/// Converts a model of a family to GGUF with the spec embedded. The file appears
-/// atomically (written beside the target, then renamed); nothing is left on failure.
+/// Converts a model of a family to GGUF with the spec embedded, written through
+/// [`crate::output`] (atomically for a regular file; nothing is left on failure).
 /// Silero VAD reads ggml `.bin`/GGUF files; Whisper reads CTranslate2 models (the
 /// `model.bin` or its folder, with `tokenizer.json` and `config.json` beside it);
 /// `weights` chooses how Whisper's matrix weights are stored (other families accept
@@ -281,23 +281,12 @@ pub fn convert(
             .into_iter()
             .filter(|(k, _)| !k.starts_with("audiocpp.") && !k.starts_with("general.alignment")),
     );
-    let file_name = out.file_name().ok_or_else(|| {
-        EngineError::Usage(format!("--out '{}' is not a file path", out.display()))
+    let bytes = crate::output::write_via_path(out, |tmp| {
+        crate::ggml::write_gguf(tmp, &metadata, &tensors).map_err(|e| EngineError::Write {
+            path: out.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })
     })?;
-    let tmp = out.with_file_name(format!(".{}.partial", file_name.to_string_lossy()));
-    let result = crate::ggml::write_gguf(&tmp, &metadata, &tensors)
-        .map_err(EngineError::from)
-        .and_then(|()| {
-            std::fs::rename(&tmp, out).map_err(|source| EngineError::Write {
-                path: out.to_path_buf(),
-                source,
-            })
-        });
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result?;
-    let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
     Ok(ConvertOutput {
         out: out.to_path_buf(),
         bytes,

@@ -37,6 +37,26 @@ pub struct Config {
     /// Largest request body accepted (413 above it).
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
+    /// Longest decoded audio accepted, in seconds (400 above it; checked from the
+    /// header before decoding).
+    #[serde(default = "default_max_audio_s")]
+    pub max_audio_s: f64,
+    /// Lowest audio sample rate accepted, in Hz (400 below it).
+    #[serde(default = "default_min_sample_rate_hz")]
+    pub min_sample_rate_hz: u32,
+    /// Most connections open at once; one more gets 503 and is closed.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Time a client has to send a complete request header; also how long an idle
+    /// keep-alive connection stays open between requests.
+    #[serde(default = "default_header_timeout_ms")]
+    pub header_timeout_ms: u64,
+    /// Time a client has to send a whole request body (408 after it).
+    #[serde(default = "default_body_timeout_ms")]
+    pub body_timeout_ms: u64,
+    /// Time connections still open get after SIGINT/SIGTERM before they are closed.
+    #[serde(default = "default_shutdown_timeout_ms")]
+    pub shutdown_timeout_ms: u64,
 }
 
 /// One served model.
@@ -84,6 +104,24 @@ fn default_busy_timeout_ms() -> u64 {
 }
 fn default_max_body_bytes() -> usize {
     64 << 20
+}
+fn default_max_connections() -> usize {
+    256
+}
+fn default_header_timeout_ms() -> u64 {
+    10_000
+}
+fn default_body_timeout_ms() -> u64 {
+    60_000
+}
+fn default_shutdown_timeout_ms() -> u64 {
+    60_000
+}
+fn default_max_audio_s() -> f64 {
+    audiocpp_engine::audio::DEFAULT_MAX_AUDIO_S
+}
+fn default_min_sample_rate_hz() -> u32 {
+    audiocpp_engine::audio::DEFAULT_MIN_SAMPLE_RATE_HZ
 }
 
 impl Config {
@@ -170,6 +208,46 @@ impl Config {
         self.backend
             .parse::<audiocpp_engine::backend::BackendKind>()
             .map_err(|e| e.to_string())?;
+        if self.api_key.as_deref() == Some("") {
+            return Err(
+                "api_key is empty: set a key, or remove api_key (null) to serve without one".into(),
+            );
+        }
+        for (key, value) in [
+            ("max_connections", self.max_connections as u64),
+            ("header_timeout_ms", self.header_timeout_ms),
+            ("body_timeout_ms", self.body_timeout_ms),
+            ("shutdown_timeout_ms", self.shutdown_timeout_ms),
+            ("max_body_bytes", self.max_body_bytes as u64),
+        ] {
+            if value == 0 {
+                return Err(format!("{key} is 0; it must be at least 1"));
+            }
+        }
+        for o in &self.cors_origins {
+            if o == "*" {
+                if self.cors_origins.len() > 1 {
+                    return Err("cors_origins: \"*\" (any origin) must be the only entry".into());
+                }
+            } else if !(o.starts_with("http://") || o.starts_with("https://"))
+                || o.parse::<axum::http::HeaderValue>().is_err()
+            {
+                return Err(format!(
+                    "cors_origins: '{o}' is not an origin (expected \"*\" or scheme://host[:port], e.g. http://localhost:3000)"
+                ));
+            }
+        }
+        self.audio_limits()
+            .validate()
+            .map_err(|e| format!("max_audio_s / min_sample_rate_hz: {e}"))?;
         Ok(())
+    }
+
+    /// The limits every upload is decoded under.
+    pub fn audio_limits(&self) -> audiocpp_engine::audio::AudioLimits {
+        audiocpp_engine::audio::AudioLimits {
+            max_duration_s: self.max_audio_s,
+            min_sample_rate_hz: self.min_sample_rate_hz,
+        }
     }
 }

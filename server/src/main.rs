@@ -5,6 +5,8 @@
 //! a time per model (a busy model answers 503 `server_busy` after `busy_timeout_ms`).
 
 mod config;
+mod languages;
+mod listener;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,6 +30,7 @@ use config::{Config, ModelEntry};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Mutex;
+use tower_http::cors::AllowOrigin;
 
 /// Command-line flags (each overrides the config file's value).
 #[derive(Debug, Parser)]
@@ -61,10 +64,20 @@ enum Loaded {
     Asr(Box<AsrModel>, Option<Box<VadModel>>),
 }
 
-/// A served model: its config entry and, once loaded, the engine model.
+/// Where a served model stands.
+enum SlotState {
+    /// Lazy and not requested yet.
+    Unloaded,
+    /// Ready to run.
+    Ready(Loaded),
+    /// Loading failed (the reason is in the log); requests get 503 until a restart.
+    Failed,
+}
+
+/// A served model: its config entry and its state.
 struct Slot {
     entry: ModelEntry,
-    model: Arc<Mutex<Option<Loaded>>>,
+    model: Arc<Mutex<SlotState>>,
 }
 
 /// Shared server state.
@@ -73,6 +86,8 @@ struct AppState {
     slots: BTreeMap<String, Slot>,
     api_key: Option<String>,
     runtime: RuntimeOptions,
+    /// When the server started (Unix seconds): the `created` of its model objects.
+    started_unix_s: u64,
 }
 
 /// An OpenAI-style error response.
@@ -164,12 +179,30 @@ async fn serve(cfg: Config) -> Result<(), String> {
         device: cfg.device,
         threads: cfg.threads,
     };
+    let api_key = match cfg.api_key.clone() {
+        Some(k) => Some(k),
+        None => match std::env::var("AUDIOCPP_API_KEY") {
+            Ok(k) if k.is_empty() => {
+                return Err("AUDIOCPP_API_KEY is set but empty: set a key or unset it".into())
+            }
+            Ok(k) => Some(k),
+            Err(_) => None,
+        },
+    };
     let mut slots = BTreeMap::new();
+    let mut failed = 0;
     for entry in &cfg.models {
         let model = if entry.lazy {
-            None
+            SlotState::Unloaded
         } else {
-            Some(load(entry, &runtime).await?)
+            match load(entry, &runtime).await {
+                Ok(m) => SlotState::Ready(m),
+                Err(e) => {
+                    eprintln!("error: {e}; serving the other models");
+                    failed += 1;
+                    SlotState::Failed
+                }
+            }
         };
         slots.insert(
             entry.id.clone(),
@@ -179,33 +212,43 @@ async fn serve(cfg: Config) -> Result<(), String> {
             },
         );
     }
-    let api_key = cfg
-        .api_key
-        .clone()
-        .or_else(|| std::env::var("AUDIOCPP_API_KEY").ok())
-        .filter(|k| !k.is_empty());
+    if failed == cfg.models.len() {
+        return Err("no model could be loaded (see the errors above)".into());
+    }
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
+    if api_key.is_none() && !local.ip().is_loopback() {
+        eprintln!(
+            "warning: listening on {local}, beyond this machine, with no api_key: anyone who can reach it can use it (set api_key in the config or AUDIOCPP_API_KEY)"
+        );
+    }
+    let limits = listener::ConnectionLimits {
+        max_connections: cfg.max_connections,
+        header_timeout: Duration::from_millis(cfg.header_timeout_ms),
+        shutdown_timeout: Duration::from_millis(cfg.shutdown_timeout_ms),
+    };
     let state = Arc::new(AppState {
         cfg,
         slots,
         api_key,
         runtime,
+        started_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
     });
     let app = router(state.clone());
     println!("audiocpp_server listening on http://{local}");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())?;
+    listener::serve(listener, app, limits, shutdown_signal()).await;
     eprintln!("audiocpp_server stopped");
     Ok(())
 }
 
 async fn load(entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<Loaded, String> {
+    let id = entry.id.clone();
     let (entry, runtime) = (entry.clone(), runtime.clone());
     tokio::task::spawn_blocking(move || {
         let spec = entry.model_spec_override.as_deref();
@@ -230,12 +273,13 @@ async fn load(entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<Loaded, St
         loaded.map_err(|e| format!("model '{}': {e}", entry.id))
     })
     .await
-    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("model '{id}': loading it panicked: {e}"))?
 }
 
 fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
         .route("/v1/models", get(list_models))
+        .route("/v1/models/{id}", get(get_model))
         .route("/v1/tasks/run", post(run_task))
         .route("/v1/audio/transcriptions", post(transcriptions))
         .route("/v1/audio/speech", post(speech))
@@ -247,14 +291,24 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .merge(v1)
         .layer(DefaultBodyLimit::max(state.cfg.max_body_bytes))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            panic_response,
+        ))
         .with_state(state.clone());
     if !state.cfg.cors_origins.is_empty() {
-        let origins: Vec<HeaderValue> = state
-            .cfg
-            .cors_origins
-            .iter()
-            .filter_map(|o| o.parse().ok())
-            .collect();
+        // `*` is tower-http's "any" (a list holding it panics); the config check keeps
+        // it the only entry and every other entry a valid origin.
+        let origins = if state.cfg.cors_origins.iter().any(|o| o == "*") {
+            AllowOrigin::any()
+        } else {
+            AllowOrigin::list(
+                state
+                    .cfg
+                    .cors_origins
+                    .iter()
+                    .filter_map(|o| o.parse::<HeaderValue>().ok()),
+            )
+        };
         app = app.layer(
             tower_http::cors::CorsLayer::new()
                 .allow_origin(origins)
@@ -266,6 +320,33 @@ fn router(state: Arc<AppState>) -> Router {
         );
     }
     app
+}
+
+/// A handler's panic as the client sees it: a generic 500; the detail goes to the log.
+fn panic_response(detail: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    eprintln!(
+        "error: a request handler panicked: {}",
+        panic_text(&*detail)
+    );
+    internal().into_response()
+}
+
+/// The message a panic carries, for the log.
+fn panic_text(detail: &(dyn std::any::Any + Send)) -> String {
+    detail
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| detail.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+/// The 500 every internal failure answers with; what went wrong is in the log only.
+fn internal() -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal_error",
+        "internal server error (the details are in the server log)",
+    )
 }
 
 async fn shutdown_signal() {
@@ -298,11 +379,15 @@ async fn require_api_key(
         let given = headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(bearer_token);
         if given != Some(key.as_str()) {
-            // Read (and drop) the body first, up to the size limit, so the client gets
-            // the 401 instead of a connection reset while it is still sending.
-            let _ = axum::body::to_bytes(req.into_body(), state.cfg.max_body_bytes).await;
+            // Read (and drop) the body first, up to the size limit and the body timeout,
+            // so the client gets the 401 instead of a connection reset while it sends.
+            let _ = tokio::time::timeout(
+                Duration::from_millis(state.cfg.body_timeout_ms),
+                axum::body::to_bytes(req.into_body(), state.cfg.max_body_bytes),
+            )
+            .await;
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_api_key",
@@ -314,19 +399,59 @@ async fn require_api_key(
     next.run(req).await
 }
 
+/// The token of an `Authorization: Bearer <token>` header; the scheme name is
+/// case-insensitive (RFC 9110), so `bearer` works too.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start())
+}
+
 async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     Json(
         json!({ "status": "ok", "version": audiocpp_engine::VERSION, "models": state.slots.len() }),
     )
 }
 
+/// One model as OpenAI's model object, with its family, task and load status.
+fn model_object(state: &AppState, slot: &Slot) -> serde_json::Value {
+    // A model running (or loading) holds its lock: say so instead of waiting for it.
+    let status = match slot.model.try_lock().as_deref() {
+        Ok(SlotState::Unloaded) => "not_loaded",
+        Ok(SlotState::Ready(_)) => "ready",
+        Ok(SlotState::Failed) => "failed",
+        Err(_) => "busy",
+    };
+    json!({
+        "id": slot.entry.id, "object": "model", "created": state.started_unix_s,
+        "owned_by": "audiocpp", "family": slot.entry.family, "task": slot.entry.task,
+        "status": status,
+    })
+}
+
 async fn list_models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    let data: Vec<serde_json::Value> = state
-        .slots
-        .values()
-        .map(|s| json!({ "id": s.entry.id, "object": "model", "owned_by": "audiocpp", "family": s.entry.family, "task": s.entry.task }))
-        .collect();
+    let mut data = Vec::new();
+    for slot in state.slots.values() {
+        data.push(model_object(&state, slot));
+    }
     Json(json!({ "object": "list", "data": data }))
+}
+
+async fn get_model(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let slot = state.slots.get(&id).ok_or_else(|| model_not_found(&id))?;
+    Ok(Json(model_object(&state, slot)))
+}
+
+fn model_not_found(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "model_not_found",
+        format!("model '{id}' is not served here (see GET /v1/models)"),
+    )
 }
 
 /// A request's audio and options, from multipart or JSON.
@@ -338,6 +463,10 @@ struct AudioRequest {
     language: Option<String>,
     params: VadParamsPatch,
     probabilities: bool,
+    /// `stream=true`: answer as server-sent events.
+    stream: bool,
+    /// `timestamp_granularities[]` values.
+    granularities: Vec<String>,
 }
 
 /// VAD parameters a request may override.
@@ -379,9 +508,14 @@ async fn read_request(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
-        // Read what the client is sending (bounded) before answering, so it sees the 413
-        // instead of a connection reset in the middle of its upload.
-        let _ = axum::body::to_bytes(req.into_body(), limit.saturating_mul(4)).await;
+        // Answered before a byte of the body is read. What the client still sends is
+        // read and dropped in the background (bounded), so it sees the 413 instead of a
+        // connection reset in the middle of its upload.
+        let body = req.into_body();
+        tokio::spawn(async move {
+            let drain = axum::body::to_bytes(body, limit.saturating_mul(4));
+            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+        });
         return Err(too_large());
     }
     let content_type = headers
@@ -406,6 +540,10 @@ async fn read_request(
                 "return_probabilities" => {
                     out.probabilities = field.text().await.map_err(multipart_error)? == "true"
                 }
+                "stream" => out.stream = field.text().await.map_err(multipart_error)? == "true",
+                "timestamp_granularities[]" | "timestamp_granularities" => out
+                    .granularities
+                    .push(field.text().await.map_err(multipart_error)?),
                 "threshold" => {
                     let t = field.text().await.map_err(multipart_error)?;
                     out.params.threshold = Some(t.parse().map_err(|_| {
@@ -439,12 +577,40 @@ async fn read_request(
             language: j.language,
             params: j.params.unwrap_or_default(),
             probabilities: j.return_probabilities,
+            stream: false,
+            granularities: Vec::new(),
         })
     } else {
         Err(ApiError::bad_request(
             "send multipart/form-data (file, model) or application/json (model, audio_base64)",
         ))
     }
+}
+
+/// How long the rest of a refused upload is read and dropped before the connection
+/// closes.
+const DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// [`read_request`] bounded by `body_timeout_ms`: a client that trickles its body is
+/// answered 408 instead of holding a connection and a buffer forever.
+async fn read_request_within(
+    state: &AppState,
+    headers: &HeaderMap,
+    req: Request,
+) -> Result<AudioRequest, ApiError> {
+    let limit = Duration::from_millis(state.cfg.body_timeout_ms);
+    tokio::time::timeout(limit, read_request(headers, req, state.cfg.max_body_bytes))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the request body did not arrive within {} ms (body_timeout_ms)",
+                    state.cfg.body_timeout_ms
+                ),
+            )
+        })?
 }
 
 fn too_large() -> ApiError {
@@ -470,13 +636,7 @@ fn slot<'a>(state: &'a AppState, req: &AudioRequest, task: &str) -> Result<&'a S
         .model
         .as_deref()
         .ok_or_else(|| ApiError::bad_request("the 'model' field is required"))?;
-    let slot = state.slots.get(id).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "model_not_found",
-            format!("model '{id}' is not served here (see GET /v1/models)"),
-        )
-    })?;
+    let slot = state.slots.get(id).ok_or_else(|| model_not_found(id))?;
     if slot.entry.task != task {
         return Err(ApiError::bad_request(format!(
             "model '{id}' does task '{}', not '{task}'",
@@ -490,16 +650,21 @@ fn engine_error(e: audiocpp_engine::EngineError) -> ApiError {
     if e.is_user_error() {
         ApiError::bad_request(e.to_string())
     } else {
+        eprintln!("error: inference failed: {e}");
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "inference_failed",
-            e.to_string(),
+            "inference failed (the details are in the server log)",
         )
     }
 }
 
-fn decode_upload(audio: &[u8], rate: u32) -> Result<Vec<f32>, ApiError> {
-    audiocpp_engine::audio::from_bytes(audio, rate)
+fn decode_upload(
+    audio: &[u8],
+    rate: u32,
+    limits: &audiocpp_engine::audio::AudioLimits,
+) -> Result<Vec<f32>, ApiError> {
+    audiocpp_engine::audio::from_bytes(audio, rate, limits)
         .map(|a| a.samples)
         .map_err(|e| {
             ApiError::new(
@@ -528,22 +693,47 @@ where
                 format!("model '{}' is busy; retry later", slot.entry.id),
             )
         })?;
-    if guard.is_none() {
-        let loaded = load(&slot.entry, &state.runtime).await.map_err(|e| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "model_load_failed", e)
-        })?;
-        *guard = Some(loaded);
+    if matches!(*guard, SlotState::Unloaded) {
+        *guard = match load(&slot.entry, &state.runtime).await {
+            Ok(loaded) => SlotState::Ready(loaded),
+            Err(e) => {
+                eprintln!("error: {e}; the model is marked failed, the others keep serving");
+                SlotState::Failed
+            }
+        };
+    }
+    if matches!(*guard, SlotState::Failed) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "model_load_failed",
+            format!(
+                "model '{}' failed to load (the reason is in the server log); fix it and restart the server",
+                slot.entry.id
+            ),
+        ));
     }
     let started = Instant::now();
-    let result = tokio::task::spawn_blocking(move || work(guard.as_mut().expect("loaded above")))
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "inference_failed",
-                e.to_string(),
-            )
-        })??;
+    let id = slot.entry.id.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let SlotState::Ready(loaded) = &mut *guard else {
+            unreachable!("checked above");
+        };
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(loaded)));
+        run.unwrap_or_else(|detail| {
+            // The model's state is unknown after a panic: load it afresh next time.
+            eprintln!(
+                "error: model '{id}' panicked: {}; it is reloaded on the next request",
+                panic_text(&*detail)
+            );
+            *guard = SlotState::Unloaded;
+            Err(internal())
+        })
+    })
+    .await
+    .map_err(|e| {
+        eprintln!("error: inference task failed: {e}");
+        internal()
+    })??;
     Ok((result, started.elapsed().as_secs_f64() * 1000.0))
 }
 
@@ -554,6 +744,7 @@ async fn run_vad(
     audio: Vec<u8>,
     patch: VadParamsPatch,
 ) -> Result<(VadOutput, f64), ApiError> {
+    let limits = state.cfg.audio_limits();
     with_model(state, slot, move |loaded| {
         let Loaded::Vad(model) = loaded else {
             return Err(ApiError::bad_request("this model does not do vad"));
@@ -571,7 +762,7 @@ async fn run_vad(
             max_speech_duration_s: patch.max_speech_duration_s.or(d.max_speech_duration_s),
             neg_threshold: d.neg_threshold,
         };
-        let samples = decode_upload(&audio, model.sample_rate())?;
+        let samples = decode_upload(&audio, model.sample_rate(), &limits)?;
         model.run_samples(&samples, &params).map_err(engine_error)
     })
     .await
@@ -584,6 +775,7 @@ async fn run_asr(
     audio: Vec<u8>,
     language: Option<String>,
 ) -> Result<(AsrOutput, f64), ApiError> {
+    let limits = state.cfg.audio_limits();
     with_model(state, slot, move |loaded| {
         let Loaded::Asr(model, vad) = loaded else {
             return Err(ApiError::bad_request("this model does not do asr"));
@@ -592,7 +784,7 @@ async fn run_asr(
         if let Some(l) = language.filter(|l| !l.is_empty()) {
             opts.language = l;
         }
-        let samples = decode_upload(&audio, model.sample_rate())?;
+        let samples = decode_upload(&audio, model.sample_rate(), &limits)?;
         match vad {
             Some(vad) => {
                 let params = vad.asr_chunking_params();
@@ -623,7 +815,7 @@ async fn run_task(
     headers: HeaderMap,
     req: Request,
 ) -> Result<Response, ApiError> {
-    let r = read_request(&headers, req, state.cfg.max_body_bytes).await?;
+    let r = read_request_within(&state, &headers, req).await?;
     let slot = slot(&state, &r, "vad")?;
     let audio = r
         .audio
@@ -654,11 +846,21 @@ async fn transcriptions(
     headers: HeaderMap,
     req: Request,
 ) -> Result<Response, ApiError> {
-    let r = read_request(&headers, req, state.cfg.max_body_bytes).await?;
+    let r = read_request_within(&state, &headers, req).await?;
     let format = r.response_format.clone().unwrap_or_else(|| "json".into());
     if !["json", "text", "verbose_json", "srt", "vtt"].contains(&format.as_str()) {
         return Err(ApiError::bad_request(format!(
             "response_format '{format}' is not one of json, text, verbose_json, srt, vtt"
+        )));
+    }
+    if let Some(g) = r.granularities.iter().find(|g| *g != "segment") {
+        return Err(ApiError::bad_request(format!(
+            "timestamp_granularities '{g}' is not supported: this server gives segment timestamps only (response_format=verbose_json)"
+        )));
+    }
+    if r.stream && !["json", "text"].contains(&format.as_str()) {
+        return Err(ApiError::bad_request(format!(
+            "stream=true is for response_format json or text, not '{format}'"
         )));
     }
     let slot = slot(&state, &r, "asr")?;
@@ -669,6 +871,7 @@ async fn transcriptions(
     // differ only in what they show.
     let (out, wall) = run_asr(&state, slot, audio, r.language.clone()).await?;
     let resp = match format.as_str() {
+        _ if r.stream => transcript_events(&out),
         "text" => (
             [(
                 axum::http::header::CONTENT_TYPE,
@@ -693,7 +896,7 @@ async fn transcriptions(
                 .map(|(i, s)| json!({ "id": i, "start": s.start, "end": s.end, "text": s.text, "tokens": s.tokens }))
                 .collect();
             Json(json!({
-                "task": "transcribe", "language": out.language,
+                "task": "transcribe", "language": languages::name(&out.language),
                 "duration": out.audio_seconds, "text": out.text, "segments": segments,
             }))
             .into_response()
@@ -701,6 +904,26 @@ async fn transcriptions(
         _ => Json(json!({ "text": out.text })).into_response(),
     };
     Ok(with_timing(resp, wall, out.audio_seconds))
+}
+
+/// A finished transcript as the server-sent events OpenAI's streaming transcription
+/// sends: one `transcript.text.delta` per segment, then `transcript.text.done`.
+fn transcript_events(out: &AsrOutput) -> Response {
+    let mut body = String::new();
+    for seg in &out.segments {
+        let e = json!({ "type": "transcript.text.delta", "delta": seg.text, "logprobs": null });
+        body.push_str(&format!("data: {e}\n\n"));
+    }
+    let done = json!({ "type": "transcript.text.done", "text": out.text, "logprobs": null });
+    body.push_str(&format!("data: {done}\n\n"));
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/event-stream"),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 /// SRT or WebVTT cues, one per segment.

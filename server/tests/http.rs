@@ -357,3 +357,321 @@ fn sigterm_finishes_in_flight_requests() {
     let code = s.child.wait().unwrap();
     assert!(code.success(), "clean exit after SIGTERM: {code:?}");
 }
+
+/// A WAV header claiming `rate` Hz over `samples` 16-bit samples.
+fn wav_at(rate: u32, samples: usize) -> Vec<u8> {
+    let mut cur = std::io::Cursor::new(Vec::new());
+    {
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: rate,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut w = hound::WavWriter::new(&mut cur, spec).unwrap();
+        for i in 0..samples {
+            w.write_sample((i % 200) as i16).unwrap();
+        }
+        w.finalize().unwrap();
+    }
+    cur.into_inner()
+}
+
+#[test]
+fn a_1_hz_header_is_refused_before_it_is_resampled() {
+    let s = start(serde_json::json!({}));
+    // 84 KB at 1 Hz would be 11.7 hours (2.7 GB) of 16 kHz samples.
+    let (status, v, _) = vad_multipart(&s, &wav_at(1, 42_000));
+    assert_eq!(status, 400, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("below the limit of 4000 Hz"), "{msg}");
+    assert!(msg.contains("min_sample_rate_hz"), "{msg}");
+    let s = start(serde_json::json!({ "max_audio_s": 1.0 }));
+    let (status, v, _) = vad_multipart(&s, &wav_at(16000, 32_000));
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("over the limit of 1 s (max_audio_s)"));
+}
+
+/// Raw bytes to a server and whatever comes back before it closes (or `wait` passes).
+fn raw_exchange(base: &str, bytes: &[u8], wait: Duration) -> (String, Duration) {
+    use std::io::{Read, Write};
+    let addr = base.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(wait)).unwrap();
+    c.write_all(bytes).unwrap();
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    (String::from_utf8_lossy(&got).into_owned(), t0.elapsed())
+}
+
+#[test]
+fn a_huge_content_length_is_refused_before_the_body() {
+    use std::io::{Read, Write};
+    let s = start(serde_json::json!({}));
+    let head = "POST /v1/tasks/run HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 1000000000000\r\n\r\n";
+    let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(head.as_bytes()).unwrap();
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("payload_too_large") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "closed without an answer: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    let took = t0.elapsed();
+    let resp = String::from_utf8_lossy(&got);
+    assert!(resp.starts_with("HTTP/1.1 413"), "{resp}");
+    assert!(took < Duration::from_secs(2), "answered at once: {took:?}");
+}
+
+#[test]
+fn slow_and_idle_clients_are_closed_and_the_cap_answers_503() {
+    let s = start(serde_json::json!({ "header_timeout_ms": 500, "max_connections": 16 }));
+    let addr = s.base.trim_start_matches("http://").to_string();
+    // A client sending its header a byte at a time is closed once the timeout passes.
+    let slow = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut c = std::net::TcpStream::connect(&addr).unwrap();
+            let t0 = Instant::now();
+            for b in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "
+                .iter()
+                .cycle()
+            {
+                if c.write_all(&[*b]).is_err() || t0.elapsed() > Duration::from_secs(10) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            t0.elapsed()
+        })
+    };
+    let took = slow.join().unwrap();
+    assert!(
+        took < Duration::from_secs(5),
+        "the slow client is closed after the header timeout, not kept: {took:?}"
+    );
+    // 16 idle connections fill the cap; the 17th gets 503 at once, then they are closed
+    // as idle and the server answers again.
+    let idle: Vec<std::net::TcpStream> = (0..16)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let (resp, _) = raw_exchange(
+        &s.base,
+        b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+    assert!(resp.contains("max_connections"), "{resp}");
+    std::thread::sleep(Duration::from_millis(1200));
+    let (resp, _) = raw_exchange(
+        &s.base,
+        b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(
+        resp.starts_with("HTTP/1.1 200"),
+        "idle connections were closed: {resp}"
+    );
+    drop(idle);
+}
+
+#[test]
+fn sigterm_is_not_held_up_by_a_half_sent_request() {
+    let mut s = start(serde_json::json!({ "header_timeout_ms": 30000 }));
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut half = std::net::TcpStream::connect(&addr).unwrap();
+    std::io::Write::write_all(&mut half, b"POST /v1/tasks/run HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let idle = std::net::TcpStream::connect(&addr).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &s.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let code = loop {
+        if let Some(c) = s.child.try_wait().unwrap() {
+            break c;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "SIGTERM waits for a half-sent request"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(code.success(), "{code:?}");
+    drop((half, idle));
+}
+
+#[test]
+fn openai_surface_cors_and_keys() {
+    let s = start(serde_json::json!({ "api_key": "sekrit", "cors_origins": ["*"] }));
+    let (ct, body) = multipart(&[("model", "silero")], Some(&clip("silence.wav")));
+    let url = format!("{}/v1/tasks/run", s.base);
+    let (status, _, _) = post(&url, &ct, &body, Some("bearer sekrit"));
+    assert_eq!(status, 200, "the scheme is case-insensitive");
+    let m: serde_json::Value = ureq::get(&format!("{}/v1/models/silero", s.base))
+        .set("Authorization", "Bearer sekrit")
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(m["id"], "silero");
+    assert_eq!(m["object"], "model");
+    assert!(m["created"].as_u64().unwrap() > 1_700_000_000, "{m}");
+    let missing = ureq::get(&format!("{}/v1/models/nope", s.base))
+        .set("Authorization", "Bearer sekrit")
+        .call();
+    assert!(matches!(missing, Err(ureq::Error::Status(404, _))));
+
+    let dir = tempfile::tempdir().unwrap();
+    for (extra, needle) in [
+        (serde_json::json!({ "api_key": "" }), "api_key is empty"),
+        (
+            serde_json::json!({ "cors_origins": ["*", "http://a"] }),
+            "must be the only entry",
+        ),
+        (
+            serde_json::json!({ "cors_origins": ["not an origin"] }),
+            "is not an origin",
+        ),
+        (
+            serde_json::json!({ "max_connections": 0 }),
+            "max_connections is 0",
+        ),
+    ] {
+        let cfg = write_config(dir.path(), extra);
+        let o = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
+            .arg("--config")
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    let cfg = write_config(dir.path(), serde_json::json!({ "host": "0.0.0.0" }));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
+        .arg("--config")
+        .arg(&cfg)
+        .env_remove("AUDIOCPP_API_KEY")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with("warning: listening on 0.0.0.0"), "{line}");
+}
+
+#[test]
+fn a_model_that_fails_to_load_is_marked_failed_and_the_others_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    // The last tensor claims 2^27 elements: ggml would abort in its allocator.
+    let seed = dir.path().join("seed.gguf");
+    let cli = Path::new(env!("CARGO_BIN_EXE_audiocpp_server")).with_file_name("audiocpp_cli");
+    assert!(
+        Command::new(&cli)
+            .args(["--task", "convert", "--family", "silero_vad", "--model"])
+            .arg(assets().join("ggml-silero-v6.2.0.bin"))
+            .arg("--out")
+            .arg(&seed)
+            .arg("--model-spec-override")
+            .arg(root().join("model_specs"))
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success(),
+        "convert with {}",
+        cli.display()
+    );
+    let mut bytes = std::fs::read(&seed).unwrap();
+    let last_dims = last_tensor_dim_offset(&bytes);
+    bytes[last_dims..last_dims + 8].copy_from_slice(&(1u64 << 27).to_le_bytes());
+    let bad = dir.path().join("bad.gguf");
+    std::fs::write(&bad, &bytes).unwrap();
+    let s = start(serde_json::json!({ "models": [
+        { "id": "silero", "path": seed, "family": "silero_vad", "task": "vad" },
+        { "id": "bad", "path": bad, "family": "silero_vad", "task": "vad", "lazy": true },
+        { "id": "bad-eager", "path": bad, "family": "silero_vad", "task": "vad" },
+    ]}));
+    for id in ["bad", "bad-eager", "bad"] {
+        let (ct, body) = multipart(&[("model", id)], Some(&clip("silence.wav")));
+        let (status, v, _) = post(&format!("{}/v1/tasks/run", s.base), &ct, &body, None);
+        assert_eq!(status, 503, "{v}");
+        assert_eq!(v["error"]["code"], "model_load_failed", "{v}");
+    }
+    let (status, v, _) = vad_multipart(&s, &clip("silence.wav"));
+    assert_eq!(status, 200, "the good model still serves: {v}");
+    let models: serde_json::Value = ureq::get(&format!("{}/v1/models", s.base))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    let status_of = |id: &str| {
+        models["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id)
+            .unwrap()["status"]
+            .clone()
+    };
+    assert_eq!(status_of("bad"), "failed");
+    assert_eq!(status_of("silero"), "ready");
+}
+
+/// Offset of the last tensor's first dimension in a GGUF's tensor table (found by
+/// walking the table).
+fn last_tensor_dim_offset(b: &[u8]) -> usize {
+    let u64_at = |p: usize| u64::from_le_bytes(b[p..p + 8].try_into().unwrap()) as usize;
+    let u32_at = |p: usize| u32::from_le_bytes(b[p..p + 4].try_into().unwrap()) as usize;
+    let (n_tensors, n_kv) = (u64_at(8), u64_at(16));
+    let mut p = 24;
+    fn skip(b: &[u8], p: usize, t: usize) -> usize {
+        let u64_at = |p: usize| u64::from_le_bytes(b[p..p + 8].try_into().unwrap()) as usize;
+        match t {
+            0 | 1 | 7 => p + 1,
+            2 | 3 => p + 2,
+            4..=6 => p + 4,
+            10..=12 => p + 8,
+            8 => p + 8 + u64_at(p),
+            9 => {
+                let et = u32::from_le_bytes(b[p..p + 4].try_into().unwrap()) as usize;
+                let n = u64_at(p + 4);
+                (0..n).fold(p + 12, |q, _| skip(b, q, et))
+            }
+            _ => panic!("type {t}"),
+        }
+    }
+    for _ in 0..n_kv {
+        p += 8 + u64_at(p);
+        let t = u32_at(p);
+        p = skip(b, p + 4, t);
+    }
+    let mut last = 0;
+    for _ in 0..n_tensors {
+        p += 8 + u64_at(p);
+        let n_dims = u32_at(p);
+        last = p + 4;
+        p += 4 + 8 * n_dims + 12;
+    }
+    last
+}

@@ -44,6 +44,17 @@ with open(wav, "rb") as f:
     out["verbose_text"] = v.text
     out["language"] = v.language
     out["segments"] = len(v.segments)
+with open(wav, "rb") as f:
+    events = client.audio.transcriptions.create(model="tiny", file=f, stream=True)
+    out["stream"] = [[e.type, getattr(e, "delta", None) or getattr(e, "text", None)] for e in events]
+with open(wav, "rb") as f:
+    try:
+        client.audio.transcriptions.create(model="tiny", file=f, response_format="verbose_json", timestamp_granularities=["word"])
+        out["words"] = "accepted"
+    except Exception as e:
+        out["words"] = [getattr(e, "status_code", None), str(e)]
+m = client.models.retrieve("tiny")
+out["model"] = [m.id, m.created, m.owned_by]
 with open(gap_wav, "rb") as f:
     v = client.audio.transcriptions.create(model="tiny-vad", file=f, response_format="verbose_json")
     out["vad_text"] = v.text
@@ -112,8 +123,23 @@ fn openai_client_transcribes_through_the_server() {
     assert_eq!(v["json"], PHRASE);
     assert_eq!(v["verbose_text"], PHRASE);
     assert_eq!(v["segments"], 1);
-    // No language was sent: the model's default (auto) resolves to en on tiny.en.
-    assert_eq!(v["language"], "en");
+    // No language was sent: the model's default (auto) resolves to English on
+    // tiny.en, named as OpenAI names it.
+    assert_eq!(v["language"], "english");
+    let stream = v["stream"].as_array().unwrap();
+    assert!(stream.len() >= 2, "{stream:?}");
+    assert_eq!(stream[0][0], "transcript.text.delta");
+    let last = stream.last().unwrap();
+    assert_eq!(last[0], "transcript.text.done");
+    assert_eq!(last[1], PHRASE);
+    let words = v["words"].as_array().expect("word timestamps are refused");
+    assert_eq!(words[0], 400);
+    assert!(
+        words[1].as_str().unwrap().contains("not supported"),
+        "{words:?}"
+    );
+    assert_eq!(v["model"][0], "tiny");
+    assert!(v["model"][1].as_u64().unwrap() > 1_700_000_000);
     let srt = v["srt"].as_str().unwrap();
     assert!(srt.starts_with("1\n00:00:00,000 --> 00:00:"), "{srt}");
     assert!(srt.contains(PHRASE), "{srt}");

@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod flags;
 pub mod fresh_machine;
 pub mod gpu_target;
+pub mod hostile;
 pub mod kernels;
 pub mod project;
 pub mod sdk;

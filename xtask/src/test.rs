@@ -87,6 +87,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!("test: cargo test failed");
         return Ok(ExitCode::from(1));
     }
+    crate::hostile::run_suite(&assets.dir).context("hostile-input suite (CLI and server)")?;
     crate::actionlint::lint_workflows().context("linting the GitHub workflows with actionlint")?;
     eprintln!("test: actionlint passed on every workflow");
     crate::kernels::debian::check_pinned()

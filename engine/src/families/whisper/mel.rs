@@ -18,6 +18,46 @@ pub struct MelParams {
     pub n_mels: usize,
 }
 
+/// Largest FFT size accepted (Whisper uses 400).
+pub const MAX_N_FFT: usize = 1 << 14;
+/// Most mel bins accepted (Whisper uses 80 or 128).
+pub const MAX_N_MELS: usize = 1024;
+/// Sample rates accepted, in Hz (Whisper uses 16 kHz).
+pub const SAMPLE_RATES_HZ: std::ops::RangeInclusive<u32> = 1000..=384_000;
+
+impl MelParams {
+    /// Checks values that come from a spec or a GGUF before any is divided by or
+    /// allocated with: `Err` names the key, its value and the allowed range.
+    pub fn validate(&self) -> Result<(), String> {
+        let bad = |key: &str, value: String, allowed: String| {
+            Err(format!(
+                "{key} = {value} is out of range (allowed: {allowed})"
+            ))
+        };
+        if !SAMPLE_RATES_HZ.contains(&self.sample_rate) {
+            return bad(
+                "sample_rate",
+                self.sample_rate.to_string(),
+                format!("{}-{} Hz", SAMPLE_RATES_HZ.start(), SAMPLE_RATES_HZ.end()),
+            );
+        }
+        if !(2..=MAX_N_FFT).contains(&self.n_fft) {
+            return bad("n_fft", self.n_fft.to_string(), format!("2-{MAX_N_FFT}"));
+        }
+        if !(1..=self.n_fft).contains(&self.hop) {
+            return bad(
+                "hop_length",
+                self.hop.to_string(),
+                format!("1-n_fft ({})", self.n_fft),
+            );
+        }
+        if !(1..=MAX_N_MELS).contains(&self.n_mels) {
+            return bad("n_mels", self.n_mels.to_string(), format!("1-{MAX_N_MELS}"));
+        }
+        Ok(())
+    }
+}
+
 /// The mel filterbank, `n_mels` rows of `n_fft / 2 + 1` weights (row-major), with the
 /// Slaney mel scale and area normalisation (librosa's defaults, which Whisper uses).
 pub fn filterbank(p: &MelParams) -> Vec<f32> {
@@ -154,6 +194,35 @@ pub fn window(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_and_absurd_parameters_are_refused() {
+        assert!(P.validate().is_ok());
+        let cases = [
+            (MelParams { hop: 0, ..P }, "hop_length = 0"),
+            (MelParams { n_fft: 0, ..P }, "n_fft = 0"),
+            (MelParams { n_mels: 0, ..P }, "n_mels = 0"),
+            (
+                MelParams {
+                    sample_rate: 0,
+                    ..P
+                },
+                "sample_rate = 0",
+            ),
+            (
+                MelParams {
+                    n_fft: 1 << 40,
+                    ..P
+                },
+                "n_fft = 1099511627776",
+            ),
+            (MelParams { hop: 401, ..P }, "hop_length = 401"),
+        ];
+        for (p, want) in cases {
+            let err = p.validate().unwrap_err();
+            assert!(err.starts_with(want), "{want}: {err}");
+        }
+    }
 
     const P: MelParams = MelParams {
         sample_rate: 16000,

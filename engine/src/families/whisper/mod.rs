@@ -237,7 +237,7 @@ pub fn convert_ct2(path: &Path, spec: &ModelSpec, weights: WeightType) -> Result
         || !hp.n_audio_state.is_multiple_of(hp.n_audio_head)
         || !hp.n_text_state.is_multiple_of(hp.n_text_head)
     {
-        return Err(bad(format!("inconsistent dimensions {hp:?}")));
+        return Err(bad(describe_dimensions(&hp)));
     }
     let mut tensors = Vec::new();
     for (name, ne) in hp.tensor_shapes() {
@@ -335,12 +335,42 @@ pub fn convert_ct2(path: &Path, spec: &ModelSpec, weights: WeightType) -> Result
 }
 
 fn mel_params(spec: &ModelSpec, n_mels: usize) -> Result<MelParams> {
-    Ok(MelParams {
+    let size = |key: &str| -> Result<usize> {
+        let v = spec.hparam_i64(key)?;
+        usize::try_from(v).map_err(|_| EngineError::BadSpec {
+            origin: spec.family.clone(),
+            reason: format!("hparams.{key} = {v} is negative"),
+        })
+    };
+    let p = MelParams {
         sample_rate: spec.sample_rate,
-        n_fft: spec.hparam_i64("n_fft")? as usize,
-        hop: spec.hparam_i64("hop_length")? as usize,
+        n_fft: size("n_fft")?,
+        hop: size("hop_length")?,
         n_mels,
-    })
+    };
+    p.validate().map_err(|reason| EngineError::BadSpec {
+        origin: spec.family.clone(),
+        reason,
+    })?;
+    Ok(p)
+}
+
+/// The hyper-parameters in words, for the error that refuses them: which are zero, or
+/// which width does not split into its heads.
+fn describe_dimensions(hp: &HParams) -> String {
+    let zero: Vec<&str> = HPARAM_KEYS
+        .iter()
+        .zip(hp.values())
+        .filter(|(_, v)| *v == 0)
+        .map(|(k, _)| *k)
+        .collect();
+    if !zero.is_empty() {
+        return format!("hyper-parameters {} are 0", zero.join(", "));
+    }
+    format!(
+        "inconsistent dimensions: n_audio_state {} must split into n_audio_head {} and n_text_state {} into n_text_head {}",
+        hp.n_audio_state, hp.n_audio_head, hp.n_text_state, hp.n_text_head
+    )
 }
 
 /// One transcribed stretch: a timed piece of a window, or a whole window when decoding
@@ -616,12 +646,11 @@ impl Whisper {
             path: file.path.clone(),
             reason,
         };
-        if hp.n_audio_head == 0
-            || hp.n_text_head == 0
+        if hp.values().contains(&0)
             || !hp.n_audio_state.is_multiple_of(hp.n_audio_head)
             || !hp.n_text_state.is_multiple_of(hp.n_text_head)
         {
-            return Err(bad(format!("inconsistent dimensions {hp:?}")));
+            return Err(bad(describe_dimensions(&hp)));
         }
         check_spec(file, spec, &hp)?;
         let mut tensors = Vec::new();
@@ -643,6 +672,8 @@ impl Whisper {
             hop: meta_u32(file, "whisper.hop_length")? as usize,
             n_mels: hp.n_mels,
         };
+        mel.validate()
+            .map_err(|e| bad(format!("metadata whisper.{e}")))?;
         let filters_t = file
             .tensor(MEL_FILTERS)
             .ok_or_else(|| bad(format!("tensor '{MEL_FILTERS}' is missing")))?;

@@ -1,0 +1,316 @@
+//! Output files: the one writer every command's results go through (converted models,
+//! transcripts, segment and chunk files, synthesized audio).
+//!
+//! What a path names decides how it is written ([`plan`]): `-` is standard output; a
+//! device, FIFO or other non-regular file is written in place (renaming over
+//! `/dev/null` would replace the device with a regular file); a regular file, new or
+//! existing, is written beside itself as a hidden `.NAME.partial` and renamed over it,
+//! so readers never see half a file. A symlink is followed first and its target is what
+//! gets replaced. Every write error (a full disk, `/dev/full`) is an error, and
+//! [`remove_partials`] lets a front end's signal handler delete what an interrupted
+//! write left.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::error::{EngineError, Result};
+
+/// How an output path is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// `-`: standard output.
+    Stdout,
+    /// A device, FIFO or socket: opened for writing as it is.
+    InPlace(PathBuf),
+    /// A regular file (or none yet): written to `partial`, then renamed to `target`.
+    Replace {
+        /// The file replaced: the path itself, or the end of its symlink chain.
+        target: PathBuf,
+        /// The temporary file beside it.
+        partial: PathBuf,
+    },
+}
+
+/// Most symlinks followed before a path is refused as a loop.
+const MAX_SYMLINKS: usize = 40;
+
+/// Decides how `path` is written, looking only at what is there now.
+pub fn plan(path: &Path) -> Result<Plan> {
+    if path.as_os_str() == "-" {
+        return Ok(Plan::Stdout);
+    }
+    let target = follow_symlinks(path)?;
+    match std::fs::metadata(&target) {
+        Ok(m) if m.is_dir() => Err(EngineError::Usage(format!(
+            "output '{}' is a directory; give a file path",
+            path.display()
+        ))),
+        Ok(m) if !m.is_file() => Ok(Plan::InPlace(target)),
+        _ => {
+            let name = target.file_name().ok_or_else(|| {
+                EngineError::Usage(format!("output '{}' is not a file path", path.display()))
+            })?;
+            let partial = target.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+            Ok(Plan::Replace { target, partial })
+        }
+    }
+}
+
+/// The end of `path`'s symlink chain (the path itself when it is no symlink); a
+/// dangling link gives the file it would create.
+fn follow_symlinks(path: &Path) -> Result<PathBuf> {
+    let mut p = path.to_path_buf();
+    for _ in 0..MAX_SYMLINKS {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let link = std::fs::read_link(&p).map_err(|source| EngineError::Write {
+                    path: p.clone(),
+                    source,
+                })?;
+                p = match p.parent() {
+                    Some(dir) if link.is_relative() => dir.join(link),
+                    _ => link,
+                };
+            }
+            _ => return Ok(p),
+        }
+    }
+    Err(EngineError::Usage(format!(
+        "output '{}': more than {MAX_SYMLINKS} symlinks (a loop?)",
+        path.display()
+    )))
+}
+
+/// Partial files being written now, for [`remove_partials`].
+static PARTIALS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Deletes every partial file being written at this moment. Front ends call it from
+/// their SIGINT/SIGTERM handler before exiting, so an interrupted write leaves nothing.
+pub fn remove_partials() {
+    let partials = PARTIALS.lock().unwrap_or_else(|e| e.into_inner());
+    for p in partials.iter() {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// A registered partial file: removed (and unregistered) when dropped unless kept.
+struct PartialGuard {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl PartialGuard {
+    fn new(path: PathBuf) -> Self {
+        PARTIALS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(path.clone());
+        PartialGuard { path, keep: false }
+    }
+}
+
+impl Drop for PartialGuard {
+    fn drop(&mut self) {
+        let mut partials = PARTIALS.lock().unwrap_or_else(|e| e.into_inner());
+        partials.retain(|p| p != &self.path);
+        if !self.keep {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> EngineError + '_ {
+    move |source| EngineError::Write {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes `bytes` to `path` as [`plan`] decides.
+pub fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_with(path, |w| w.write_all(bytes))
+}
+
+/// Writes to `path` through `fill`, which gets a writer for the content, as [`plan`]
+/// decides; errors from `fill`, the flush, the sync and the rename are all reported.
+pub fn write_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    match plan(path)? {
+        Plan::Stdout => {
+            let mut out = std::io::stdout().lock();
+            fill(&mut out)
+                .and_then(|()| out.flush())
+                .map_err(write_err(Path::new("-")))
+        }
+        Plan::InPlace(target) => {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .open(&target)
+                .map_err(write_err(&target))?;
+            fill(&mut f)
+                .and_then(|()| f.flush())
+                .map_err(write_err(&target))
+        }
+        Plan::Replace { target, partial } => {
+            let mut guard = PartialGuard::new(partial.clone());
+            let mut f = std::fs::File::create(&partial).map_err(write_err(&target))?;
+            fill(&mut f)
+                .and_then(|()| f.sync_all())
+                .map_err(write_err(&target))?;
+            drop(f);
+            keep_permissions(&target, &partial);
+            std::fs::rename(&partial, &target).map_err(write_err(&target))?;
+            guard.keep = true;
+            Ok(())
+        }
+    }
+}
+
+/// Writes to `path` through `produce`, which writes the whole content to the file path
+/// it is given (ggml writes GGUF files by name). For a non-regular target the content
+/// is made in the temp folder and copied in. Returns the content's size in bytes.
+pub fn write_via_path(path: &Path, produce: impl FnOnce(&Path) -> Result<()>) -> Result<u64> {
+    match plan(path)? {
+        Plan::Replace { target, partial } => {
+            let mut guard = PartialGuard::new(partial.clone());
+            produce(&partial)?;
+            let size = synced_size(&partial).map_err(write_err(&target))?;
+            keep_permissions(&target, &partial);
+            std::fs::rename(&partial, &target).map_err(write_err(&target))?;
+            guard.keep = true;
+            Ok(size)
+        }
+        Plan::Stdout | Plan::InPlace(_) => {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            let partial = std::env::temp_dir()
+                .join(format!(".audiocpp-{}-{name}.partial", std::process::id()));
+            let _guard = PartialGuard::new(partial.clone());
+            produce(&partial)?;
+            let size = synced_size(&partial).map_err(write_err(&partial))?;
+            let mut src = std::fs::File::open(&partial).map_err(write_err(&partial))?;
+            write_with(path, |w| std::io::copy(&mut src, w).map(|_| ()))?;
+            Ok(size)
+        }
+    }
+}
+
+/// Flushes a finished file to disk (where a full disk shows up for data written by
+/// C code that did not check) and returns its size.
+fn synced_size(path: &Path) -> std::io::Result<u64> {
+    let f = OpenOptions::new().write(true).open(path)?;
+    f.sync_all()?;
+    Ok(f.metadata()?.len())
+}
+
+/// Gives a replacement the mode of the file it replaces (a script, a shared file).
+fn keep_permissions(target: &Path, partial: &Path) {
+    if let Ok(m) = std::fs::metadata(target) {
+        let _ = std::fs::set_permissions(partial, m.permissions());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_follow_what_the_path_is() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(plan(Path::new("-")).unwrap(), Plan::Stdout);
+        assert_eq!(
+            plan(Path::new("/dev/null")).unwrap(),
+            Plan::InPlace("/dev/null".into())
+        );
+        let new = dir.path().join("out.txt");
+        assert_eq!(
+            plan(&new).unwrap(),
+            Plan::Replace {
+                target: new.clone(),
+                partial: dir.path().join(".out.txt.partial"),
+            }
+        );
+        assert!(plan(dir.path()).is_err(), "a directory is refused");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_are_followed_and_their_target_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.txt");
+        std::fs::write(&real, "old").unwrap();
+        let link = dir.path().join("link.txt");
+        std::os::unix::fs::symlink("real.txt", &link).unwrap();
+        write_bytes(&link, b"new").unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "new");
+        // A dangling link creates its target.
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink("made.txt", &dangling).unwrap();
+        write_bytes(&dangling, b"x").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("made.txt")).unwrap(),
+            "x"
+        );
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 4, "no partial file left");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn devices_are_written_in_place_and_write_errors_reported() {
+        write_bytes(Path::new("/dev/null"), b"discarded").unwrap();
+        assert!(!std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_file());
+        let err = write_bytes(Path::new("/dev/full"), &[0u8; 1 << 16]).unwrap_err();
+        assert!(
+            err.to_string().contains("cannot write '/dev/full'"),
+            "{err}"
+        );
+        assert!(err.is_user_error());
+        let err = write_via_path(Path::new("/dev/full"), |p| {
+            std::fs::write(p, [1u8; 1 << 16]).map_err(write_err(p))
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("/dev/full"), "{err}");
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_partial_and_no_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.gguf");
+        let err = write_via_path(&out, |p| {
+            std::fs::write(p, b"half").unwrap();
+            Err(EngineError::Usage("stopped".into()))
+        });
+        assert!(err.is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let size =
+            write_via_path(&out, |p| std::fs::write(p, b"whole").map_err(write_err(p))).unwrap();
+        assert_eq!(size, 5);
+        assert_eq!(std::fs::read(&out).unwrap(), b"whole");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn remove_partials_deletes_what_is_being_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("x.json");
+        write_with(&out, |w| {
+            w.write_all(b"partial content")?;
+            remove_partials();
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(!out.exists());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}

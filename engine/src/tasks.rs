@@ -117,6 +117,11 @@ impl VadModel {
         opts: &RuntimeOptions,
     ) -> Result<Self> {
         let resolved = resolve_for_task(family, "vad", model, spec_override)?;
+        Self::from_resolved(family, resolved, opts)
+    }
+
+    /// Loads a resolved VAD model.
+    fn from_resolved(family: &str, resolved: ResolvedModel, opts: &RuntimeOptions) -> Result<Self> {
         let runtime = Runtime::new(opts)?;
         let defaults = vad_defaults(&resolved.spec);
         let model = SileroVad::load(&resolved.file, &resolved.spec, runtime)?;
@@ -352,6 +357,11 @@ impl AsrModel {
         opts: &RuntimeOptions,
     ) -> Result<Self> {
         let resolved = resolve_for_task(family, "asr", model, spec_override)?;
+        Self::from_resolved(family, resolved, opts)
+    }
+
+    /// Loads a resolved ASR model.
+    fn from_resolved(family: &str, resolved: ResolvedModel, opts: &RuntimeOptions) -> Result<Self> {
         let runtime = Runtime::new(opts)?;
         let spec = &resolved.spec;
         let defaults = DecodeOptions {
@@ -503,4 +513,84 @@ impl AsrModel {
         let a = crate::audio::load(audio, self.sample_rate)?;
         self.run_samples(&a.samples, opts)
     }
+}
+
+/// What `--task info` reports about a model, loaded onto the device as its family's
+/// task loads it (so that a run measures what loading costs).
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    /// The family.
+    pub family: String,
+    /// The task it was loaded for.
+    pub task: String,
+    /// The container (`gguf`, `ggml:...`).
+    pub format: String,
+    /// Where the spec came from (`embedded`, `gguf-metadata`, `disk:...`).
+    pub spec_source: String,
+    /// The device it was loaded onto.
+    pub device: String,
+    /// Tensors in the file.
+    pub tensors: usize,
+    /// Bytes of tensor data in the file.
+    pub tensor_bytes: usize,
+    /// Bytes of the largest tensor.
+    pub largest_tensor_bytes: usize,
+    /// The file's numeric metadata: the family's hyper-parameters (`whisper.n_mels`...),
+    /// in file order.
+    pub hyper_parameters: Vec<(String, serde_json::Value)>,
+}
+
+/// Loads a model for the first task its family runs (other than `convert`) and
+/// describes it.
+pub fn info(
+    family: &str,
+    model: &Path,
+    spec_override: Option<&Path>,
+    opts: &RuntimeOptions,
+) -> Result<ModelInfo> {
+    let loader = families::find(family)?;
+    let task = loader
+        .tasks
+        .iter()
+        .copied()
+        .find(|t| *t != "convert")
+        .unwrap_or("convert");
+    let resolved = resolve_for_task(family, task, model, spec_override)?;
+    let file = &resolved.file;
+    let hyper_parameters = file
+        .metadata
+        .iter()
+        .filter_map(|(k, v)| match v {
+            GgufValue::U32(x) => Some((k.clone(), serde_json::Value::from(*x))),
+            GgufValue::F32(x) => Some((k.clone(), serde_json::Value::from(*x))),
+            _ => None,
+        })
+        .collect();
+    let mut info = ModelInfo {
+        family: family.to_string(),
+        task: task.to_string(),
+        format: file.format.to_string(),
+        spec_source: resolved.spec_source.to_string(),
+        device: String::new(),
+        tensors: file.tensors.len(),
+        tensor_bytes: file.data_bytes(),
+        largest_tensor_bytes: file.tensors.iter().map(|t| t.data.len()).max().unwrap_or(0),
+        hyper_parameters,
+    };
+    info.device = match task {
+        "vad" => VadModel::from_resolved(family, resolved, opts)?
+            .model
+            .runtime()
+            .device()
+            .name
+            .clone(),
+        "asr" => AsrModel::from_resolved(family, resolved, opts)?
+            .model
+            .runtime()
+            .device()
+            .name
+            .clone(),
+        _ => String::from("none (convert only)"),
+    };
+    Ok(info)
 }

@@ -1838,13 +1838,27 @@ mod tests {
         }
     }
 
-    /// Says loudly which levels a test could not run on this CPU.
+    /// Says loudly which levels a test could not run on this CPU; with none at all the
+    /// test would assert nothing, which fails under CI (`CI` set).
     fn report_missing(what: &str, levels: &[SimdLevel]) {
         for l in [SimdLevel::Avx2, SimdLevel::Avx512] {
             if !levels.contains(&l) {
                 eprintln!("SKIPPED LOUDLY: this CPU cannot run the {l:?} {what}");
             }
         }
+        if levels.is_empty() {
+            fail_under_ci(&format!("no level of the {what} runs on this CPU"));
+        }
+    }
+
+    /// Reports a test that could not check anything here, and fails it when `CI` is
+    /// set: CI machines must run what they claim to test.
+    fn fail_under_ci(why: &str) {
+        eprintln!("NOTHING TESTED: {why}");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{why}, and CI is set: run CI on a CPU with AVX2, FMA and F16C"
+        );
     }
 
     fn q8_rows(n: usize, k: usize, seed: u64) -> Vec<u8> {
@@ -2241,7 +2255,7 @@ mod tests {
         report_missing("f16 product", &levels);
         #[cfg(target_arch = "x86_64")]
         if !std::arch::is_x86_feature_detected!("f16c") {
-            eprintln!("SKIPPED LOUDLY: this CPU has no F16C; the f16 product cannot run");
+            fail_under_ci("this CPU has no F16C; the f16 product cannot run");
             return;
         }
         // (n, k, m, batches, weight row stride): whole steps and tails, strided rows

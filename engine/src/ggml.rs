@@ -1340,13 +1340,86 @@ pub fn read_gguf(bytes: &[u8]) -> Result<GgufContents> {
     };
     // SAFETY: bytes is valid for its length; ggml copies what it needs into data_ctx.
     let gguf = unsafe { sys::gguf_init_from_buffer(bytes.as_ptr().cast(), bytes.len(), params) };
+    // SAFETY: gguf and data_ctx come from gguf_init_from_buffer; a tensor of data_ctx
+    // holds ggml_nbytes of data.
+    unsafe {
+        read_contents(gguf, data_ctx, |t, _offset, nbytes| {
+            if (*t).data.is_null() {
+                return Err("has no data".into());
+            }
+            Ok(std::slice::from_raw_parts((*t).data as *const u8, nbytes).to_vec())
+        })
+    }
+}
+
+/// Reads a GGUF file's metadata, then each tensor's data from the file straight into
+/// its own buffer: the file is never held whole in memory, nor copied by ggml. A
+/// tensor that would end past the end of the file is refused before any allocation.
+pub fn read_gguf_file(path: &Path) -> Result<GgufContents> {
+    use std::io::{Read, Seek, SeekFrom};
+    init();
+    let io = |e: std::io::Error| GgmlError::BadGguf(format!("{}: {e}", path.display()));
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let file_len = file.metadata().map_err(io)?.len();
+    let c = CString::new(path.to_string_lossy().as_bytes())
+        .map_err(|_| GgmlError::BadGguf(format!("{}: a path with a NUL byte", path.display())))?;
+    let mut meta_ctx: *mut sys::ggml_context = std::ptr::null_mut();
+    let params = sys::gguf_init_params {
+        no_alloc: true,
+        ctx: &mut meta_ctx,
+    };
+    // SAFETY: c is a valid NUL-terminated path; no_alloc makes ggml read the header,
+    // metadata and tensor table only.
+    let gguf = unsafe { sys::gguf_init_from_file(c.as_ptr(), params) };
+    // SAFETY: gguf and meta_ctx come from gguf_init_from_file; the closure reads only
+    // the offsets ggml reports and the file.
+    unsafe {
+        let data_offset = if gguf.is_null() {
+            0
+        } else {
+            sys::gguf_get_data_offset(gguf) as u64
+        };
+        read_contents(gguf, meta_ctx, |_t, offset, nbytes| {
+            let start = data_offset + offset as u64;
+            if start
+                .checked_add(nbytes as u64)
+                .is_none_or(|end| end > file_len)
+            {
+                return Err(format!(
+                    "has {nbytes} bytes at offset {start}, past the end of the {file_len}-byte file"
+                ));
+            }
+            let mut data = vec![0u8; nbytes];
+            file.seek(SeekFrom::Start(start))
+                .and_then(|_| file.read_exact(&mut data))
+                .map_err(|e| e.to_string())?;
+            Ok(data)
+        })
+    }
+}
+
+/// The metadata and tensors of a parsed GGUF, each tensor's data from `data(tensor,
+/// offset in the data section, bytes)`; frees `gguf` and `ctx`.
+///
+/// # Safety
+/// `gguf` is null or a live context from `gguf_init_*`, `ctx` null or its tensor
+/// context; `data` may read `tensor` as ggml describes it.
+unsafe fn read_contents(
+    gguf: *mut sys::gguf_context,
+    ctx: *mut sys::ggml_context,
+    mut data: impl FnMut(*mut sys::ggml_tensor, usize, usize) -> std::result::Result<Vec<u8>, String>,
+) -> Result<GgufContents> {
     if gguf.is_null() {
+        if !ctx.is_null() {
+            // SAFETY: the caller's guarantee.
+            unsafe { sys::ggml_free(ctx) };
+        }
         return Err(GgmlError::BadGguf(
             "header, metadata or tensor table is malformed or truncated".into(),
         ));
     }
     let mut out = GgufContents::default();
-    // SAFETY: gguf and data_ctx are valid until freed below.
+    // SAFETY: gguf and ctx are valid until freed below.
     let result = unsafe {
         for i in 0..sys::gguf_get_n_kv(gguf) {
             let key = cstr(sys::gguf_get_key(gguf, i));
@@ -1391,8 +1464,12 @@ pub fn read_gguf(bytes: &[u8]) -> Result<GgufContents> {
                 break;
             };
             let c = CString::new(name.clone()).unwrap_or_default();
-            let t = sys::ggml_get_tensor(data_ctx, c.as_ptr());
-            if t.is_null() || (*t).data.is_null() {
+            let t = if ctx.is_null() {
+                std::ptr::null_mut()
+            } else {
+                sys::ggml_get_tensor(ctx, c.as_ptr())
+            };
+            if t.is_null() {
                 res = Err(GgmlError::BadGguf(format!("tensor '{name}' has no data")));
                 break;
             }
@@ -1400,17 +1477,22 @@ pub fn read_gguf(bytes: &[u8]) -> Result<GgufContents> {
             let ne_all = (*t).ne;
             let ne: Vec<i64> = ne_all[..n_dims].to_vec();
             let nbytes = sys::ggml_nbytes(t);
-            let data = std::slice::from_raw_parts((*t).data as *const u8, nbytes).to_vec();
-            out.tensors.push(HostTensor {
-                name,
-                dtype,
-                ne,
-                data,
-            });
+            match data(t, sys::gguf_get_tensor_offset(gguf, i), nbytes) {
+                Ok(bytes) => out.tensors.push(HostTensor {
+                    name,
+                    dtype,
+                    ne,
+                    data: bytes,
+                }),
+                Err(reason) => {
+                    res = Err(GgmlError::BadGguf(format!("tensor '{name}' {reason}")));
+                    break;
+                }
+            }
         }
         sys::gguf_free(gguf);
-        if !data_ctx.is_null() {
-            sys::ggml_free(data_ctx);
+        if !ctx.is_null() {
+            sys::ggml_free(ctx);
         }
         res
     };
@@ -1734,6 +1816,38 @@ mod tests {
             ne: vec![data.len() as i64 / dtype.size() as i64],
             data,
         }
+    }
+
+    #[test]
+    fn a_gguf_file_reads_like_its_bytes_and_a_truncated_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        let tensors = [
+            tensor("a", DType::F32, 1.5f32.to_le_bytes().repeat(40)),
+            tensor("b", DType::F16, vec![0x3c; 64]),
+        ];
+        let meta = [("k".to_string(), GgufValue::U32(7))];
+        write_gguf(&path, &meta, &tensors).unwrap();
+        let from_file = read_gguf_file(&path).unwrap();
+        let from_bytes = read_gguf(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(from_file.metadata, from_bytes.metadata);
+        assert_eq!(from_file.tensors.len(), 2);
+        for (f, b) in from_file.tensors.iter().zip(&from_bytes.tensors) {
+            assert_eq!(
+                (&f.name, f.dtype, &f.ne, &f.data),
+                (&b.name, b.dtype, &b.ne, &b.data)
+            );
+        }
+        let len = std::fs::metadata(&path).unwrap().len();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(len - 10).unwrap();
+        let Err(err) = read_gguf_file(&path) else {
+            panic!("a truncated GGUF was read");
+        };
+        assert!(
+            err.to_string().contains("tensor 'b'") && err.to_string().contains("past the end"),
+            "{err}"
+        );
     }
 
     #[test]

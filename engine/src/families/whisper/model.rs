@@ -199,16 +199,18 @@ impl WhisperNet {
             .filter(|t| t.name.starts_with("encoder.conv") && t.name.ends_with(".weight"))
             .all(|t| t.ne.len() == 2);
         let weights = Context::new(tensors.len() + 4, 0)?;
-        let mut uploads = Vec::with_capacity(tensors.len());
         for t in &tensors {
-            uploads.push((weights.new_tensor(t.dtype, &t.ne, &t.name), &t.data));
+            weights.new_tensor(t.dtype, &t.ne, &t.name);
         }
         let weights_buf = Buffer::alloc_context(&weights, runtime.main())?;
-        for (t, data) in &uploads {
-            t.write_bytes(data)?;
+        // Each host copy is freed as soon as it is uploaded: the device buffer's pages
+        // fill as the host ones go, so loading holds a weight twice only one at a time.
+        for t in tensors {
+            let on_device = weights
+                .tensor_by_name(&t.name)
+                .expect("created above with this name");
+            on_device.write_bytes(&t.data)?;
         }
-        drop(uploads);
-        drop(tensors);
         let cache = Context::new(4 * hp.n_text_layer + 4, 0)?;
         let (t, a_ctx, t_ctx) = (
             hp.n_text_state as i64,

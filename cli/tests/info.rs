@@ -39,6 +39,8 @@ fn info_describes_a_legacy_silero_model_and_a_converted_whisper_one() {
         s(&ct2),
         "--out",
         s(&gguf),
+        "--model-spec-override",
+        s(&specs()),
     ]);
     assert_eq!(convert.code, 0, "{}", convert.stderr);
     let run = cli(&[

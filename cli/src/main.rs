@@ -25,7 +25,7 @@ use clap::Parser;
     after_help = "Examples:\n  audiocpp_cli --task vad --family silero_vad --model ggml-silero-v6.2.0.bin --audio in.wav\n  audiocpp_cli --task convert --family silero_vad --model ggml-silero-v6.2.0.bin --out silero.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --out whisper-tiny.en.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --quantize q8_0 --out whisper-tiny.en-q8_0.gguf\n  audiocpp_cli --task asr --family whisper --model whisper-tiny.en.gguf --audio in.wav --text-out in.txt\n  audiocpp_cli --list-devices --json"
 )]
 struct Flags {
-    /// Task to run: vad, asr, convert.
+    /// Task to run: vad, asr, convert, info (load the model and describe it).
     #[arg(long)]
     task: Option<String>,
     /// Model family (see --list-loaders).
@@ -208,7 +208,7 @@ fn run(flags: Flags) -> Result<(), Failure> {
     let task = flags
         .task
         .as_deref()
-        .ok_or_else(|| usage("--task is required (vad, asr, convert); see --help"))?;
+        .ok_or_else(|| usage("--task is required (vad, asr, convert, info); see --help"))?;
     let family = flags
         .family
         .as_deref()
@@ -256,11 +256,12 @@ fn run(flags: Flags) -> Result<(), Failure> {
             }
             Ok(())
         }
+        "info" => run_info(&flags, family, model),
         "tts" => Err(usage(format!(
-            "task '{task}' has no family in this build yet (available tasks: vad, asr, convert)"
+            "task '{task}' has no family in this build yet (available tasks: vad, asr, convert, info)"
         ))),
         other => Err(usage(format!(
-            "unknown task '{other}' (expected vad, asr or convert)"
+            "unknown task '{other}' (expected vad, asr, convert or info)"
         ))),
     }
 }
@@ -276,6 +277,38 @@ fn audio_limits(flags: &Flags) -> Result<AudioLimits, Failure> {
         .validate()
         .map_err(|e| usage(format!("--max-audio-s / --min-sample-rate-hz: {e}")))?;
     Ok(limits)
+}
+
+/// `--task info`: loads the model as its task would and prints what it is.
+fn run_info(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
+    let opts = RuntimeOptions {
+        backend: flags.backend.parse::<BackendKind>()?,
+        device: flags.device,
+        threads: flags.threads,
+    };
+    let info = tasks::info(family, model, flags.model_spec_override.as_deref(), &opts)?;
+    if flags.json {
+        out!(
+            "{}",
+            serde_json::to_string_pretty(&info).expect("serialises")
+        );
+        return Ok(());
+    }
+    out!(
+        "task=info\nfamily={}\nloaded_for={}\nformat={}\nspec_source={}\ndevice={}\ntensors={}\ntensor_bytes={}\nlargest_tensor_bytes={}",
+        info.family,
+        info.task,
+        info.format,
+        info.spec_source,
+        info.device,
+        info.tensors,
+        info.tensor_bytes,
+        info.largest_tensor_bytes
+    );
+    for (key, value) in &info.hyper_parameters {
+        out!("{key}={value}");
+    }
+    Ok(())
 }
 
 fn run_vad(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {

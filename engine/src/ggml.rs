@@ -8,6 +8,7 @@
 //! `ggml_backend_*` and `gguf_*` functions.
 #![allow(unsafe_code)]
 
+use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::marker::PhantomData;
 use std::path::Path;
@@ -17,12 +18,16 @@ use std::sync::Once;
 use llama_cpp_sys_2 as sys;
 
 mod cpu_ops;
+mod custom_op;
 pub mod log;
+
+use custom_op::{CustomOp, OpState, Operand};
+
 /// True when `w` has the shape [`Context::mul_mat_f16_cpu`] takes: f16 with contiguous
 /// rows, at least 4 rows per batch, batches along one dimension.
 pub fn f16_product_fits(w: Tensor<'_>) -> bool {
     let [_, n, _, n3] = w.ne();
-    w.dtype() == DType::F16 && n >= 4 && n3 == 1 && w.row_contiguous()
+    w.dtype() == Some(DType::F16) && n >= 4 && n3 == 1 && w.row_contiguous()
 }
 
 pub use cpu_ops::{
@@ -40,6 +45,17 @@ pub enum GgmlError {
     /// A GGUF file could not be parsed.
     #[error("not a valid GGUF file: {0}")]
     BadGguf(String),
+    /// A custom op was given an operand its kernel cannot read (type, dims, layout).
+    #[error("{op}: {reason}")]
+    Operand {
+        /// The op.
+        op: &'static str,
+        /// What is wrong with which operand.
+        reason: String,
+    },
+    /// A custom op refused its operands or panicked while the graph computed.
+    #[error("graph compute failed: {0}")]
+    OpFailed(String),
 }
 
 type Result<T> = std::result::Result<T, GgmlError>;
@@ -363,6 +379,10 @@ impl Drop for Backend {
 /// A ggml context holding tensor and graph metadata only (no data: `no_alloc`).
 pub struct Context {
     raw: NonNull<sys::ggml_context>,
+    /// The state of each custom op node, which its callback reaches through ggml's
+    /// userdata pointer (boxed: the addresses stay put as the list grows).
+    #[allow(clippy::vec_box)]
+    ops: RefCell<Vec<Box<OpState>>>,
 }
 
 impl Context {
@@ -382,7 +402,21 @@ impl Context {
         // SAFETY: params are valid; null is handled.
         let raw = NonNull::new(unsafe { sys::ggml_init(params) })
             .ok_or_else(|| GgmlError::Failed("ggml_init failed".into()))?;
-        Ok(Context { raw })
+        Ok(Context {
+            raw,
+            ops: RefCell::new(Vec::new()),
+        })
+    }
+
+    /// The first failure a custom op of this context met in the last compute, clearing
+    /// them all.
+    fn take_op_failure(&self) -> Option<String> {
+        let mut first = None;
+        for op in self.ops.borrow().iter() {
+            let failure = op.take_failure();
+            first = first.or(failure);
+        }
+        first
     }
 
     fn wrap(&self, t: *mut sys::ggml_tensor) -> Tensor<'_> {
@@ -529,8 +563,7 @@ impl Context {
 
     /// A 1-D view of `len` elements starting at element `offset` of a contiguous tensor.
     pub fn view_1d<'a>(&'a self, a: Tensor<'a>, len: i64, offset_elems: usize) -> Tensor<'a> {
-        debug_assert_eq!(a.dtype().block_len(), 1, "views of block types");
-        let esize = a.dtype().size();
+        let esize = a.element_size().expect("views of unblocked types");
         // SAFETY: ggml checks the view stays inside the tensor.
         self.wrap(unsafe {
             sys::ggml_view_1d(self.raw.as_ptr(), a.raw(), len, offset_elems * esize)
@@ -546,8 +579,7 @@ impl Context {
         ne1: i64,
         offset_elems: usize,
     ) -> Tensor<'a> {
-        debug_assert_eq!(a.dtype().block_len(), 1, "views of block types");
-        let esize = a.dtype().size();
+        let esize = a.element_size().expect("views of unblocked types");
         // SAFETY: as above.
         self.wrap(unsafe {
             sys::ggml_view_2d(
@@ -600,6 +632,8 @@ impl Context {
     /// `packed` is [OC, IC*K] from [`pack_f32_transposed`] of the [K, IC, OC] kernel
     /// (read as [IC*K, OC]). The im2col step takes its shape from a [K, IC, OC] reshape
     /// of `packed` (it reads the shape only). Needs [`attention_kernel_available`].
+    /// Refuses a weight that is not contiguous f32 [OC, IC*K] or an input without IC
+    /// channels.
     pub fn conv_1d_f32_packed<'a>(
         &'a self,
         packed: Tensor<'a>,
@@ -607,13 +641,37 @@ impl Context {
         input: Tensor<'a>,
         stride: i32,
         pad: i32,
-    ) -> Tensor<'a> {
-        let [oc, ick, _, _] = packed.ne();
-        assert_eq!(ick % kernel_width, 0, "IC*K columns");
+    ) -> Result<Tensor<'a>> {
+        let refuse = |reason: String| GgmlError::Operand {
+            op: "conv_1d_f32_packed",
+            reason,
+        };
+        let w = packed.operand();
+        let [oc, ick, _, _] = w.ne;
+        if w.dtype != Some(DType::F32) || !w.contiguous() || w.ne[2] * w.ne[3] != 1 {
+            return Err(refuse(format!(
+                "the kernel must be contiguous 2-D f32, is {:?} of dims {:?}",
+                w.dtype, w.ne
+            )));
+        }
+        if kernel_width < 1 || ick % kernel_width != 0 {
+            return Err(refuse(format!(
+                "{ick} kernel columns are not whole kernels of width {kernel_width}"
+            )));
+        }
+        let [_, ic, _, one] = input.ne();
+        if ic != ick / kernel_width || one != 1 {
+            return Err(refuse(format!(
+                "the input has dims {:?}, expected [L, {}, N]",
+                input.ne(),
+                ick / kernel_width
+            )));
+        }
         let ctx = self.raw.as_ptr();
         // SAFETY: tensors of this context; the reshape keeps the element count of the
-        // contiguous packed weight, and im2col reads only its shape.
-        unsafe {
+        // contiguous packed weight (checked above), and im2col reads only its shape,
+        // whose channels match the input's.
+        let (cols, ol, n) = unsafe {
             let shape =
                 sys::ggml_reshape_3d(ctx, packed.raw(), kernel_width, ick / kernel_width, oc);
             let cols = sys::ggml_im2col(
@@ -629,11 +687,11 @@ impl Context {
                 false,
                 sys::GGML_TYPE_F32,
             );
-            let (ol, n) = ((*cols).ne[1], (*cols).ne[2]);
-            let c2 = self.wrap(sys::ggml_reshape_2d(ctx, cols, ick, ol * n));
-            let out = self.mul_mat_f32_packed(packed, c2);
-            self.wrap(sys::ggml_reshape_3d(ctx, out.raw(), oc, ol, n))
-        }
+            (cols, (*cols).ne[1], (*cols).ne[2])
+        };
+        let c2 = self.reshape(self.wrap(cols), &[ick, ol * n]);
+        let out = self.mul_mat_f32_packed(packed, c2)?;
+        Ok(self.reshape(out, &[oc, ol, n]))
     }
 
     /// A new 32-bit integer tensor (token ids, row indices), dims in ggml order.
@@ -666,102 +724,54 @@ impl Context {
     }
 
     /// [`Context::gelu_erf`] as a CPU-only custom op with a vectorised erf (ggml's
-    /// calls libm's `erff` per element). `a` must be contiguous f32.
-    pub fn gelu_erf_cpu<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        let a = self.contiguous(a);
-        let [n0, n1, n2, n3] = a.ne();
-        // SAFETY: the op reads its one source and writes a tensor of the same shape.
-        unsafe { self.custom_f32_op([n0, n1, n2, n3], &mut [a.raw()], cpu_ops::gelu_erf_op, 0) }
+    /// calls libm's `erff` per element). Refuses an input that is not f32.
+    pub fn gelu_erf_cpu<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
+        let op = CustomOp::GeluErf;
+        let a = self.contiguous_f32(op, a, "the input")?;
+        self.custom_op(op, &[a])
     }
 
     /// [`Context::mul_mat`] of a [`PackedQ8`] weight (an [`DType::I8`] tensor of
     /// [`PackedQ8::tensor_shape`]) and f32 activations `x` [k, m], plus `bias` ([n]
     /// f32) when given, in one op: the result is [n, m]. A CPU-only custom op; needs
-    /// [`q8_kernel_available`].
+    /// [`q8_kernel_available`]. Refuses any other operand with an error.
     pub fn mul_mat_q8_packed<'a>(
         &'a self,
         packed: Tensor<'a>,
         x: Tensor<'a>,
         bias: Option<Tensor<'a>>,
-    ) -> Tensor<'a> {
-        let [_, blocks, groups, _] = packed.ne();
-        let [k, m, m2, m3] = x.ne();
-        let n = groups * cpu_ops::GROUP_COLS as i64;
-        assert_eq!(packed.dtype(), DType::I8, "a packed q8_0 weight");
-        assert!(
-            q8_kernel_available(),
-            "the CPU runs the packed q8_0 product"
-        );
-        assert_eq!(k, blocks * 32, "the weight's and activations' k");
-        assert_eq!(m2 * m3, 1, "2-D activations");
-        let x = self.contiguous(x);
-        let mut args = vec![packed.raw(), x.raw()];
+    ) -> Result<Tensor<'a>> {
+        let op = CustomOp::Q8Packed;
+        let mut args = vec![packed, self.contiguous_f32(op, x, "the activations")?];
         if let Some(b) = bias {
-            assert_eq!(
-                (b.len(), b.dtype()),
-                (n as usize, DType::F32),
-                "one f32 bias per output"
-            );
-            args.push(self.contiguous(b).raw());
+            args.push(self.contiguous_f32(op, b, "the bias")?);
         }
-        // SAFETY: the op reads the packed weight, the f32 rows of x (contiguous) and the
-        // bias, and writes [n, m] f32.
-        unsafe { self.custom_f32_op([n, m, 1, 1], &mut args, cpu_ops::q8_packed_op, 0) }
+        self.custom_op(op, &args)
     }
 
     /// Multi-head self-attention without a mask, scale 1/sqrt(64), as a CPU-only custom
-    /// op: `qkv` is [3 d, t] (each row the stacked query, key and value), the result
-    /// [d, t] with heads side by side. Needs [`attention_kernel_available`] and
+    /// op: `qkv` is [3 d, t] f32 (each row the stacked query, key and value), the
+    /// result [d, t] with heads side by side. Needs [`attention_kernel_available`] and
     /// `d = heads * ATTENTION_HEAD_DIM`. The whole score row of a query stays in cache,
-    /// so the softmax is exact, with no running rescale.
-    pub fn self_attention_cpu<'a>(&'a self, qkv: Tensor<'a>, heads: usize) -> Tensor<'a> {
-        let [w, t, t2, t3] = qkv.ne();
-        let d = heads * ATTENTION_HEAD_DIM;
-        assert_eq!(w as usize, 3 * d, "stacked q, k, v of {heads} heads of 64");
-        assert!(
-            attention_kernel_available(),
-            "the CPU runs the attention kernel"
-        );
-        assert_eq!(t2 * t3, 1, "2-D input");
-        let qkv = self.contiguous(qkv);
-        // SAFETY: the op reads the contiguous [3d, t] source and writes [d, t] f32; the
-        // head count travels in the userdata pointer's value, never dereferenced.
-        unsafe {
-            self.custom_f32_op(
-                [d as i64, t, 1, 1],
-                &mut [qkv.raw()],
-                cpu_ops::attention_op,
-                heads,
-            )
-        }
+    /// so the softmax is exact, with no running rescale. Refuses any other operand.
+    pub fn self_attention_cpu<'a>(&'a self, qkv: Tensor<'a>, heads: usize) -> Result<Tensor<'a>> {
+        let op = CustomOp::SelfAttention { heads };
+        let qkv = self.contiguous_f32(op, qkv, "the stacked q, k, v")?;
+        self.custom_op(op, &[qkv])
     }
 
-    /// `x W^T` for an f32 weight packed by [`pack_f32_transposed`] (an f32 tensor
-    /// [n, k]) and f32 activations `x` [k, m]: the result is [n, m]. A CPU-only custom
-    /// op; needs [`attention_kernel_available`] (the same vector code).
-    pub fn mul_mat_f32_packed<'a>(&'a self, packed: Tensor<'a>, x: Tensor<'a>) -> Tensor<'a> {
-        let [n, k, _, _] = packed.ne();
-        let [xk, m, m2, m3] = x.ne();
-        assert_eq!(packed.dtype(), DType::F32, "a packed f32 weight");
-        assert!(attention_kernel_available(), "the CPU runs the f32 product");
-        assert_eq!(k, xk, "the weight's and activations' k");
-        assert_eq!(m2 * m3, 1, "2-D activations");
-        assert_eq!(
-            n % cpu_ops::F32_PRODUCT_COLS as i64,
-            0,
-            "whole runs of outputs"
-        );
-        let x = self.contiguous(x);
-        // SAFETY: the op reads the [n, k] weight and the contiguous f32 rows of x and
-        // writes [n, m] f32.
-        unsafe {
-            self.custom_f32_op(
-                [n, m, 1, 1],
-                &mut [packed.raw(), x.raw()],
-                cpu_ops::f32_product_op,
-                0,
-            )
-        }
+    /// `x W^T` for an f32 weight packed by [`pack_f32_transposed`] (a contiguous f32
+    /// tensor [n, k], `n` whole runs of [`F32_PRODUCT_COLS`]) and f32 activations `x`
+    /// [k, m]: the result is [n, m]. A CPU-only custom op; needs
+    /// [`attention_kernel_available`] (the same vector code). Refuses any other operand.
+    pub fn mul_mat_f32_packed<'a>(
+        &'a self,
+        packed: Tensor<'a>,
+        x: Tensor<'a>,
+    ) -> Result<Tensor<'a>> {
+        let op = CustomOp::F32Packed;
+        let x = self.contiguous_f32(op, x, "the activations")?;
+        self.custom_op(op, &[packed, x])
     }
 
     /// [`Context::mul_mat`] of an f16 weight `w` [k, n, b] (rows contiguous, at least 4
@@ -770,53 +780,36 @@ impl Context {
     /// [`f16_product_available`]. For products that are a read of a large weight: the
     /// decoder's logits and its cross-attention over the f16 cache (strided views
     /// of it, one batch per head). Unlike ggml's f16 product, the activations stay
-    /// f32 (ggml rounds them to f16).
-    pub fn mul_mat_f16_cpu<'a>(&'a self, w: Tensor<'a>, x: Tensor<'a>) -> Tensor<'a> {
-        let [k, n, b, _] = w.ne();
-        let [xk, m, xb, xb3] = x.ne();
-        assert!(
-            f16_product_fits(w),
-            "f16 with contiguous rows, at least 4 of them"
-        );
-        assert!(f16_product_available(), "the CPU runs the f16 product");
-        assert_eq!((k, b, xb3), (xk, xb, 1), "matching k and batches");
-        let x = if x.dtype() == DType::F32 && x.row_contiguous() {
+    /// f32 (ggml rounds them to f16). Refuses any other operand.
+    pub fn mul_mat_f16_cpu<'a>(&'a self, w: Tensor<'a>, x: Tensor<'a>) -> Result<Tensor<'a>> {
+        let op = CustomOp::F16Product;
+        let x = if x.operand().row_contiguous() {
             x
         } else {
-            self.contiguous(x)
+            self.contiguous_f32(op, x, "the activations")?
         };
-        // SAFETY: the op reads the f16 weight and the f32 activations through their
-        // strides (rows contiguous) and writes the contiguous [n, m, b] f32 result.
-        unsafe {
-            self.custom_f32_op(
-                [n, m, b, 1],
-                &mut [w.raw(), x.raw()],
-                cpu_ops::f16_product_op,
-                0,
-            )
-        }
+        self.custom_op(op, &[w, x])
     }
 
-    /// A CPU-only custom op: an f32 tensor of shape `ne` that `op` computes from
-    /// `args`, on every worker thread, with `userdata` passed by value.
-    ///
-    /// # Safety
-    /// `args` belong to this context, and `op` reads only them and writes only the
-    /// `ne` f32 result, as its tensors' shapes describe.
-    unsafe fn custom_f32_op<'a>(
-        &'a self,
-        ne: [i64; 4],
-        args: &mut [*mut sys::ggml_tensor],
-        op: unsafe extern "C" fn(
-            *mut sys::ggml_tensor,
-            std::os::raw::c_int,
-            std::os::raw::c_int,
-            *mut std::os::raw::c_void,
-        ),
-        userdata: usize,
-    ) -> Tensor<'a> {
-        // SAFETY: the caller's guarantees; the callback matches ggml_custom_op_t.
-        self.wrap(unsafe {
+    /// A CPU-only custom op node: the f32 tensor `op` computes from `args`, on every
+    /// worker thread, once [`CustomOp::check`] accepted them (its callback checks
+    /// them again when it runs).
+    fn custom_op<'a>(&'a self, op: CustomOp, args: &[Tensor<'a>]) -> Result<Tensor<'a>> {
+        let operands: Vec<Operand> = args.iter().map(Tensor::operand).collect();
+        let ne = op.check(&operands).map_err(|reason| GgmlError::Operand {
+            op: op.name(),
+            reason,
+        })?;
+        let state = Box::new(OpState::new(op));
+        let userdata = (&*state as *const OpState)
+            .cast_mut()
+            .cast::<std::os::raw::c_void>();
+        self.ops.borrow_mut().push(state);
+        let mut raws: Vec<*mut sys::ggml_tensor> = args.iter().map(|t| t.raw()).collect();
+        // SAFETY: `raws` are tensors of this context; the callback matches
+        // ggml_custom_op_t and reads userdata as the boxed OpState this context keeps
+        // for as long as it (and so every graph that computes the node) lives.
+        Ok(self.wrap(unsafe {
             sys::ggml_custom_4d(
                 self.raw.as_ptr(),
                 sys::GGML_TYPE_F32,
@@ -824,23 +817,37 @@ impl Context {
                 ne[1],
                 ne[2],
                 ne[3],
-                args.as_mut_ptr(),
-                args.len() as i32,
-                Some(op),
+                raws.as_mut_ptr(),
+                raws.len() as i32,
+                Some(custom_op::callback),
                 -1, // GGML_N_TASKS_MAX: every worker thread
-                userdata as *mut std::os::raw::c_void,
+                userdata,
             )
-        })
+        }))
     }
 
-    /// `a` itself when it is contiguous f32, otherwise a contiguous copy.
-    fn contiguous<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: the tensor belongs to this context.
-        if unsafe { sys::ggml_is_contiguous(a.raw()) } {
+    /// `a` itself when it is contiguous f32, a contiguous copy when it is f32 laid out
+    /// otherwise; an error naming `op` and `what` for any other type.
+    fn contiguous_f32<'a>(&'a self, op: CustomOp, a: Tensor<'a>, what: &str) -> Result<Tensor<'a>> {
+        let operand = a.operand();
+        if operand.dtype != Some(DType::F32) {
+            return Err(GgmlError::Operand {
+                op: op.name(),
+                reason: format!(
+                    "{what}: {}, expected F32",
+                    operand
+                        .dtype
+                        .map_or("a type the engine does not use".into(), |t| format!(
+                            "{t:?}"
+                        ))
+                ),
+            });
+        }
+        Ok(if operand.contiguous() {
             a
         } else {
             self.cont(a)
-        }
+        })
     }
 
     /// Multiplies every element by `s`.
@@ -896,8 +903,7 @@ impl Context {
         s2: usize,
         offset_elems: usize,
     ) -> Tensor<'a> {
-        debug_assert_eq!(a.dtype().block_len(), 1, "views of block types");
-        let esize = a.dtype().size();
+        let esize = a.element_size().expect("views of unblocked types");
         // SAFETY: ggml checks the view stays inside the tensor.
         self.wrap(unsafe {
             sys::ggml_view_3d(
@@ -919,7 +925,7 @@ impl Context {
         let raw = unsafe { sys::ggml_new_graph_custom(self.raw.as_ptr(), max_nodes, false) };
         Graph {
             raw: NonNull::new(raw).expect("context too small for the graph"),
-            _ctx: PhantomData,
+            ctx: self,
         }
     }
 }
@@ -945,8 +951,24 @@ impl<'ctx> Tensor<'ctx> {
 
     /// True when the values of each row are adjacent (rows themselves may be strided).
     pub fn row_contiguous(&self) -> bool {
+        // SAFETY: the tensor is live while its context is; a pure size query.
+        unsafe { (*self.raw()).nb[0] == sys::ggml_type_size((*self.raw()).type_) }
+    }
+
+    /// What a custom op checks about this tensor.
+    fn operand(&self) -> Operand {
         // SAFETY: the tensor is live while its context is.
-        unsafe { (*self.raw()).nb[0] == self.dtype().nbytes(1) }
+        unsafe { Operand::of(self.raw()) }
+    }
+
+    /// Bytes of one element of an unblocked type (a view's offsets and strides count
+    /// in them); `None` for block types, whose views the engine never takes.
+    fn element_size(&self) -> Option<usize> {
+        // SAFETY: pure queries on the live tensor's type.
+        unsafe {
+            let t = (*self.raw()).type_;
+            (sys::ggml_blck_size(t) == 1).then(|| sys::ggml_type_size(t))
+        }
     }
 
     /// Dims in ggml order.
@@ -965,10 +987,11 @@ impl<'ctx> Tensor<'ctx> {
         self.len() == 0
     }
 
-    /// Element type.
-    pub fn dtype(&self) -> DType {
+    /// Element type; `None` for a type the engine does not compute in (the i32 token
+    /// ids of [`Context::new_i32_tensor`], or anything else ggml made).
+    pub fn dtype(&self) -> Option<DType> {
         // SAFETY: as above.
-        DType::from_raw(unsafe { (*self.raw()).type_ }).unwrap_or(DType::F32)
+        DType::from_raw(unsafe { (*self.raw()).type_ })
     }
 
     /// Names the tensor (shown in ggml's debug output).
@@ -999,7 +1022,7 @@ impl<'ctx> Tensor<'ctx> {
                 "{what}: tensor has no memory yet"
             )));
         }
-        if self.dtype() != DType::F32 || n != self.len() {
+        if self.dtype() != Some(DType::F32) || n != self.len() {
             return Err(GgmlError::Failed(format!(
                 "{what}: expected {} f32 values, got {n}",
                 self.len()
@@ -1094,7 +1117,8 @@ impl<'ctx> Tensor<'ctx> {
 /// A forward computation graph, valid while its [`Context`] lives.
 pub struct Graph<'ctx> {
     raw: NonNull<sys::ggml_cgraph>,
-    _ctx: PhantomData<&'ctx Context>,
+    /// Its context, asked after a compute whether a custom op failed.
+    ctx: &'ctx Context,
 }
 
 impl Graph<'_> {
@@ -1206,6 +1230,9 @@ impl Scheduler {
         }
         // SAFETY: as above.
         let status = unsafe { sys::ggml_backend_sched_graph_compute(sched, graph.raw.as_ptr()) };
+        if let Some(failure) = graph.ctx.take_op_failure() {
+            return Err(GgmlError::OpFailed(failure));
+        }
         if status != sys::GGML_STATUS_SUCCESS {
             return Err(GgmlError::Failed(format!(
                 "graph compute failed (status {status})"
@@ -1299,13 +1326,86 @@ pub fn read_gguf(bytes: &[u8]) -> Result<GgufContents> {
     };
     // SAFETY: bytes is valid for its length; ggml copies what it needs into data_ctx.
     let gguf = unsafe { sys::gguf_init_from_buffer(bytes.as_ptr().cast(), bytes.len(), params) };
+    // SAFETY: gguf and data_ctx come from gguf_init_from_buffer; a tensor of data_ctx
+    // holds ggml_nbytes of data.
+    unsafe {
+        read_contents(gguf, data_ctx, |t, _offset, nbytes| {
+            if (*t).data.is_null() {
+                return Err("has no data".into());
+            }
+            Ok(std::slice::from_raw_parts((*t).data as *const u8, nbytes).to_vec())
+        })
+    }
+}
+
+/// Reads a GGUF file's metadata, then each tensor's data from the file straight into
+/// its own buffer: the file is never held whole in memory, nor copied by ggml. A
+/// tensor that would end past the end of the file is refused before any allocation.
+pub fn read_gguf_file(path: &Path) -> Result<GgufContents> {
+    use std::io::{Read, Seek, SeekFrom};
+    init();
+    let io = |e: std::io::Error| GgmlError::BadGguf(format!("{}: {e}", path.display()));
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let file_len = file.metadata().map_err(io)?.len();
+    let c = CString::new(path.to_string_lossy().as_bytes())
+        .map_err(|_| GgmlError::BadGguf(format!("{}: a path with a NUL byte", path.display())))?;
+    let mut meta_ctx: *mut sys::ggml_context = std::ptr::null_mut();
+    let params = sys::gguf_init_params {
+        no_alloc: true,
+        ctx: &mut meta_ctx,
+    };
+    // SAFETY: c is a valid NUL-terminated path; no_alloc makes ggml read the header,
+    // metadata and tensor table only.
+    let gguf = unsafe { sys::gguf_init_from_file(c.as_ptr(), params) };
+    // SAFETY: gguf and meta_ctx come from gguf_init_from_file; the closure reads only
+    // the offsets ggml reports and the file.
+    unsafe {
+        let data_offset = if gguf.is_null() {
+            0
+        } else {
+            sys::gguf_get_data_offset(gguf) as u64
+        };
+        read_contents(gguf, meta_ctx, |_t, offset, nbytes| {
+            let start = data_offset + offset as u64;
+            if start
+                .checked_add(nbytes as u64)
+                .is_none_or(|end| end > file_len)
+            {
+                return Err(format!(
+                    "has {nbytes} bytes at offset {start}, past the end of the {file_len}-byte file"
+                ));
+            }
+            let mut data = vec![0u8; nbytes];
+            file.seek(SeekFrom::Start(start))
+                .and_then(|_| file.read_exact(&mut data))
+                .map_err(|e| e.to_string())?;
+            Ok(data)
+        })
+    }
+}
+
+/// The metadata and tensors of a parsed GGUF, each tensor's data from `data(tensor,
+/// offset in the data section, bytes)`; frees `gguf` and `ctx`.
+///
+/// # Safety
+/// `gguf` is null or a live context from `gguf_init_*`, `ctx` null or its tensor
+/// context; `data` may read `tensor` as ggml describes it.
+unsafe fn read_contents(
+    gguf: *mut sys::gguf_context,
+    ctx: *mut sys::ggml_context,
+    mut data: impl FnMut(*mut sys::ggml_tensor, usize, usize) -> std::result::Result<Vec<u8>, String>,
+) -> Result<GgufContents> {
     if gguf.is_null() {
+        if !ctx.is_null() {
+            // SAFETY: the caller's guarantee.
+            unsafe { sys::ggml_free(ctx) };
+        }
         return Err(GgmlError::BadGguf(log::take_last_error().unwrap_or_else(
             || "header, metadata or tensor table is malformed or truncated".into(),
         )));
     }
     let mut out = GgufContents::default();
-    // SAFETY: gguf and data_ctx are valid until freed below.
+    // SAFETY: gguf and ctx are valid until freed below.
     let result = unsafe {
         for i in 0..sys::gguf_get_n_kv(gguf) {
             let key = cstr(sys::gguf_get_key(gguf, i));
@@ -1350,8 +1450,12 @@ pub fn read_gguf(bytes: &[u8]) -> Result<GgufContents> {
                 break;
             };
             let c = CString::new(name.clone()).unwrap_or_default();
-            let t = sys::ggml_get_tensor(data_ctx, c.as_ptr());
-            if t.is_null() || (*t).data.is_null() {
+            let t = if ctx.is_null() {
+                std::ptr::null_mut()
+            } else {
+                sys::ggml_get_tensor(ctx, c.as_ptr())
+            };
+            if t.is_null() {
                 res = Err(GgmlError::BadGguf(format!("tensor '{name}' has no data")));
                 break;
             }
@@ -1359,17 +1463,22 @@ pub fn read_gguf(bytes: &[u8]) -> Result<GgufContents> {
             let ne_all = (*t).ne;
             let ne: Vec<i64> = ne_all[..n_dims].to_vec();
             let nbytes = sys::ggml_nbytes(t);
-            let data = std::slice::from_raw_parts((*t).data as *const u8, nbytes).to_vec();
-            out.tensors.push(HostTensor {
-                name,
-                dtype,
-                ne,
-                data,
-            });
+            match data(t, sys::gguf_get_tensor_offset(gguf, i), nbytes) {
+                Ok(bytes) => out.tensors.push(HostTensor {
+                    name,
+                    dtype,
+                    ne,
+                    data: bytes,
+                }),
+                Err(reason) => {
+                    res = Err(GgmlError::BadGguf(format!("tensor '{name}' {reason}")));
+                    break;
+                }
+            }
         }
         sys::gguf_free(gguf);
-        if !data_ctx.is_null() {
-            sys::ggml_free(data_ctx);
+        if !ctx.is_null() {
+            sys::ggml_free(ctx);
         }
         res
     };
@@ -1456,6 +1565,236 @@ pub fn write_gguf(
 mod tests {
     use super::*;
 
+    /// True when this CPU runs the custom ops' kernels; otherwise says so, and fails
+    /// under CI (where a test that asserts nothing must not pass).
+    fn kernels_here() -> bool {
+        let here = q8_kernel_available() && attention_kernel_available() && f16_product_available();
+        if !here {
+            eprintln!("this CPU lacks AVX2/FMA/F16C: the custom op checks were not exercised");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run on a CPU with AVX2"
+            );
+        }
+        here
+    }
+
+    /// Asserts `r` is the refusal of `op` whose reason contains `needle`.
+    fn refused(r: Result<Tensor<'_>>, op: &str, needle: &str) {
+        match r {
+            Err(GgmlError::Operand { op: o, reason }) => {
+                assert_eq!(o, op, "{reason}");
+                assert!(reason.contains(needle), "{op}: '{reason}' lacks '{needle}'");
+            }
+            Err(e) => panic!("{op}: refused for another reason: {e}"),
+            Ok(_) => panic!("{op}: accepted an operand it must refuse ({needle})"),
+        }
+    }
+
+    /// A packed q8_0 weight of `k` x `n` as an I8 tensor, its f32 stand-in, and the
+    /// activations and bias that fit it.
+    const Q8_K: i64 = 64;
+    const Q8_N: i64 = 32;
+
+    fn q8_weight(ctx: &Context, dtype: DType) -> Tensor<'_> {
+        let ne = [
+            cpu_ops::CELL_BYTES as i64,
+            Q8_K / 32,
+            Q8_N / cpu_ops::GROUP_COLS as i64,
+        ];
+        ctx.new_tensor(dtype, &ne, "w")
+    }
+
+    #[test]
+    fn the_q8_product_refuses_each_wrong_operand() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "mul_mat_q8_packed";
+        let w = q8_weight(&ctx, DType::I8);
+        let x = ctx.new_tensor(DType::F32, &[Q8_K, 3], "x");
+        let b = ctx.new_tensor(DType::F32, &[Q8_N], "b");
+        let out = ctx.mul_mat_q8_packed(w, x, Some(b)).unwrap();
+        assert_eq!(out.ne(), [Q8_N, 3, 1, 1]);
+        let x16 = ctx.new_tensor(DType::F16, &[Q8_K, 3], "x16");
+        refused(
+            ctx.mul_mat_q8_packed(w, x16, None),
+            op,
+            "the activations: F16",
+        );
+        let x_short = ctx.new_tensor(DType::F32, &[Q8_K - 32, 3], "xs");
+        refused(
+            ctx.mul_mat_q8_packed(w, x_short, None),
+            op,
+            "the activations: dims",
+        );
+        let x3 = ctx.new_tensor(DType::F32, &[Q8_K, 3, 2], "x3");
+        refused(
+            ctx.mul_mat_q8_packed(w, x3, None),
+            op,
+            "the activations: dims",
+        );
+        let b_short = ctx.new_tensor(DType::F32, &[Q8_N - 1], "bs");
+        refused(
+            ctx.mul_mat_q8_packed(w, x, Some(b_short)),
+            op,
+            "the bias: dims",
+        );
+        let b16 = ctx.new_tensor(DType::F16, &[Q8_N], "b16");
+        refused(ctx.mul_mat_q8_packed(w, x, Some(b16)), op, "the bias: F16");
+        let w_f32 = q8_weight(&ctx, DType::F32);
+        refused(ctx.mul_mat_q8_packed(w_f32, x, None), op, "the weight: F32");
+        let w_q8 = ctx.new_tensor(DType::Q8_0, &[Q8_K, Q8_N], "wq");
+        refused(
+            ctx.mul_mat_q8_packed(w_q8, x, None),
+            op,
+            "not a packed q8_0 weight",
+        );
+        let w_t = ctx.transpose(ctx.new_tensor(DType::I8, &[cpu_ops::CELL_BYTES as i64, 2], "wt"));
+        refused(
+            ctx.mul_mat_q8_packed(w_t, x, None),
+            op,
+            "not a packed q8_0 weight",
+        );
+    }
+
+    #[test]
+    fn the_f32_product_refuses_each_wrong_operand() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "mul_mat_f32_packed";
+        let w = ctx.new_tensor(DType::F32, &[64, 12], "w");
+        let x = ctx.new_tensor(DType::F32, &[12, 5], "x");
+        assert_eq!(ctx.mul_mat_f32_packed(w, x).unwrap().ne(), [64, 5, 1, 1]);
+        let x16 = ctx.new_tensor(DType::F16, &[12, 5], "x16");
+        refused(ctx.mul_mat_f32_packed(w, x16), op, "the activations: F16");
+        let x_k = ctx.new_tensor(DType::F32, &[13, 5], "xk");
+        refused(ctx.mul_mat_f32_packed(w, x_k), op, "the activations: dims");
+        let w_n = ctx.new_tensor(DType::F32, &[48, 12], "wn");
+        refused(ctx.mul_mat_f32_packed(w_n, x), op, "not whole runs of 64");
+        let w16 = ctx.new_tensor(DType::F16, &[64, 12], "w16");
+        refused(ctx.mul_mat_f32_packed(w16, x), op, "the weight: F16");
+        let w_view = ctx.view_2d_rows(ctx.new_tensor(DType::F32, &[128, 12], "wide"), 64, 12, 0);
+        refused(
+            ctx.mul_mat_f32_packed(w_view, x),
+            op,
+            "the weight: not contiguous",
+        );
+    }
+
+    #[test]
+    fn gelu_refuses_what_is_not_f32() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "gelu_erf_cpu";
+        let x = ctx.new_tensor(DType::F32, &[7, 3], "x");
+        assert_eq!(ctx.gelu_erf_cpu(x).unwrap().ne(), [7, 3, 1, 1]);
+        let strided = ctx.transpose(x);
+        assert_eq!(
+            ctx.gelu_erf_cpu(strided).unwrap().ne(),
+            [3, 7, 1, 1],
+            "copied first"
+        );
+        let x16 = ctx.new_tensor(DType::F16, &[7, 3], "x16");
+        refused(ctx.gelu_erf_cpu(x16), op, "the input: F16");
+        let ids = ctx.new_i32_tensor(&[7], "ids");
+        assert_eq!(ids.dtype(), None, "i32 is no compute type");
+        refused(ctx.gelu_erf_cpu(ids), op, "a type the engine does not use");
+    }
+
+    #[test]
+    fn attention_refuses_each_wrong_operand() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "self_attention_cpu";
+        let qkv = ctx.new_tensor(DType::F32, &[3 * 128, 10], "qkv");
+        assert_eq!(
+            ctx.self_attention_cpu(qkv, 2).unwrap().ne(),
+            [128, 10, 1, 1]
+        );
+        refused(ctx.self_attention_cpu(qkv, 3), op, ": dims");
+        refused(ctx.self_attention_cpu(qkv, 0), op, "at least one head");
+        let qkv16 = ctx.new_tensor(DType::F16, &[3 * 128, 10], "qkv16");
+        refused(
+            ctx.self_attention_cpu(qkv16, 2),
+            op,
+            "the stacked q, k, v: F16",
+        );
+        let batched = ctx.new_tensor(DType::F32, &[3 * 128, 10, 2], "b");
+        refused(ctx.self_attention_cpu(batched, 2), op, ": dims");
+    }
+
+    #[test]
+    fn the_f16_product_refuses_each_wrong_operand() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "mul_mat_f16_cpu";
+        let w = ctx.new_tensor(DType::F16, &[32, 8, 2], "w");
+        let x = ctx.new_tensor(DType::F32, &[32, 3, 2], "x");
+        assert_eq!(ctx.mul_mat_f16_cpu(w, x).unwrap().ne(), [8, 3, 2, 1]);
+        // The fallback for activations that are not row-contiguous f32 used to pass
+        // an f16 tensor through, which the kernel read as f32.
+        let x16 = ctx.new_tensor(DType::F16, &[32, 3, 2], "x16");
+        refused(ctx.mul_mat_f16_cpu(w, x16), op, "the activations: F16");
+        let x_t = ctx.transpose(ctx.new_tensor(DType::F16, &[3, 32, 2], "x16t"));
+        refused(ctx.mul_mat_f16_cpu(w, x_t), op, "the activations: F16");
+        let x_k = ctx.new_tensor(DType::F32, &[16, 3, 2], "xk");
+        refused(ctx.mul_mat_f16_cpu(w, x_k), op, "the activations: dims");
+        let x_b = ctx.new_tensor(DType::F32, &[32, 3, 1], "xb");
+        refused(ctx.mul_mat_f16_cpu(w, x_b), op, "the activations: dims");
+        let w32 = ctx.new_tensor(DType::F32, &[32, 8, 2], "w32");
+        refused(ctx.mul_mat_f16_cpu(w32, x), op, "the weight: F32");
+        let w3 = ctx.new_tensor(DType::F16, &[32, 3, 2], "w3");
+        refused(ctx.mul_mat_f16_cpu(w3, x), op, "fewer than 4");
+        let w_t = ctx.transpose(ctx.new_tensor(DType::F16, &[8, 32, 2], "wt"));
+        refused(
+            ctx.mul_mat_f16_cpu(w_t, x),
+            op,
+            "the weight: not contiguous by rows",
+        );
+    }
+
+    #[test]
+    fn the_packed_conv_refuses_a_wrong_kernel_or_input() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "conv_1d_f32_packed";
+        let w = ctx.new_tensor(DType::F32, &[64, 3 * 4], "w");
+        let x = ctx.new_tensor(DType::F32, &[20, 4, 1], "x");
+        assert_eq!(
+            ctx.conv_1d_f32_packed(w, 3, x, 1, 1).unwrap().ne(),
+            [64, 20, 1, 1]
+        );
+        let x5 = ctx.new_tensor(DType::F32, &[20, 5, 1], "x5");
+        refused(
+            ctx.conv_1d_f32_packed(w, 3, x5, 1, 1),
+            op,
+            "expected [L, 4, N]",
+        );
+        refused(
+            ctx.conv_1d_f32_packed(w, 5, x, 1, 1),
+            op,
+            "not whole kernels",
+        );
+        let w16 = ctx.new_tensor(DType::F16, &[64, 12], "w16");
+        refused(
+            ctx.conv_1d_f32_packed(w16, 3, x, 1, 1),
+            op,
+            "contiguous 2-D f32",
+        );
+    }
+
     fn tensor(name: &str, dtype: DType, data: Vec<u8>) -> HostTensor {
         HostTensor {
             name: name.into(),
@@ -1463,6 +1802,38 @@ mod tests {
             ne: vec![data.len() as i64 / dtype.size() as i64],
             data,
         }
+    }
+
+    #[test]
+    fn a_gguf_file_reads_like_its_bytes_and_a_truncated_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        let tensors = [
+            tensor("a", DType::F32, 1.5f32.to_le_bytes().repeat(40)),
+            tensor("b", DType::F16, vec![0x3c; 64]),
+        ];
+        let meta = [("k".to_string(), GgufValue::U32(7))];
+        write_gguf(&path, &meta, &tensors).unwrap();
+        let from_file = read_gguf_file(&path).unwrap();
+        let from_bytes = read_gguf(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(from_file.metadata, from_bytes.metadata);
+        assert_eq!(from_file.tensors.len(), 2);
+        for (f, b) in from_file.tensors.iter().zip(&from_bytes.tensors) {
+            assert_eq!(
+                (&f.name, f.dtype, &f.ne, &f.data),
+                (&b.name, b.dtype, &b.ne, &b.data)
+            );
+        }
+        let len = std::fs::metadata(&path).unwrap().len();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(len - 10).unwrap();
+        let Err(err) = read_gguf_file(&path) else {
+            panic!("a truncated GGUF was read");
+        };
+        assert!(
+            err.to_string().contains("tensor 'b'") && err.to_string().contains("past the end"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -144,6 +144,39 @@ struct TensorEntry {
 /// Checks a GGUF file's header, metadata and tensor table against its own bytes.
 /// `Err` carries the specific reason, naming the entry at fault.
 pub fn check(bytes: &[u8]) -> Result<(), String> {
+    check_prefix(bytes, bytes.len() as u64)
+}
+
+/// First read of [`check_file`]: enough for the header and tensor table of most models.
+const FIRST_READ: u64 = 1 << 20;
+
+/// Checks a GGUF file on disk like [`check`], reading only the start of it that holds the
+/// header and the tensor table (the tensor data is checked against the file's length), so
+/// a model is never held whole in memory for the check.
+pub fn check_file(path: &std::path::Path) -> Result<(), String> {
+    use std::io::Read;
+    let io = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    let file_len = std::fs::metadata(path).map_err(io)?.len();
+    let mut want = FIRST_READ.min(file_len);
+    loop {
+        let mut prefix = Vec::new();
+        std::fs::File::open(path)
+            .map_err(io)?
+            .take(want)
+            .read_to_end(&mut prefix)
+            .map_err(io)?;
+        match check_prefix(&prefix, file_len) {
+            // The tables may go on past what was read: read four times as much, up to
+            // the whole file, before a failure counts.
+            Err(_) if want < file_len => want = want.saturating_mul(4).min(file_len),
+            result => return result,
+        }
+    }
+}
+
+/// [`check`] on the first bytes of a file of `file_len` bytes: the header and tables
+/// must lie in `bytes`, the tensor data is checked against `file_len`.
+fn check_prefix(bytes: &[u8], file_len: u64) -> Result<(), String> {
     let mut c = Cursor { bytes, pos: 0 };
     let magic = c.take(4, &|| "the magic".into())?;
     if magic != b"GGUF" {
@@ -230,7 +263,7 @@ pub fn check(bytes: &[u8]) -> Result<(), String> {
     }
     let table_end = c.pos as u64;
     let data_start = table_end.div_ceil(alignment) * alignment;
-    let data_len = (bytes.len() as u64)
+    let data_len = file_len
         .checked_sub(data_start)
         .ok_or_else(|| {
             format!("the file ends inside the padding before its tensor data (offset {data_start})")

@@ -3,7 +3,8 @@
 //!
 //! Front ends (the CLI and the server) call the task functions in [`tasks`]; model code
 //! lives in [`families`]; all `unsafe` is confined to [`ggml`].
-#![deny(unsafe_code)]
+#![deny(unsafe_code, unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod audio;
 pub mod backend;

@@ -72,13 +72,50 @@ impl ModelFile {
     }
 }
 
-/// Reads a model file of any supported format.
+/// Reads a model file of any supported format. A GGUF's tensors are read from the
+/// file one by one ([`ggml::read_gguf_file`]): the file is never held whole in memory.
 pub fn read(path: &Path) -> Result<ModelFile> {
-    let bytes = std::fs::read(path).map_err(|source| EngineError::Io {
+    let io = |source| EngineError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let mut magic = [0u8; 4];
+    let is_gguf = {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).map_err(io)?;
+        f.read_exact(&mut magic).is_ok() && &magic == b"GGUF"
+    };
+    if is_gguf {
+        crate::gguf_check::check_file(path).map_err(|reason| EngineError::Model {
+            path: path.to_path_buf(),
+            reason,
+        })?;
+        return gguf_model(path, ggml::read_gguf_file(path));
+    }
+    let bytes = std::fs::read(path).map_err(io)?;
     parse(path, &bytes)
+}
+
+/// The model of parsed GGUF contents (or the error naming the file).
+fn gguf_model(
+    path: &Path,
+    contents: std::result::Result<ggml::GgufContents, ggml::GgmlError>,
+) -> Result<ModelFile> {
+    let contents = contents.map_err(|e| EngineError::Model {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let family = contents.metadata.iter().find_map(|(k, v)| match v {
+        GgufValue::Str(s) if k == GGUF_FAMILY_KEY => Some(s.clone()),
+        _ => None,
+    });
+    Ok(ModelFile {
+        path: path.to_path_buf(),
+        format: ModelFormat::Gguf,
+        family,
+        metadata: contents.metadata,
+        tensors: contents.tensors,
+    })
 }
 
 /// Parses model bytes; `path` is only used in errors and the result.
@@ -96,33 +133,34 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<ModelFile> {
     match &bytes[0..4] {
         b"GGUF" => {
             crate::gguf_check::check(bytes).map_err(bad)?;
-            let contents = ggml::read_gguf(bytes).map_err(|e| bad(e.to_string()))?;
-            let family = contents.metadata.iter().find_map(|(k, v)| match v {
-                GgufValue::Str(s) if k == GGUF_FAMILY_KEY => Some(s.clone()),
-                _ => None,
-            });
-            Ok(ModelFile {
-                path: path.to_path_buf(),
-                format: ModelFormat::Gguf,
-                family,
-                metadata: contents.metadata,
-                tensors: contents.tensors,
-            })
+            gguf_model(path, ggml::read_gguf(bytes))
         }
-        b"lmgg" => crate::families::silero_vad::parse_legacy(bytes)
-            .map(|m| ModelFile {
-                path: path.to_path_buf(),
-                format: m.format,
-                family: Some("silero_vad".into()),
-                metadata: m.metadata,
-                tensors: m.tensors,
-            })
-            .map_err(bad),
-        _ => Err(bad(
-            "unknown format (expected GGUF or a ggml .bin; first bytes are not a known magic)"
-                .into(),
-        )),
+        magic => match crate::families::legacy_format(magic) {
+            Some(legacy) => (legacy.read)(bytes)
+                .map(|m| ModelFile {
+                    path: path.to_path_buf(),
+                    format: m.format,
+                    family: Some(legacy.family.into()),
+                    metadata: m.metadata,
+                    tensors: m.tensors,
+                })
+                .map_err(bad),
+            None => Err(bad(
+                "unknown format (expected GGUF or a ggml .bin; first bytes are not a known magic)"
+                    .into(),
+            )),
+        },
     }
+}
+
+/// What a family's legacy reader ([`crate::families::LEGACY_FORMATS`]) found in a file.
+pub struct LegacyContents {
+    /// Format with model type and version.
+    pub format: ModelFormat,
+    /// Header fields as metadata.
+    pub metadata: Vec<(String, GgufValue)>,
+    /// Tensor records.
+    pub tensors: Vec<HostTensor>,
 }
 
 /// Little-endian reader over a byte slice that reports truncation instead of panicking.

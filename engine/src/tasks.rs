@@ -117,6 +117,11 @@ impl VadModel {
         opts: &RuntimeOptions,
     ) -> Result<Self> {
         let resolved = resolve_for_task(family, "vad", model, spec_override)?;
+        Self::from_resolved(family, resolved, opts)
+    }
+
+    /// Loads a resolved VAD model.
+    fn from_resolved(family: &str, resolved: ResolvedModel, opts: &RuntimeOptions) -> Result<Self> {
         let runtime = Runtime::new(opts)?;
         let defaults = vad_defaults(&resolved.spec);
         let model = SileroVad::load(&resolved.file, &resolved.spec, runtime)?;
@@ -341,6 +346,11 @@ impl AsrModel {
         opts: &RuntimeOptions,
     ) -> Result<Self> {
         let resolved = resolve_for_task(family, "asr", model, spec_override)?;
+        Self::from_resolved(family, resolved, opts)
+    }
+
+    /// Loads a resolved ASR model.
+    fn from_resolved(family: &str, resolved: ResolvedModel, opts: &RuntimeOptions) -> Result<Self> {
         let runtime = Runtime::new(opts)?;
         let spec = &resolved.spec;
         let defaults = DecodeOptions {
@@ -372,7 +382,7 @@ impl AsrModel {
             best_of: spec.default_f64("best_of").unwrap_or(5.0) as usize,
             seed: 0,
         };
-        let model = Whisper::load(&resolved.file, spec, runtime)?;
+        let model = Whisper::load(resolved.file, spec, runtime)?;
         Ok(AsrModel {
             model,
             family: family.to_string(),
@@ -491,5 +501,241 @@ impl AsrModel {
     pub fn run_file(&mut self, audio: &Path, opts: &DecodeOptions) -> Result<AsrOutput> {
         let a = crate::audio::load(audio, self.sample_rate)?;
         self.run_samples(&a.samples, opts)
+    }
+}
+
+/// What `--task info` reports about a model, loaded onto the device as its family's
+/// task loads it (so that a run measures what loading costs).
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    /// The family.
+    pub family: String,
+    /// The task it was loaded for.
+    pub task: String,
+    /// The container (`gguf`, `ggml:...`).
+    pub format: String,
+    /// Where the spec came from (`embedded`, `gguf-metadata`, `disk:...`).
+    pub spec_source: String,
+    /// The device it was loaded onto.
+    pub device: String,
+    /// Tensors in the file.
+    pub tensors: usize,
+    /// Bytes of tensor data in the file.
+    pub tensor_bytes: usize,
+    /// Bytes of the largest tensor.
+    pub largest_tensor_bytes: usize,
+    /// The file's numeric metadata: the family's hyper-parameters (`whisper.n_mels`...),
+    /// in file order.
+    pub hyper_parameters: Vec<(String, serde_json::Value)>,
+}
+
+/// Loads a model for the first task its family runs (other than `convert`) and
+/// describes it.
+pub fn info(
+    family: &str,
+    model: &Path,
+    spec_override: Option<&Path>,
+    opts: &RuntimeOptions,
+) -> Result<ModelInfo> {
+    let loader = families::find(family)?;
+    let task = loader
+        .tasks
+        .iter()
+        .copied()
+        .find(|t| *t != "convert")
+        .unwrap_or("convert");
+    let resolved = resolve_for_task(family, task, model, spec_override)?;
+    let file = &resolved.file;
+    let hyper_parameters = file
+        .metadata
+        .iter()
+        .filter_map(|(k, v)| match v {
+            GgufValue::U32(x) => Some((k.clone(), serde_json::Value::from(*x))),
+            GgufValue::F32(x) => Some((k.clone(), serde_json::Value::from(*x))),
+            _ => None,
+        })
+        .collect();
+    let mut info = ModelInfo {
+        family: family.to_string(),
+        task: task.to_string(),
+        format: file.format.to_string(),
+        spec_source: resolved.spec_source.to_string(),
+        device: String::new(),
+        tensors: file.tensors.len(),
+        tensor_bytes: file.data_bytes(),
+        largest_tensor_bytes: file.tensors.iter().map(|t| t.data.len()).max().unwrap_or(0),
+        hyper_parameters,
+    };
+    info.device = match task {
+        "vad" => VadModel::from_resolved(family, resolved, opts)?
+            .model
+            .runtime()
+            .device()
+            .name
+            .clone(),
+        "asr" => AsrModel::from_resolved(family, resolved, opts)?
+            .model
+            .runtime()
+            .device()
+            .name
+            .clone(),
+        _ => String::from("none (convert only)"),
+    };
+    Ok(info)
+}
+
+/// What a text-to-speech request speaks: text, or phonemes for a family that takes
+/// them ([`Synthesizer::takes_phonemes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpeechInput {
+    /// Plain text, for the family's own text front end.
+    Text(String),
+    /// Phonemes in the family's alphabet.
+    Phonemes(String),
+}
+
+/// One text-to-speech request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpeechRequest {
+    /// What to say.
+    pub input: SpeechInput,
+    /// A voice of [`TtsModel::voices`]; `None` for the family's default (the first).
+    pub voice: Option<String>,
+    /// Speaking rate, 1 for the voice's own; from 0.25 to 4.
+    pub speed: f32,
+}
+
+/// What a text-to-speech run produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct SpeechOutput {
+    /// Family that ran.
+    pub family: String,
+    /// Device that ran it.
+    pub device: String,
+    /// Spec source (`embedded`, `gguf-metadata`, `disk:...`).
+    pub spec_source: String,
+    /// The voice that spoke.
+    pub voice: String,
+    /// Sample rate of `samples`.
+    pub sample_rate: u32,
+    /// Mono samples in -1..1.
+    #[serde(skip)]
+    pub samples: Vec<f32>,
+    /// Length of the audio in seconds.
+    pub audio_seconds: f64,
+    /// Inference wall time in milliseconds (model load excluded).
+    pub inference_ms: f64,
+}
+
+/// A text-to-speech family's model as [`TtsModel`] runs it: a family implements it
+/// and registers its loader ([`families::tts_loader`]).
+pub trait Synthesizer: Send {
+    /// The rate of the samples it makes.
+    fn sample_rate(&self) -> u32;
+    /// Its voices; the first is the default.
+    fn voices(&self) -> Vec<String>;
+    /// True when it takes [`SpeechInput::Phonemes`] as well as text.
+    fn takes_phonemes(&self) -> bool;
+    /// The device it runs on.
+    fn device(&self) -> String;
+    /// Speaks `input` (non-empty) with `voice` (one of [`Synthesizer::voices`]) at
+    /// `speed` (checked by [`TtsModel::run`]).
+    fn synthesize(&mut self, input: &SpeechInput, voice: &str, speed: f32) -> Result<Vec<f32>>;
+}
+
+/// Speaking rates a request may ask for.
+pub const SPEED_RANGE: std::ops::RangeInclusive<f32> = 0.25..=4.0;
+
+/// A loaded text-to-speech model, reusable across requests.
+pub struct TtsModel {
+    synth: Box<dyn Synthesizer>,
+    family: String,
+    spec_source: SpecSource,
+}
+
+impl TtsModel {
+    /// Loads a TTS family model onto the device `opts` selects.
+    pub fn load(
+        family: &str,
+        model: &Path,
+        spec_override: Option<&Path>,
+        opts: &RuntimeOptions,
+    ) -> Result<Self> {
+        let resolved = resolve_for_task(family, "tts", model, spec_override)?;
+        let loader = families::tts_loader(family).ok_or_else(|| EngineError::WrongTask {
+            family: family.into(),
+            task: "tts".into(),
+            supported: families::find(family)
+                .map(|l| l.tasks.join(", "))
+                .unwrap_or_default(),
+        })?;
+        let runtime = Runtime::new(opts)?;
+        let synth = loader(&resolved.file, &resolved.spec, runtime)?;
+        Ok(TtsModel {
+            synth,
+            family: family.to_string(),
+            spec_source: resolved.spec_source,
+        })
+    }
+
+    /// The model's voices; the first is the default.
+    pub fn voices(&self) -> Vec<String> {
+        self.synth.voices()
+    }
+
+    /// The rate of the samples it makes.
+    pub fn sample_rate(&self) -> u32 {
+        self.synth.sample_rate()
+    }
+
+    /// Checks the request against the model (errors name the parameter: `input`,
+    /// `voice`, `speed`), then speaks it.
+    pub fn run(&mut self, req: &SpeechRequest) -> Result<SpeechOutput> {
+        let (SpeechInput::Text(text) | SpeechInput::Phonemes(text)) = &req.input;
+        if text.trim().is_empty() {
+            return Err(EngineError::Usage(
+                "parameter 'input' is empty: give the text to speak".into(),
+            ));
+        }
+        if matches!(req.input, SpeechInput::Phonemes(_)) && !self.synth.takes_phonemes() {
+            return Err(EngineError::Usage(format!(
+                "parameter 'input': family '{}' takes text, not phonemes",
+                self.family
+            )));
+        }
+        if !req.speed.is_finite() || !SPEED_RANGE.contains(&req.speed) {
+            return Err(EngineError::Usage(format!(
+                "parameter 'speed' is {}; it must be from {} to {}",
+                req.speed,
+                SPEED_RANGE.start(),
+                SPEED_RANGE.end()
+            )));
+        }
+        let voices = self.synth.voices();
+        let voice = match &req.voice {
+            None => voices.first().cloned().ok_or_else(|| {
+                EngineError::Usage(format!("family '{}' has no voices", self.family))
+            })?,
+            Some(v) if voices.contains(v) => v.clone(),
+            Some(v) => {
+                return Err(EngineError::Usage(format!(
+                    "parameter 'voice' is '{v}', which this model does not have (voices: {})",
+                    voices.join(", ")
+                )))
+            }
+        };
+        let t0 = Instant::now();
+        let samples = self.synth.synthesize(&req.input, &voice, req.speed)?;
+        let sample_rate = self.synth.sample_rate();
+        Ok(SpeechOutput {
+            family: self.family.clone(),
+            device: self.synth.device(),
+            spec_source: self.spec_source.to_string(),
+            voice,
+            sample_rate,
+            audio_seconds: samples.len() as f64 / sample_rate as f64,
+            samples,
+            inference_ms: t0.elapsed().as_secs_f64() * 1000.0,
+        })
     }
 }

@@ -362,7 +362,7 @@ fn clip_recipes() -> Vec<(&'static str, Vec<Part>)> {
 const CLIPS_VERSION: &str = "clips-v3";
 
 /// Short clips of the one sentence Whisper tiny.en transcribes exactly with espeak-ng
-/// voices (ENVIRONMENT.md), for the ASR tests' exact-match assert.
+/// voices (docs/architecture.md section 8), for the ASR tests' exact-match assert.
 fn asr_clip_recipes() -> Vec<(&'static str, Vec<Part>)> {
     use Part::*;
     let s1 = "Speech recognition in Rust is working today.";

@@ -1,4 +1,4 @@
-//! Packaging tracks: the typed schema of `packaging/tracks.toml` (DESIGN.md section 4,
+//! Packaging tracks: the typed schema of `packaging/tracks.toml` (docs/architecture.md section 4,
 //! rules 2, 4 and 5).
 //!
 //! A track is everything that differs between two packages (OS, SDK version, package

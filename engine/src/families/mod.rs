@@ -1,9 +1,19 @@
-//! Model families, one module each, and the registry `--list-loaders` prints.
+//! Model families, one module each, and their registry: what each family is
+//! ([`LoaderInfo`], which `--list-loaders` prints), which legacy containers it reads
+//! ([`LEGACY_FORMATS`]), and what it loads for the text-to-speech task ([`tts_loader`]).
+//! A new family is a module here, its lines in these tables and a model spec.
 
 pub mod silero_vad;
+#[cfg(test)]
+pub mod test_tone;
 pub mod whisper;
 
 use serde::Serialize;
+
+use crate::backend::Runtime;
+use crate::model_file::LegacyContents;
+use crate::spec::ModelSpec;
+use crate::tasks::Synthesizer;
 
 /// What a family loader accepts, for `--list-loaders`.
 #[derive(Debug, Clone, Serialize)]
@@ -40,7 +50,7 @@ pub const LOADERS: &[LoaderInfo] = &[
 
 /// The loader of a family, or an error listing the known ones.
 pub fn find(family: &str) -> crate::error::Result<&'static LoaderInfo> {
-    LOADERS.iter().find(|l| l.family == family).ok_or_else(|| {
+    all_loaders().find(|l| l.family == family).ok_or_else(|| {
         crate::error::EngineError::UnknownFamily {
             family: family.to_string(),
             known: LOADERS
@@ -50,4 +60,64 @@ pub fn find(family: &str) -> crate::error::Result<&'static LoaderInfo> {
                 .join(", "),
         }
     })
+}
+
+/// A legacy (pre-GGUF) container a family reads: its first four bytes and its reader.
+pub struct LegacyFormat {
+    /// The container's magic.
+    pub magic: [u8; 4],
+    /// The family whose files use it.
+    pub family: &'static str,
+    /// Parses the whole file (the magic included), or says why not.
+    pub read: fn(&[u8]) -> std::result::Result<LegacyContents, String>,
+}
+
+/// Every legacy container this build reads; [`crate::model_file::read`] picks the
+/// reader by magic, knowing no family itself.
+pub const LEGACY_FORMATS: &[LegacyFormat] = &[LegacyFormat {
+    magic: *b"lmgg",
+    family: "silero_vad",
+    read: silero_vad::parse_legacy,
+}];
+
+/// The legacy container whose magic `bytes` start with.
+pub fn legacy_format(bytes: &[u8]) -> Option<&'static LegacyFormat> {
+    LEGACY_FORMATS
+        .iter()
+        .find(|f| bytes.get(..4) == Some(&f.magic[..]))
+}
+
+/// Loads a family's speech synthesizer from a read model file and its spec.
+pub type TtsLoader = fn(
+    &crate::model_file::ModelFile,
+    &ModelSpec,
+    Runtime,
+) -> crate::error::Result<Box<dyn Synthesizer>>;
+
+/// The text-to-speech loader of `family`, if it has one. (No shipped family does yet;
+/// the test family [`test_tone`] exercises the interface.)
+pub fn tts_loader(family: &str) -> Option<TtsLoader> {
+    TTS_LOADERS
+        .iter()
+        .find(|(f, _)| *f == family)
+        .map(|(_, load)| *load)
+}
+
+/// The families that speak, with their loaders (only the test family so far).
+#[cfg(test)]
+const TTS_LOADERS: &[(&str, TtsLoader)] = &[(test_tone::INFO.family, test_tone::load)];
+/// No shipped family speaks yet.
+#[cfg(not(test))]
+const TTS_LOADERS: &[(&str, TtsLoader)] = &[];
+
+/// The test-only families, registered in this crate's tests only.
+#[cfg(test)]
+const TEST_ONLY: &[LoaderInfo] = &[test_tone::INFO];
+/// No test-only family outside this crate's tests.
+#[cfg(not(test))]
+const TEST_ONLY: &[LoaderInfo] = &[];
+
+/// [`LOADERS`] and, in this crate's tests, the test-only families.
+fn all_loaders() -> impl Iterator<Item = &'static LoaderInfo> {
+    LOADERS.iter().chain(TEST_ONLY)
 }

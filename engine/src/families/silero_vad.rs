@@ -13,7 +13,7 @@
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
 use crate::ggml::{self, Buffer, Context, DType, GgufValue, HostTensor, Tensor};
-use crate::model_file::{ByteReader, ModelFile, ModelFormat};
+use crate::model_file::{ByteReader, LegacyContents, ModelFile, ModelFormat};
 use crate::spec::ModelSpec;
 
 /// Windows per graph: bounds memory on long audio and keeps graphs small.
@@ -21,19 +21,9 @@ const CHUNK_WINDOWS: usize = 256;
 /// Upper bound of graph nodes per LSTM step (views, gates, head).
 const NODES_PER_STEP: usize = 24;
 
-/// What a legacy container holds once parsed.
-pub struct LegacyModel {
-    /// Format with model type and version.
-    pub format: ModelFormat,
-    /// Header fields as metadata.
-    pub metadata: Vec<(String, GgufValue)>,
-    /// Tensor records.
-    pub tensors: Vec<HostTensor>,
-}
-
 /// Parses whisper.cpp's legacy Silero container (magic, model-type string, version,
 /// hyper-parameters, then tensor records until EOF).
-pub fn parse_legacy(bytes: &[u8]) -> std::result::Result<LegacyModel, String> {
+pub fn parse_legacy(bytes: &[u8]) -> std::result::Result<LegacyContents, String> {
     let mut r = ByteReader::new(bytes, 4);
     let type_len = r.i32()?;
     if !(1..=64).contains(&type_len) {
@@ -122,7 +112,7 @@ pub fn parse_legacy(bytes: &[u8]) -> std::result::Result<LegacyModel, String> {
     if tensors.is_empty() {
         return Err("the file has a header but no tensors (truncated?)".into());
     }
-    Ok(LegacyModel {
+    Ok(LegacyContents {
         format: ModelFormat::GgmlLegacy {
             model_type,
             version,

@@ -20,7 +20,6 @@
 //! and fall back to ggml's ops otherwise.
 
 use std::cell::RefCell;
-use std::os::raw::{c_int, c_void};
 
 use llama_cpp_sys_2 as sys;
 
@@ -378,19 +377,23 @@ unsafe fn gemm_rows(
             let mut g = g0;
             while g < g1 {
                 let pair = g + 2 <= g1;
-                let t = Q8Tile {
-                    w: packed.add(g * nb * CELL_BYTES),
-                    nb,
-                    xq: xq_t,
-                    xd: xd_t,
-                    k,
-                    y: y.add(r * y_stride + g * GROUP_COLS),
-                    y_stride,
-                    bias: if bias.is_null() {
-                        bias
-                    } else {
-                        bias.add(g * GROUP_COLS)
-                    },
+                // SAFETY: group g, row r and group g's bias lie inside the buffers the
+                // caller describes.
+                let t = unsafe {
+                    Q8Tile {
+                        w: packed.add(g * nb * CELL_BYTES),
+                        nb,
+                        xq: xq_t,
+                        xd: xd_t,
+                        k,
+                        y: y.add(r * y_stride + g * GROUP_COLS),
+                        y_stride,
+                        bias: if bias.is_null() {
+                            bias
+                        } else {
+                            bias.add(g * GROUP_COLS)
+                        },
+                    }
                 };
                 // SAFETY: the caller's guarantees cover every pointer formed here.
                 let done = unsafe {
@@ -642,18 +645,18 @@ fn q8_work(
 /// output columns are (the decoder's single token).
 ///
 /// # Safety
-/// Called by ggml's CPU backend on a tensor made by [`super::Context::mul_mat_q8_packed`].
-pub(super) unsafe extern "C" fn q8_packed_op(
+/// Called by [`super::custom_op`]'s callback on a tensor made by
+/// [`super::Context::mul_mat_q8_packed`], after it checked every operand.
+pub(super) unsafe fn q8_packed_op(
     dst: *mut sys::ggml_tensor,
-    ith: c_int,
-    nth: c_int,
-    _userdata: *mut c_void,
+    ith: usize,
+    nth: usize,
+    _param: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: ggml passes the live tensor made by mul_mat_q8_packed, whose sources are
     // the packed weight and contiguous-row f32 activations of matching k.
     unsafe {
-        let (ith, nth) = (ith as usize, nth as usize);
         let w = &*(*dst).src[0];
         let x = &*(*dst).src[1];
         let nb = w.ne[1] as usize;
@@ -767,19 +770,20 @@ pub fn gelu_erf(x: &[f32], y: &mut [f32]) {
 /// among threads in 4 KiB runs.
 ///
 /// # Safety
-/// Called by ggml's CPU backend on a tensor made by [`super::Context::gelu_erf_cpu`].
-pub(super) unsafe extern "C" fn gelu_erf_op(
+/// Called by [`super::custom_op`]'s callback on a tensor made by
+/// [`super::Context::gelu_erf_cpu`], after it checked every operand.
+pub(super) unsafe fn gelu_erf_op(
     dst: *mut sys::ggml_tensor,
-    ith: c_int,
-    nth: c_int,
-    _userdata: *mut c_void,
+    ith: usize,
+    nth: usize,
+    _param: usize,
 ) {
     // SAFETY: ggml passes the live tensor made by gelu_erf_cpu; source and destination
     // are contiguous f32 tensors of the same element count.
     unsafe {
         let x = &*(*dst).src[0];
         let len = sys::ggml_nelements(dst) as usize;
-        let range = split_range(len, 1024, ith as usize, nth as usize);
+        let range = split_range(len, 1024, ith, nth);
         if range.is_empty() {
             return;
         }
@@ -874,9 +878,10 @@ trait AttentionSimd {
     /// The set's features; `COLS` readable floats at `p`.
     #[inline(always)]
     unsafe fn load(p: *const f32) -> [Self::V; 4] {
-        // SAFETY (all): caller's guarantee.
+        // SAFETY: caller's guarantee.
         let mut run = unsafe { Self::zero() };
         for (u, v) in run.iter_mut().enumerate() {
+            // SAFETY: the caller's guarantee covers the run's four vectors.
             *v = unsafe { Self::load1(p.add(Self::LANES * u)) };
         }
         run
@@ -1060,7 +1065,7 @@ unsafe fn product_tile<S: AttentionSimd, const R: usize>(
     out_stride: usize,
     scale: f32,
 ) {
-    // SAFETY (all): caller's guarantee.
+    // SAFETY: caller's guarantee.
     unsafe {
         for j in (0..64).step_by(S::COLS) {
             let mut acc = [S::zero(); R];
@@ -1093,7 +1098,7 @@ unsafe fn values_tile<S: AttentionSimd, const R: usize>(
     keys: usize,
     o: *mut f32,
 ) {
-    // SAFETY (all): caller's guarantee.
+    // SAFETY: caller's guarantee.
     unsafe {
         for c in (0..ATTENTION_HEAD_DIM).step_by(S::COLS) {
             let mut acc = [S::zero(); R];
@@ -1421,25 +1426,26 @@ unsafe fn attention_items(level: SimdLevel, a: AttentionTensors, items: std::ops
 }
 
 /// The custom op: `dst` [d, t] = multi-head self-attention (no mask, scale 1/8) of
-/// src 0, [3d, t] rows of stacked queries, keys and values; `userdata` is the number
+/// src 0, [3d, t] rows of stacked queries, keys and values; `param` is the number
 /// of heads. Threads split (head, block of [`ATT_BLOCK`] rows) units.
 ///
 /// # Safety
-/// Called by ggml's CPU backend on a tensor made by [`super::Context::self_attention_cpu`].
-pub(super) unsafe extern "C" fn attention_op(
+/// Called by [`super::custom_op`]'s callback on a tensor made by
+/// [`super::Context::self_attention_cpu`], after it checked every operand.
+pub(super) unsafe fn attention_op(
     dst: *mut sys::ggml_tensor,
-    ith: c_int,
-    nth: c_int,
-    userdata: *mut c_void,
+    ith: usize,
+    nth: usize,
+    param: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: ggml passes the live tensor made by self_attention_cpu: a contiguous
     // [3d, t] f32 source and a [d, t] f32 destination with d = heads * 64.
     unsafe {
-        let heads = userdata as usize;
+        let heads = param;
         let x = &*(*dst).src[0];
         let t = (*dst).ne[1] as usize;
-        let items = split_range(heads * t.div_ceil(ATT_BLOCK), 1, ith as usize, nth as usize);
+        let items = split_range(heads * t.div_ceil(ATT_BLOCK), 1, ith, nth);
         let Some(level) = SimdLevel::allowed() else {
             return;
         };
@@ -1474,7 +1480,7 @@ unsafe fn f32_rows_with<S: AttentionSimd>(p: F32Product, rows: std::ops::Range<u
         y,
         y_stride,
     } = p;
-    // SAFETY (all): the caller's guarantees cover every tile.
+    // SAFETY: the caller's guarantees cover every tile.
     unsafe {
         for col in (0..n).step_by(64) {
             for r in rows.clone().step_by(S::TILE_ROWS) {
@@ -1538,12 +1544,13 @@ pub fn pack_f32_transposed(w: &[f32], k: usize, n: usize) -> Option<Vec<f32>> {
 /// split the rows.
 ///
 /// # Safety
-/// Called by ggml's CPU backend on a tensor made by [`super::Context::mul_mat_f32_packed`].
-pub(super) unsafe extern "C" fn f32_product_op(
+/// Called by [`super::custom_op`]'s callback on a tensor made by
+/// [`super::Context::mul_mat_f32_packed`], after it checked every operand.
+pub(super) unsafe fn f32_product_op(
     dst: *mut sys::ggml_tensor,
-    ith: c_int,
-    nth: c_int,
-    _userdata: *mut c_void,
+    ith: usize,
+    nth: usize,
+    _param: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: ggml passes the live tensor made by mul_mat_f32_packed: an [n, k] f32
@@ -1551,7 +1558,7 @@ pub(super) unsafe extern "C" fn f32_product_op(
     unsafe {
         let (w, x) = (&*(*dst).src[0], &*(*dst).src[1]);
         let m = x.ne[1] as usize;
-        let rows = split_range(m, 4, ith as usize, nth as usize);
+        let rows = split_range(m, 4, ith, nth);
         let Some(level) = SimdLevel::allowed() else {
             return;
         };
@@ -1601,9 +1608,10 @@ unsafe fn f16_dot4_avx512(w: *const u16, stride: usize, k: usize, x: *const f32)
     use std::arch::x86_64::*;
     let mut acc = [_mm512_setzero_ps(); 4];
     for c in (0..k - k % F16_STEP).step_by(F16_STEP) {
-        // SAFETY (both): caller's guarantee.
+        // SAFETY: caller's guarantee.
         let xv = unsafe { _mm512_loadu_ps(x.add(c)) };
         for (i, a) in acc.iter_mut().enumerate() {
+            // SAFETY: row i's 16 values at c lie inside the caller's rows.
             let wv = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(w.add(i * stride + c).cast())) };
             *a = _mm512_fmadd_ps(wv, xv, *a);
         }
@@ -1631,10 +1639,11 @@ unsafe fn f16_dot4_avx2(w: *const u16, stride: usize, k: usize, x: *const f32) -
     use std::arch::x86_64::*;
     let mut acc = [[_mm256_setzero_ps(); 2]; 4];
     for c in (0..k - k % F16_STEP).step_by(F16_STEP) {
-        // SAFETY (both): caller's guarantee.
+        // SAFETY: caller's guarantee.
         let xv = unsafe { [_mm256_loadu_ps(x.add(c)), _mm256_loadu_ps(x.add(c + 8))] };
         for (i, a) in acc.iter_mut().enumerate() {
             for h in 0..2 {
+                // SAFETY: row i's 8 values at c + 8h lie inside the caller's rows.
                 let wv = unsafe {
                     _mm256_cvtph_ps(_mm_loadu_si128(w.add(i * stride + c + 8 * h).cast()))
                 };
@@ -1730,12 +1739,13 @@ pub fn f16_product_available() -> bool {
 /// what is shared out.
 ///
 /// # Safety
-/// Called by ggml's CPU backend on a tensor made by [`super::Context::mul_mat_f16_cpu`].
-pub(super) unsafe extern "C" fn f16_product_op(
+/// Called by [`super::custom_op`]'s callback on a tensor made by
+/// [`super::Context::mul_mat_f16_cpu`], after it checked every operand.
+pub(super) unsafe fn f16_product_op(
     dst: *mut sys::ggml_tensor,
-    ith: c_int,
-    nth: c_int,
-    _userdata: *mut c_void,
+    ith: usize,
+    nth: usize,
+    _param: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: ggml passes the live tensor made by mul_mat_f16_cpu: an f16 weight and
@@ -1758,7 +1768,7 @@ pub(super) unsafe extern "C" fn f16_product_op(
             y_batch: y.nb[2] / 4,
         };
         let groups = p.n.div_ceil(4);
-        let units = split_range(groups * w.ne[2] as usize, 1, ith as usize, nth as usize);
+        let units = split_range(groups * w.ne[2] as usize, 1, ith, nth);
         let Some(level) = f16_product_level() else {
             return;
         };
@@ -1828,13 +1838,27 @@ mod tests {
         }
     }
 
-    /// Says loudly which levels a test could not run on this CPU.
+    /// Says loudly which levels a test could not run on this CPU; with none at all the
+    /// test would assert nothing, which fails under CI (`CI` set).
     fn report_missing(what: &str, levels: &[SimdLevel]) {
         for l in [SimdLevel::Avx2, SimdLevel::Avx512] {
             if !levels.contains(&l) {
                 eprintln!("SKIPPED LOUDLY: this CPU cannot run the {l:?} {what}");
             }
         }
+        if levels.is_empty() {
+            fail_under_ci(&format!("no level of the {what} runs on this CPU"));
+        }
+    }
+
+    /// Reports a test that could not check anything here, and fails it when `CI` is
+    /// set: CI machines must run what they claim to test.
+    fn fail_under_ci(why: &str) {
+        eprintln!("NOTHING TESTED: {why}");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{why}, and CI is set: run CI on a CPU with AVX2, FMA and F16C"
+        );
     }
 
     fn q8_rows(n: usize, k: usize, seed: u64) -> Vec<u8> {
@@ -2231,7 +2255,7 @@ mod tests {
         report_missing("f16 product", &levels);
         #[cfg(target_arch = "x86_64")]
         if !std::arch::is_x86_feature_detected!("f16c") {
-            eprintln!("SKIPPED LOUDLY: this CPU has no F16C; the f16 product cannot run");
+            fail_under_ci("this CPU has no F16C; the f16 product cannot run");
             return;
         }
         // (n, k, m, batches, weight row stride): whole steps and tails, strided rows

@@ -1,5 +1,5 @@
 //! `cargo xtask build`: build the executables for one backend (and track) with a pinned,
-//! proven toolchain (issue 6; DESIGN.md section 4, rules 1 and 3).
+//! proven toolchain (issue 6; docs/architecture.md section 4, rules 1 and 3).
 //!
 //! - [`request`]: what to build ([`BuildRequest`]), from flags or from `dist`;
 //! - [`facts`]: what this machine has ([`HostFacts`]; the only probing);

@@ -1,5 +1,5 @@
 //! [`plan`]: a pure function from a [`BuildRequest`] and [`HostFacts`] to a [`BuildPlan`]
-//! (DESIGN.md section 4, rule 1). Every environment variable carries the reason it is
+//! (docs/architecture.md section 4, rule 1). Every environment variable carries the reason it is
 //! there; `--dry-run` prints them and the tests snapshot them.
 //!
 //! How the environment reaches ggml: llama-cpp-sys-2 forwards every `GGML_*` and

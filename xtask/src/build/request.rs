@@ -29,7 +29,7 @@ pub enum Link {
     /// ggml linked into the executables (developer builds).
     Static,
     /// ggml-base/ggml shared, backends (CPU variants, GPU) as plugins loaded at start
-    /// (the binding's `dynamic-backends`; release packages, DESIGN.md section 3).
+    /// (the binding's `dynamic-backends`; release packages, docs/architecture.md section 3).
     Dynamic,
 }
 

@@ -1,4 +1,4 @@
-//! The MSVC toolset, pinned by capture (DESIGN.md section 4, rule 3).
+//! The MSVC toolset, pinned by capture (docs/architecture.md section 4, rule 3).
 //!
 //! Three pure steps and two thin I/O wrappers:
 //! - [`parse_vswhere`] reads `vswhere -all -products * -format json -utf8`;

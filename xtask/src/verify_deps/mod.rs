@@ -1,4 +1,4 @@
-//! `cargo xtask verify-deps`: PE and ELF dependency closure checks (DESIGN.md section 4,
+//! `cargo xtask verify-deps`: PE and ELF dependency closure checks (docs/architecture.md section 4,
 //! rules 4 and 5).
 //!
 //! Deciding is separate from doing:

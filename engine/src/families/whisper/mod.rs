@@ -579,11 +579,11 @@ fn to_f32(t: &HostTensor) -> Result<Vec<f32>> {
 
 /// A weight as the network computes with it: matrix weights as stored (f16, f32 or
 /// Q8_0), everything else as f32.
-fn compute_tensor(t: &HostTensor, name: String, path: &Path) -> Result<HostTensor> {
+fn compute_tensor(t: HostTensor, name: String, path: &Path) -> Result<HostTensor> {
     if model::is_matmul_weight(&name) {
-        return Ok(HostTensor { name, ..t.clone() });
+        return Ok(HostTensor { name, ..t });
     }
-    let values = to_f32(t).map_err(|e| EngineError::Model {
+    let values = to_f32(&t).map_err(|e| EngineError::Model {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
@@ -636,14 +636,17 @@ impl Whisper {
     /// Checks a converted GGUF against the spec and its own hyper-parameters, then
     /// uploads the weights to the runtime's device (matrix weights in their stored type,
     /// the rest as f32).
-    pub fn load(file: &ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Self> {
+    /// Takes the file's weight tensors (uploaded, not copied: loading holds each weight
+    /// once on the host).
+    pub fn load(mut file: ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Self> {
         let mut v = [0usize; 10];
         for (slot, key) in v.iter_mut().zip(HPARAM_KEYS) {
-            *slot = meta_u32(file, &format!("whisper.{key}"))? as usize;
+            *slot = meta_u32(&file, &format!("whisper.{key}"))? as usize;
         }
         let hp = HParams::from_values(v);
+        let path = file.path.clone();
         let bad = |reason: String| EngineError::Model {
-            path: file.path.clone(),
+            path: path.clone(),
             reason,
         };
         if hp.values().contains(&0)
@@ -652,24 +655,27 @@ impl Whisper {
         {
             return Err(bad(describe_dimensions(&hp)));
         }
-        check_spec(file, spec, &hp)?;
+        check_spec(&file, spec, &hp)?;
         let mut tensors = Vec::new();
         for (name, ne) in hp.tensor_shapes() {
-            let t = file
-                .tensor(&name)
+            let at = file
+                .tensors
+                .iter()
+                .position(|t| t.name == name)
                 .ok_or_else(|| bad(format!("tensor '{name}' is missing")))?;
+            let t = file.tensors.swap_remove(at);
             if t.ne != ne {
                 return Err(bad(format!(
                     "tensor '{name}' has shape {:?}, the hyper-parameters need {ne:?}",
                     t.ne
                 )));
             }
-            tensors.push(compute_tensor(t, name, &file.path)?);
+            tensors.push(compute_tensor(t, name, &path)?);
         }
         let mel = MelParams {
             sample_rate: spec.sample_rate,
-            n_fft: meta_u32(file, "whisper.n_fft")? as usize,
-            hop: meta_u32(file, "whisper.hop_length")? as usize,
+            n_fft: meta_u32(&file, "whisper.n_fft")? as usize,
+            hop: meta_u32(&file, "whisper.hop_length")? as usize,
             n_mels: hp.n_mels,
         };
         mel.validate()
@@ -705,8 +711,8 @@ impl Whisper {
             mel,
             filters: to_f32(filters_t).map_err(|e| bad(e.to_string()))?,
             tok,
-            suppress: meta_u32s(file, "whisper.suppress_ids"),
-            suppress_begin: meta_u32s(file, "whisper.suppress_ids_begin"),
+            suppress: meta_u32s(&file, "whisper.suppress_ids"),
+            suppress_begin: meta_u32s(&file, "whisper.suppress_ids_begin"),
         })
     }
 

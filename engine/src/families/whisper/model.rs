@@ -199,16 +199,18 @@ impl WhisperNet {
             .filter(|t| t.name.starts_with("encoder.conv") && t.name.ends_with(".weight"))
             .all(|t| t.ne.len() == 2);
         let weights = Context::new(tensors.len() + 4, 0)?;
-        let mut uploads = Vec::with_capacity(tensors.len());
         for t in &tensors {
-            uploads.push((weights.new_tensor(t.dtype, &t.ne, &t.name), &t.data));
+            weights.new_tensor(t.dtype, &t.ne, &t.name);
         }
         let weights_buf = Buffer::alloc_context(&weights, runtime.main())?;
-        for (t, data) in &uploads {
-            t.write_bytes(data)?;
+        // Each host copy is freed as soon as it is uploaded: the device buffer's pages
+        // fill as the host ones go, so loading holds a weight twice only one at a time.
+        for t in tensors {
+            let on_device = weights
+                .tensor_by_name(&t.name)
+                .expect("created above with this name");
+            on_device.write_bytes(&t.data)?;
         }
-        drop(uploads);
-        drop(tensors);
         let cache = Context::new(4 * hp.n_text_layer + 4, 0)?;
         let (t, a_ctx, t_ctx) = (
             hp.n_text_state as i64,
@@ -264,33 +266,35 @@ impl WhisperNet {
         )
     }
 
-    fn linear<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Tensor<'a> {
+    fn linear<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Result<Tensor<'a>> {
         let (w, b) = (self.w(&format!("{p}.weight")), self.w(&format!("{p}.bias")));
-        if w.dtype() == DType::I8 {
+        Ok(if w.dtype() == Some(DType::I8) {
             // The bias is added inside the op: one graph node (and barrier) less.
-            ctx.mul_mat_q8_packed(w, x, Some(b))
+            ctx.mul_mat_q8_packed(w, x, Some(b))?
         } else {
             ctx.add(ctx.mul_mat(w, x), b)
-        }
+        })
     }
 
     /// [`Context::mul_mat`], with the engine's f16 product on the CPU when `w` is an f16
     /// tensor it takes (the logits' embedding, views of the cross-attention cache).
-    fn mul_mat<'a>(&'a self, ctx: &'a Context, w: Tensor<'a>, x: Tensor<'a>) -> Tensor<'a> {
-        if self.cpu_kernels && ggml::f16_product_fits(w) && ggml::f16_product_available() {
-            ctx.mul_mat_f16_cpu(w, x)
-        } else {
-            ctx.mul_mat(w, x)
-        }
+    fn mul_mat<'a>(&'a self, ctx: &'a Context, w: Tensor<'a>, x: Tensor<'a>) -> Result<Tensor<'a>> {
+        Ok(
+            if self.cpu_kernels && ggml::f16_product_fits(w) && ggml::f16_product_available() {
+                ctx.mul_mat_f16_cpu(w, x)?
+            } else {
+                ctx.mul_mat(w, x)
+            },
+        )
     }
 
     /// The exact GELU, with the engine's vectorised kernel on the CPU.
-    fn gelu<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>) -> Tensor<'a> {
-        if self.cpu_kernels {
-            ctx.gelu_erf_cpu(x)
+    fn gelu<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>) -> Result<Tensor<'a>> {
+        Ok(if self.cpu_kernels {
+            ctx.gelu_erf_cpu(x)?
         } else {
             ctx.gelu_erf(x)
-        }
+        })
     }
 
     /// The decoder's scaled dot-product attention over heads against a cache. `q` and
@@ -304,20 +308,20 @@ impl WhisperNet {
         k: Tensor<'a>,
         vt: Tensor<'a>,
         mask: Mask,
-    ) -> Tensor<'a> {
+    ) -> Result<Tensor<'a>> {
         let [dh, heads, t, _] = q.ne();
         let qp = ctx.permute(q, [0, 2, 1, 3]);
         let qp = if t > 1 { ctx.cont(qp) } else { qp };
         let kp = ctx.permute(k, [0, 2, 1, 3]);
-        let kq = self.mul_mat(ctx, kp, qp);
+        let kq = self.mul_mat(ctx, kp, qp)?;
         let kq = match mask {
             Mask::None => kq,
             Mask::Causal(n_past) => ctx.diag_mask_inf(kq, n_past),
         };
         let probs = ctx.soft_max_scaled(kq, 1.0 / (dh as f32).sqrt());
-        let out = self.mul_mat(ctx, vt, probs);
+        let out = self.mul_mat(ctx, vt, probs)?;
         let merged = ctx.cont(ctx.permute(out, [0, 2, 1, 3]));
-        ctx.reshape(merged, &[dh * heads, t])
+        Ok(ctx.reshape(merged, &[dh * heads, t]))
     }
 
     /// Splits a [width, len] tensor whose rows are `parts` stacked projections into the
@@ -362,12 +366,12 @@ impl WhisperNet {
         )
     }
 
-    fn ffn<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Tensor<'a> {
+    fn ffn<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Result<Tensor<'a>> {
         let h = self.layer_norm(ctx, x, &format!("{p}.ffn.layer_norm"));
         // The exact GELU: ggml's tanh form (an f16 table on the CPU) is 10% faster but
         // moved a borderline window's transcript away from faster-whisper's.
-        let h = self.gelu(ctx, self.linear(ctx, h, &format!("{p}.ffn.linear_0")));
-        ctx.add(x, self.linear(ctx, h, &format!("{p}.ffn.linear_1")))
+        let h = self.gelu(ctx, self.linear(ctx, h, &format!("{p}.ffn.linear_0"))?)?;
+        Ok(ctx.add(x, self.linear(ctx, h, &format!("{p}.ffn.linear_1"))?))
     }
 
     /// Conv stem block `i`: 1-D conv (kernel 3, padding 1) with bias, then GELU; takes
@@ -378,26 +382,31 @@ impl WhisperNet {
         x: Tensor<'a>,
         i: usize,
         stride: i32,
-    ) -> Tensor<'a> {
+    ) -> Result<Tensor<'a>> {
         let w = self.w(&format!("encoder.conv{i}.weight"));
         let y = if self.conv_packed {
-            ctx.conv_1d_f32_packed(w, CONV_KERNEL_WIDTH, x, stride, 1)
+            ctx.conv_1d_f32_packed(w, CONV_KERNEL_WIDTH, x, stride, 1)?
         } else {
             ctx.conv_1d_f32(w, x, stride, 1)
         };
         self.gelu(ctx, ctx.add(y, self.w(&format!("encoder.conv{i}.bias"))))
     }
 
-    fn encoder_layer<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, l: usize) -> Tensor<'a> {
+    fn encoder_layer<'a>(
+        &'a self,
+        ctx: &'a Context,
+        x: Tensor<'a>,
+        l: usize,
+    ) -> Result<Tensor<'a>> {
         let p = format!("encoder.layer_{l}");
         let (d, h) = (self.hp.n_audio_state, self.hp.n_audio_head);
         let n = self.layer_norm(ctx, x, &format!("{p}.self_attention.layer_norm"));
-        let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"));
+        let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"))?;
         let att = if self.cpu_kernels
             && ggml::attention_kernel_available()
             && d == h * ggml::ATTENTION_HEAD_DIM
         {
-            ctx.self_attention_cpu(qkv, h)
+            ctx.self_attention_cpu(qkv, h)?
         } else {
             // Fused attention: over 1500 positions, materialising the scores (54 MB
             // per layer for tiny) and transposing the values cost more than the
@@ -408,7 +417,7 @@ impl WhisperNet {
         };
         let x = ctx.add(
             x,
-            self.linear(ctx, att, &format!("{p}.self_attention.linear_1")),
+            self.linear(ctx, att, &format!("{p}.self_attention.linear_1"))?,
         );
         self.ffn(ctx, x, &p)
     }
@@ -422,21 +431,21 @@ impl WhisperNet {
         let frames = 2 * hp.n_audio_ctx as i64;
         let x_in = ctx.new_tensor(DType::F32, &[frames, hp.n_mels as i64, 1], "mel");
         x_in.mark_input();
-        let x = self.conv_gelu(&ctx, x_in, 1, 1);
+        let x = self.conv_gelu(&ctx, x_in, 1, 1)?;
         let time_major =
             ctx.cont(ctx.transpose(ctx.reshape(x, &[hp.n_audio_state as i64, frames])));
-        let x = self.conv_gelu(&ctx, time_major, 2, 2);
+        let x = self.conv_gelu(&ctx, time_major, 2, 2)?;
         let x = ctx.reshape(x, &[hp.n_audio_state as i64, hp.n_audio_ctx as i64]);
         let mut x = ctx.add(x, self.w("encoder.position_encodings.encodings"));
         for l in 0..hp.n_audio_layer {
-            x = self.encoder_layer(&ctx, x, l);
+            x = self.encoder_layer(&ctx, x, l)?;
         }
         let enc = self.layer_norm(&ctx, x, "encoder.layer_norm");
         enc.mark_output();
         let mut graph = ctx.new_graph(GRAPH_NODES);
         let t = hp.n_text_state;
         for l in 0..hp.n_text_layer {
-            let kv = self.linear(&ctx, enc, &format!("decoder.layer_{l}.attention.linear_1"));
+            let kv = self.linear(&ctx, enc, &format!("decoder.layer_{l}.attention.linear_1"))?;
             let k = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, 0);
             let v = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, t);
             graph.expand(ctx.cpy(k, self.c(&format!("cross_k.{l}"))));
@@ -454,7 +463,7 @@ impl WhisperNet {
         x: Tensor<'a>,
         l: usize,
         n_past: usize,
-    ) -> Tensor<'a> {
+    ) -> Result<Tensor<'a>> {
         let hp = self.hp;
         let p = format!("decoder.layer_{l}");
         let (d, h) = (hp.n_text_state, hp.n_text_head);
@@ -463,7 +472,7 @@ impl WhisperNet {
         // enter the graph before the reads, and ggml runs nodes in order), then attend
         // over the cache's first n_past + n_new positions.
         let n = self.layer_norm(ctx, x, &format!("{p}.self_attention.layer_norm"));
-        let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"));
+        let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"))?;
         let (cache_k, cache_v) = (
             self.c(&format!("self_k.{l}")),
             self.c(&format!("self_v.{l}")),
@@ -485,22 +494,25 @@ impl WhisperNet {
             split(ctx.view_2d_rows(cache_k, d as i64, n_kv as i64, 0)),
             self.cached_values_t(ctx, cache_v, n_kv, h),
             Mask::Causal(n_past as i32),
-        );
+        )?;
         let x = ctx.add(
             x,
-            self.linear(ctx, att, &format!("{p}.self_attention.linear_1")),
+            self.linear(ctx, att, &format!("{p}.self_attention.linear_1"))?,
         );
         // Cross-attention over the encoder output (keys/values cached by `encode`).
         let n = self.layer_norm(ctx, x, &format!("{p}.attention.layer_norm"));
-        let q = self.linear(ctx, n, &format!("{p}.attention.linear_0"));
+        let q = self.linear(ctx, n, &format!("{p}.attention.linear_0"))?;
         let att = self.attention(
             ctx,
             split(q),
             split(self.c(&format!("cross_k.{l}"))),
             self.cached_values_t(ctx, self.c(&format!("cross_v.{l}")), hp.n_audio_ctx, h),
             Mask::None,
+        )?;
+        let x = ctx.add(
+            x,
+            self.linear(ctx, att, &format!("{p}.attention.linear_2"))?,
         );
-        let x = ctx.add(x, self.linear(ctx, att, &format!("{p}.attention.linear_2")));
         self.ffn(ctx, x, &p)
     }
 
@@ -532,13 +544,13 @@ impl WhisperNet {
         );
         let mut x = ctx.add(ctx.get_rows(emb, ids), pos);
         for l in 0..hp.n_text_layer {
-            x = self.decoder_layer(&ctx, &mut graph, x, l, n_past);
+            x = self.decoder_layer(&ctx, &mut graph, x, l, n_past)?;
         }
         let x = self.layer_norm(&ctx, x, "decoder.layer_norm");
         let k = n_logits.clamp(1, tokens.len());
         let last = ctx.view_2d_rows(x, d as i64, k as i64, (tokens.len() - k) * d);
         // The logits are a read of the whole embedding (40 MB in f16 for tiny) per token.
-        let logits = self.mul_mat(&ctx, emb, last);
+        let logits = self.mul_mat(&ctx, emb, last)?;
         logits.mark_output();
         graph.expand(logits);
         let ids_i32: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();

@@ -1,0 +1,86 @@
+//! `--task info`: loads a model as its family's task would and prints the family, the
+//! spec's source and the hyper-parameters from the file.
+
+mod common;
+use common::*;
+
+#[test]
+fn info_describes_a_legacy_silero_model_and_a_converted_whisper_one() {
+    let run = cli(&[
+        "--task",
+        "info",
+        "--family",
+        "silero_vad",
+        "--model",
+        s(&silero_bin()),
+        "--model-spec-override",
+        s(&specs()),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.value("family").as_deref(), Some("silero_vad"));
+    assert_eq!(run.value("loaded_for").as_deref(), Some("vad"));
+    assert!(
+        run.value("spec_source")
+            .is_some_and(|s| s.starts_with("override:")),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(run.value("device").as_deref(), Some("CPU"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("tiny.en.gguf");
+    let ct2 = assets().join("whisper-tiny.en-ct2");
+    let convert = cli(&[
+        "--task",
+        "convert",
+        "--family",
+        "whisper",
+        "--model",
+        s(&ct2),
+        "--out",
+        s(&gguf),
+        "--model-spec-override",
+        s(&specs()),
+    ]);
+    assert_eq!(convert.code, 0, "{}", convert.stderr);
+    let run = cli(&[
+        "--task",
+        "info",
+        "--family",
+        "whisper",
+        "--model",
+        s(&gguf),
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(v["family"], "whisper");
+    assert_eq!(
+        v["loaded_for"],
+        serde_json::Value::Null,
+        "the JSON names it `task`"
+    );
+    assert_eq!(v["task"], "asr");
+    assert_eq!(v["spec_source"], "gguf-metadata");
+    let hp: std::collections::BTreeMap<String, serde_json::Value> = v["hyper_parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kv| (kv[0].as_str().unwrap().to_string(), kv[1].clone()))
+        .collect();
+    assert_eq!(hp["whisper.n_mels"], 80);
+    assert_eq!(hp["whisper.n_audio_state"], 384, "tiny's width");
+    assert_eq!(hp["whisper.n_vocab"], 51864, "tiny.en's vocabulary");
+    let largest = v["largest_tensor_bytes"].as_u64().unwrap();
+    assert!(largest > 0 && largest < v["tensor_bytes"].as_u64().unwrap());
+
+    let wrong = cli(&[
+        "--task",
+        "info",
+        "--family",
+        "silero_vad",
+        "--model",
+        s(&gguf),
+    ]);
+    assert_user_error(&wrong, "is a 'whisper' model, not 'silero_vad'");
+}

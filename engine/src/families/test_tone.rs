@@ -1,0 +1,201 @@
+//! A test-only text-to-speech family: one tone per character, pitched by the voice,
+//! its length set by the speed, scaled by a gain tensor from the model file. It
+//! exercises the TTS task interface ([`crate::tasks::TtsModel`]) and the registry the
+//! way a real family (Kokoro) will: a module, its registry lines and a spec.
+
+use crate::backend::Runtime;
+use crate::error::{EngineError, Result};
+use crate::families::LoaderInfo;
+use crate::ggml::DType;
+use crate::model_file::ModelFile;
+use crate::spec::ModelSpec;
+use crate::tasks::{SpeechInput, Synthesizer};
+
+/// The family's registry entry.
+pub const INFO: LoaderInfo = LoaderInfo {
+    family: "test_tone",
+    tasks: &["tts"],
+    formats: &["gguf"],
+    description: "test-only: one tone per character",
+};
+
+/// The voices and their pitch in Hz; the first is the default.
+const VOICES: &[(&str, f32)] = &[("low", 220.0), ("high", 440.0)];
+
+/// Seconds of tone per character at speed 1.
+const CHAR_SECONDS: f32 = 0.05;
+
+/// The loaded "model".
+struct ToneModel {
+    gain: f32,
+    sample_rate: u32,
+    runtime: Runtime,
+}
+
+/// Loads the model: its one tensor, `tone.gain` ([1] f32), checked by name and shape.
+pub fn load(file: &ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Box<dyn Synthesizer>> {
+    let t = file
+        .tensor("tone.gain")
+        .filter(|t| t.dtype == DType::F32 && t.ne == [1])
+        .ok_or_else(|| EngineError::Model {
+            path: file.path.clone(),
+            reason: "tensor 'tone.gain' ([1] f32) is missing".into(),
+        })?;
+    Ok(Box::new(ToneModel {
+        gain: t.to_f32()[0],
+        sample_rate: spec.sample_rate,
+        runtime,
+    }))
+}
+
+impl Synthesizer for ToneModel {
+    fn sample_rate(&self) -> u32 {
+        self.sample_rate
+    }
+
+    fn voices(&self) -> Vec<String> {
+        VOICES.iter().map(|(v, _)| v.to_string()).collect()
+    }
+
+    fn takes_phonemes(&self) -> bool {
+        false
+    }
+
+    fn device(&self) -> String {
+        self.runtime.device().name.clone()
+    }
+
+    fn synthesize(&mut self, input: &SpeechInput, voice: &str, speed: f32) -> Result<Vec<f32>> {
+        let (SpeechInput::Text(text) | SpeechInput::Phonemes(text)) = input;
+        let pitch = VOICES
+            .iter()
+            .find(|(v, _)| *v == voice)
+            .map(|(_, p)| *p)
+            .expect("TtsModel checks the voice");
+        let per_char = (CHAR_SECONDS / speed * self.sample_rate as f32) as usize;
+        let n = per_char * text.chars().count();
+        let step = std::f32::consts::TAU * pitch / self.sample_rate as f32;
+        Ok((0..n)
+            .map(|i| self.gain * (step * i as f32).sin())
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::RuntimeOptions;
+    use crate::ggml::{write_gguf, DType, GgufValue, HostTensor};
+    use crate::tasks::{SpeechInput, SpeechRequest, TtsModel};
+
+    const RATE: u32 = 8000;
+
+    /// A test_tone GGUF with its spec embedded, as `--task convert` makes them.
+    fn model(dir: &std::path::Path) -> std::path::PathBuf {
+        let spec = serde_json::json!({
+            "family": "test_tone", "task": "tts", "description": "test",
+            "sample_rate": RATE, "hparams": {}, "tensors": { "tone.gain": [1] }, "defaults": {},
+        });
+        let path = dir.join("tone.gguf");
+        let meta = [
+            (
+                crate::model_file::GGUF_FAMILY_KEY.to_string(),
+                GgufValue::Str("test_tone".into()),
+            ),
+            (
+                crate::spec::GGUF_SPEC_KEY.to_string(),
+                GgufValue::Str(spec.to_string()),
+            ),
+        ];
+        let gain = HostTensor {
+            name: "tone.gain".into(),
+            dtype: DType::F32,
+            ne: vec![1],
+            data: 0.5f32.to_le_bytes().to_vec(),
+        };
+        write_gguf(&path, &meta, &[gain]).unwrap();
+        path
+    }
+
+    fn request(text: &str, voice: Option<&str>, speed: f32) -> SpeechRequest {
+        SpeechRequest {
+            input: SpeechInput::Text(text.into()),
+            voice: voice.map(str::to_string),
+            speed,
+        }
+    }
+
+    fn zero_crossings(x: &[f32]) -> usize {
+        x.windows(2)
+            .filter(|w| (w[0] < 0.0) != (w[1] < 0.0))
+            .count()
+    }
+
+    #[test]
+    fn a_tts_family_loads_through_the_registry_and_speaks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = model(dir.path());
+        let mut tts = TtsModel::load("test_tone", &path, None, &RuntimeOptions::default()).unwrap();
+        assert_eq!(tts.sample_rate(), RATE);
+        assert_eq!(tts.voices(), ["low", "high"]);
+
+        let low = tts.run(&request("abcd", None, 1.0)).unwrap();
+        assert_eq!((low.voice.as_str(), low.sample_rate), ("low", RATE));
+        assert_eq!(low.spec_source, "gguf-metadata");
+        assert_eq!(low.samples.len(), 4 * 400, "0.05 s per character");
+        assert!((low.audio_seconds - 0.2).abs() < 1e-9);
+        let peak = low.samples.iter().fold(0f32, |m, x| m.max(x.abs()));
+        assert!((peak - 0.5).abs() < 1e-3, "the file's gain: {peak}");
+
+        let fast = tts.run(&request("abcd", None, 2.0)).unwrap();
+        assert_eq!(
+            fast.samples.len(),
+            low.samples.len() / 2,
+            "speed 2 halves it"
+        );
+        let high = tts.run(&request("abcd", Some("high"), 1.0)).unwrap();
+        let (zl, zh) = (zero_crossings(&low.samples), zero_crossings(&high.samples));
+        assert!(
+            zh > zl * 19 / 10 && zh < zl * 21 / 10,
+            "an octave up: {zl} -> {zh}"
+        );
+    }
+
+    #[test]
+    fn tts_requests_are_checked_by_parameter() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = model(dir.path());
+        let mut tts = TtsModel::load("test_tone", &path, None, &RuntimeOptions::default()).unwrap();
+        let refused = |tts: &mut TtsModel, req: SpeechRequest, needle: &str| {
+            let err = tts.run(&req).expect_err(needle).to_string();
+            assert!(err.contains(needle), "{err}");
+        };
+        refused(
+            &mut tts,
+            request(" ", None, 1.0),
+            "parameter 'input' is empty",
+        );
+        refused(&mut tts, request("a", None, 0.0), "parameter 'speed' is 0");
+        refused(
+            &mut tts,
+            request("a", None, f32::NAN),
+            "parameter 'speed' is NaN",
+        );
+        refused(
+            &mut tts,
+            request("a", Some("alto"), 1.0),
+            "voices: low, high",
+        );
+        let phonemes = SpeechRequest {
+            input: SpeechInput::Phonemes("həˈloʊ".into()),
+            voice: None,
+            speed: 1.0,
+        };
+        refused(&mut tts, phonemes, "takes text, not phonemes");
+        let asr =
+            crate::tasks::AsrModel::load("test_tone", &path, None, &RuntimeOptions::default());
+        assert!(
+            asr.is_err_and(|e| e.to_string().contains("does not support task 'asr'")),
+            "the registry's tasks decide what loads"
+        );
+    }
+}

@@ -1,0 +1,399 @@
+//! The engine's CPU kernels as ggml custom ops: what each op takes, checked twice (by
+//! its builder in [`super::Context`], and again by the one callback ggml calls, before
+//! a kernel touches memory), and that callback, which turns a refused operand or a
+//! panic into a failure the compute reports ([`super::Scheduler::compute`]) instead of
+//! a wild read or an abort (ggml's custom ops return nothing, and a panic must not
+//! unwind into C).
+
+use std::os::raw::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
+
+use llama_cpp_sys_2 as sys;
+
+use super::{cpu_ops, DType};
+
+/// The engine's custom ops, with the parameter each takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CustomOp {
+    /// [`super::Context::mul_mat_q8_packed`].
+    Q8Packed,
+    /// [`super::Context::mul_mat_f32_packed`].
+    F32Packed,
+    /// [`super::Context::gelu_erf_cpu`].
+    GeluErf,
+    /// [`super::Context::self_attention_cpu`] over `heads` heads.
+    SelfAttention {
+        /// Heads of [`cpu_ops::ATTENTION_HEAD_DIM`].
+        heads: usize,
+    },
+    /// [`super::Context::mul_mat_f16_cpu`].
+    F16Product,
+}
+
+/// What a custom op needs to know about one operand (a source or its result).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Operand {
+    /// Element type; `None` for one the engine does not compute in.
+    pub dtype: Option<DType>,
+    /// Dims in ggml order.
+    pub ne: [i64; 4],
+    /// Strides in bytes.
+    pub nb: [usize; 4],
+    /// True when the data lies in host memory (only known once the graph is allocated).
+    pub host: bool,
+}
+
+impl Operand {
+    /// The operand `t` describes.
+    ///
+    /// # Safety
+    /// `t` is a live ggml tensor.
+    pub(super) unsafe fn of(t: *const sys::ggml_tensor) -> Self {
+        // SAFETY: the caller's guarantee; a buffer pointer, when set, is a live buffer.
+        unsafe {
+            let t = &*t;
+            Operand {
+                dtype: DType::from_raw(t.type_),
+                ne: t.ne,
+                nb: t.nb,
+                host: !t.data.is_null()
+                    && !t.buffer.is_null()
+                    && sys::ggml_backend_buffer_is_host(t.buffer),
+            }
+        }
+    }
+
+    /// True when the elements are adjacent in ggml order (strides of dims of length 1
+    /// do not matter), as `ggml_is_contiguous` says, for the unblocked types.
+    pub(super) fn contiguous(&self) -> bool {
+        let Some(dtype) = self.dtype.filter(|t| t.block_len() == 1) else {
+            return false;
+        };
+        let mut next = dtype.size();
+        for (&ne, &nb) in self.ne.iter().zip(&self.nb) {
+            if ne != 1 {
+                if nb != next {
+                    return false;
+                }
+                next *= ne as usize;
+            }
+        }
+        true
+    }
+
+    /// True when each row's values are adjacent and every stride is whole elements.
+    pub(super) fn row_contiguous(&self) -> bool {
+        self.dtype.is_some_and(|t| {
+            t.block_len() == 1
+                && self.nb[0] == t.size()
+                && self.nb.iter().all(|s| s % t.size() == 0)
+        })
+    }
+
+    fn type_name(&self) -> String {
+        self.dtype.map_or_else(
+            || "a type the engine does not use".into(),
+            |t| format!("{t:?}"),
+        )
+    }
+
+    /// `Ok` when the operand is `dtype`, contiguous (or at least by rows when
+    /// `rows_only`) and of dims `ne`; else why not, naming it `what`.
+    fn expect(
+        &self,
+        what: &str,
+        dtype: DType,
+        ne: [i64; 4],
+        rows_only: bool,
+    ) -> Result<(), String> {
+        if self.dtype != Some(dtype) {
+            return Err(format!("{what}: {}, expected {dtype:?}", self.type_name()));
+        }
+        if self.ne != ne {
+            return Err(format!("{what}: dims {:?}, expected {ne:?}", self.ne));
+        }
+        let laid_out = if rows_only {
+            self.row_contiguous()
+        } else {
+            self.contiguous()
+        };
+        if !laid_out {
+            let how = if rows_only { " by rows" } else { "" };
+            return Err(format!(
+                "{what}: not contiguous{how} (strides {:?})",
+                self.nb
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `Ok` when `srcs` has `n` operands (`optional` more allowed).
+fn arity(srcs: &[Operand], n: usize, optional: usize) -> Result<(), String> {
+    if srcs.len() < n || srcs.len() > n + optional {
+        return Err(format!("takes {n} operands, got {}", srcs.len()));
+    }
+    Ok(())
+}
+
+impl CustomOp {
+    /// The op's name in errors.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            CustomOp::Q8Packed => "mul_mat_q8_packed",
+            CustomOp::F32Packed => "mul_mat_f32_packed",
+            CustomOp::GeluErf => "gelu_erf_cpu",
+            CustomOp::SelfAttention { .. } => "self_attention_cpu",
+            CustomOp::F16Product => "mul_mat_f16_cpu",
+        }
+    }
+
+    /// The result's dims when `srcs` are operands the op's kernel reads within their
+    /// memory and this CPU runs the kernel; else why not. Host memory is the
+    /// callback's check ([`run_checked`]): at build time nothing is allocated yet.
+    pub(super) fn check(self, srcs: &[Operand]) -> Result<[i64; 4], String> {
+        let available = match self {
+            CustomOp::Q8Packed => cpu_ops::q8_kernel_available(),
+            CustomOp::F16Product => cpu_ops::f16_product_available(),
+            CustomOp::F32Packed | CustomOp::GeluErf | CustomOp::SelfAttention { .. } => {
+                cpu_ops::attention_kernel_available()
+            }
+        };
+        if !available {
+            return Err("this CPU lacks the vector instructions the kernel needs".into());
+        }
+        match self {
+            CustomOp::Q8Packed => {
+                arity(srcs, 2, 1)?;
+                let [cell, blocks, groups, one] = srcs[0].ne;
+                if cell != cpu_ops::CELL_BYTES as i64 || blocks < 1 || groups < 1 || one != 1 {
+                    return Err(format!(
+                        "the weight has dims {:?}, not a packed q8_0 weight's [{}, blocks, groups, 1]",
+                        srcs[0].ne,
+                        cpu_ops::CELL_BYTES
+                    ));
+                }
+                srcs[0].expect("the weight", DType::I8, srcs[0].ne, false)?;
+                let (k, n) = (blocks * 32, groups * cpu_ops::GROUP_COLS as i64);
+                let m = srcs[1].ne[1];
+                srcs[1].expect("the activations", DType::F32, [k, m, 1, 1], false)?;
+                if let Some(bias) = srcs.get(2) {
+                    bias.expect("the bias", DType::F32, [n, 1, 1, 1], false)?;
+                }
+                Ok([n, m, 1, 1])
+            }
+            CustomOp::F32Packed => {
+                arity(srcs, 2, 0)?;
+                let [n, k, _, _] = srcs[0].ne;
+                if n < 1 || n % cpu_ops::F32_PRODUCT_COLS as i64 != 0 {
+                    return Err(format!(
+                        "the weight has {n} outputs, not whole runs of {}",
+                        cpu_ops::F32_PRODUCT_COLS
+                    ));
+                }
+                srcs[0].expect("the weight", DType::F32, [n, k, 1, 1], false)?;
+                let m = srcs[1].ne[1];
+                srcs[1].expect("the activations", DType::F32, [k, m, 1, 1], false)?;
+                Ok([n, m, 1, 1])
+            }
+            CustomOp::GeluErf => {
+                arity(srcs, 1, 0)?;
+                srcs[0].expect("the input", DType::F32, srcs[0].ne, false)?;
+                Ok(srcs[0].ne)
+            }
+            CustomOp::SelfAttention { heads } => {
+                arity(srcs, 1, 0)?;
+                if heads == 0 {
+                    return Err("needs at least one head".into());
+                }
+                let d = (heads * cpu_ops::ATTENTION_HEAD_DIM) as i64;
+                let t = srcs[0].ne[1];
+                srcs[0].expect("the stacked q, k, v", DType::F32, [3 * d, t, 1, 1], false)?;
+                Ok([d, t, 1, 1])
+            }
+            CustomOp::F16Product => {
+                arity(srcs, 2, 0)?;
+                let [k, n, b, _] = srcs[0].ne;
+                if n < 4 {
+                    return Err(format!("the weight has {n} rows, fewer than 4"));
+                }
+                srcs[0].expect("the weight", DType::F16, [k, n, b, 1], true)?;
+                let m = srcs[1].ne[1];
+                srcs[1].expect("the activations", DType::F32, [k, m, b, 1], true)?;
+                Ok([n, m, b, 1])
+            }
+        }
+    }
+
+    /// Runs the kernel on `dst`'s sources, as thread `ith` of `nth`.
+    ///
+    /// # Safety
+    /// [`CustomOp::check`] accepted `dst`'s sources, they and `dst` lie in host memory,
+    /// and `dst` is contiguous f32 of the dims it returned.
+    unsafe fn run(self, dst: *mut sys::ggml_tensor, ith: usize, nth: usize) {
+        // SAFETY: the caller's guarantees are each kernel's.
+        unsafe {
+            match self {
+                CustomOp::Q8Packed => cpu_ops::q8_packed_op(dst, ith, nth, 0),
+                CustomOp::F32Packed => cpu_ops::f32_product_op(dst, ith, nth, 0),
+                CustomOp::GeluErf => cpu_ops::gelu_erf_op(dst, ith, nth, 0),
+                CustomOp::SelfAttention { heads } => cpu_ops::attention_op(dst, ith, nth, heads),
+                CustomOp::F16Product => cpu_ops::f16_product_op(dst, ith, nth, 0),
+            }
+        }
+    }
+}
+
+/// One custom op node's state, owned by its [`super::Context`] (boxed, so its address
+/// is stable) and reached by the callback through ggml's userdata pointer.
+pub(super) struct OpState {
+    op: CustomOp,
+    /// The first failure any worker thread met.
+    failure: Mutex<Option<String>>,
+}
+
+impl OpState {
+    /// The state of a new node of `op`.
+    pub(super) fn new(op: CustomOp) -> Self {
+        OpState {
+            op,
+            failure: Mutex::new(None),
+        }
+    }
+
+    fn fail(&self, reason: String) {
+        let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        failure.get_or_insert(reason);
+    }
+
+    /// The failure of the last compute, if any, clearing it.
+    pub(super) fn take_failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+}
+
+/// The text of a caught panic.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// Checks `dst`'s operands again (types, dims, layout, host memory), then runs the
+/// kernel.
+///
+/// # Safety
+/// `dst` is null or a live tensor of a computing graph.
+unsafe fn run_checked(
+    op: CustomOp,
+    dst: *mut sys::ggml_tensor,
+    ith: usize,
+    nth: usize,
+) -> Result<(), String> {
+    if dst.is_null() {
+        return Err("ggml passed no result tensor".into());
+    }
+    // SAFETY: the caller's guarantee; a live tensor's sources are null or live.
+    let (srcs, out) = unsafe {
+        let srcs: Vec<Operand> = (*dst)
+            .src
+            .iter()
+            .take_while(|s| !s.is_null())
+            .map(|&s| Operand::of(s))
+            .collect();
+        (srcs, Operand::of(dst))
+    };
+    let ne = op.check(&srcs)?;
+    out.expect("the result", DType::F32, ne, false)?;
+    if let Some(i) = srcs.iter().chain([&out]).position(|o| !o.host) {
+        return Err(format!("operand {i} is not in host memory"));
+    }
+    fault::maybe_panic(op, ith);
+    // SAFETY: every operand checked above.
+    unsafe { op.run(dst, ith, nth) };
+    Ok(())
+}
+
+/// The callback of every engine custom op (a `ggml_custom_op_t`): runs the checked
+/// kernel and records a refused operand or a panic in the node's [`OpState`], which
+/// the scheduler turns into the compute's error. Nothing unwinds into ggml.
+///
+/// # Safety
+/// ggml calls it with a node made by [`super::Context`]'s custom op builder, whose
+/// userdata is that node's live [`OpState`].
+pub(super) unsafe extern "C" fn callback(
+    dst: *mut sys::ggml_tensor,
+    ith: c_int,
+    nth: c_int,
+    userdata: *mut c_void,
+) {
+    if userdata.is_null() {
+        return;
+    }
+    // SAFETY: the caller's guarantee: the context that owns the state outlives its
+    // graphs' computes.
+    let state = unsafe { &*(userdata as *const OpState) };
+    let (ith, nth) = (ith.max(0) as usize, nth.max(1) as usize);
+    // SAFETY: the caller's guarantee on `dst`.
+    let outcome = catch_unwind(AssertUnwindSafe(|| unsafe {
+        run_checked(state.op, dst, ith, nth)
+    }));
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(reason)) => state.fail(format!("{}: {reason}", state.op.name())),
+        Err(payload) => state.fail(format!(
+            "{} panicked: {}",
+            state.op.name(),
+            panic_text(payload.as_ref())
+        )),
+    }
+}
+
+/// Test-only fault injection (cargo feature `fault-injection`): with
+/// `AUDIOCPP_FAULT_INJECT_OP_PANICS=N` in the environment, the first `N` custom ops
+/// to run panic in their first worker thread, so tests can watch a request fail
+/// mid-graph and the next one succeed.
+#[cfg(feature = "fault-injection")]
+mod fault {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::OnceLock;
+
+    /// Panics left to inject.
+    fn left() -> &'static AtomicI64 {
+        static LEFT: OnceLock<AtomicI64> = OnceLock::new();
+        LEFT.get_or_init(|| {
+            let n = std::env::var("AUDIOCPP_FAULT_INJECT_OP_PANICS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            AtomicI64::new(n)
+        })
+    }
+
+    /// Panics when a fault is left to inject and this is the op's first thread.
+    pub(super) fn maybe_panic(op: super::CustomOp, ith: usize) {
+        if ith == 0
+            && left()
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                    (n > 0).then(|| n - 1)
+                })
+                .is_ok()
+        {
+            panic!("fault injected into {}", op.name());
+        }
+    }
+}
+
+/// Without the `fault-injection` feature: nothing.
+#[cfg(not(feature = "fault-injection"))]
+mod fault {
+    /// Does nothing.
+    #[inline(always)]
+    pub(super) fn maybe_panic(_op: super::CustomOp, _ith: usize) {}
+}

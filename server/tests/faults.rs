@@ -1,0 +1,103 @@
+//! A request whose graph fails mid-compute (a custom op panicking inside ggml's worker
+//! threads, injected with the engine's test-only `fault-injection` feature, which this
+//! crate's dev-dependencies switch on) gets a 500 with the reason, and the server, still
+//! up, serves the next request correctly.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+mod common;
+
+const PHRASE: &str = "Speech recognition in Rust is working today.";
+
+fn assets() -> PathBuf {
+    common::assets("whisper-tiny.en-ct2/model.bin")
+}
+
+/// A transcription request for `wav` to the model `tiny`: status and JSON body.
+fn transcribe(base: &str, wav: &[u8]) -> (u16, serde_json::Value) {
+    let boundary = "audiocppfaultboundary";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ntiny\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend(wav);
+    body.extend(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let resp = match ureq::post(&format!("{base}/v1/audio/transcriptions"))
+        .set(
+            "Content-Type",
+            &format!("multipart/form-data; boundary={boundary}"),
+        )
+        .send_bytes(&body)
+    {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("transcription request: {e}"),
+    };
+    let status = resp.status();
+    (status, resp.into_json().unwrap_or(serde_json::Value::Null))
+}
+
+#[test]
+fn a_panicking_op_fails_its_request_and_the_server_serves_the_next() {
+    // The fault is injected into the engine's CPU kernels; a CPU without them runs
+    // ggml's ops only, where nothing would fail.
+    if !audiocpp_engine::ggml::attention_kernel_available() {
+        eprintln!("this CPU lacks AVX2/FMA: the engine's custom ops do not run here");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run on a CPU with AVX2"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("tiny.en.gguf");
+    audiocpp_engine::tasks::convert(
+        "whisper",
+        &assets().join("whisper-tiny.en-ct2"),
+        None,
+        &gguf,
+        audiocpp_engine::families::whisper::WeightType::Keep,
+    )
+    .unwrap();
+    let cfg = serde_json::json!({
+        "port": 0,
+        "threads": 2,
+        "models": [{ "id": "tiny", "path": gguf, "family": "whisper", "task": "asr" }],
+    });
+    let cfg_path = dir.path().join("server.json");
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
+        .arg("--config")
+        .arg(&cfg_path)
+        .env("AUDIOCPP_FAULT_INJECT_OP_PANICS", "1")
+        .env_remove("AUDIOCPP_CPU_KERNELS")
+        .env_remove("AUDIOCPP_API_KEY")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line.trim().rsplit(' ').next().unwrap().to_string();
+    let wav = std::fs::read(assets().join("clips-asr/phrase_en_us.wav")).unwrap();
+
+    let (failed, v) = transcribe(&base, &wav);
+    let (ok, w) = transcribe(&base, &wav);
+    let alive = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+
+    assert_eq!(failed, 500, "{v}");
+    assert_eq!(v["error"]["code"], "inference_failed", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("panicked: fault injected into"),
+        "the reason reaches the client: {message}"
+    );
+    assert!(alive, "the server survived the failed request");
+    assert_eq!(ok, 200, "{w}");
+    assert_eq!(w["text"], PHRASE, "the next request is served correctly");
+}

@@ -263,11 +263,9 @@ fn check_prefix(bytes: &[u8], file_len: u64) -> Result<(), String> {
     }
     let table_end = c.pos as u64;
     let data_start = table_end.div_ceil(alignment) * alignment;
-    let data_len = file_len
-        .checked_sub(data_start)
-        .ok_or_else(|| {
-            format!("the file ends inside the padding before its tensor data (offset {data_start})")
-        })?;
+    let data_len = file_len.checked_sub(data_start).ok_or_else(|| {
+        format!("the file ends inside the padding before its tensor data (offset {data_start})")
+    })?;
     let mut expected = 0u64;
     for t in &tensors {
         if t.offset != expected {
@@ -502,5 +500,25 @@ mod tests {
         for cut in [0, 3, 7, 20, 30, b.len() - 40, b.len() - 1] {
             assert!(check(&b[..cut]).is_err(), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn a_file_is_checked_from_its_start_even_when_the_tables_outgrow_the_first_read() {
+        // 3 MiB of metadata: the header and tables end past the first 1 MiB read.
+        let big = "x".repeat(3 << 20);
+        let b = gguf(
+            &[("audiocpp.blob", kv_type::STRING, string_value(&big))],
+            &[("a", vec![8], 0, 32)],
+        );
+        assert!(b.len() as u64 > FIRST_READ * 2);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        std::fs::write(&path, &b).unwrap();
+        check_file(&path).unwrap();
+        // The same file cut inside its tensor data fails on disk as in memory.
+        std::fs::write(&path, &b[..b.len() - 1]).unwrap();
+        let err = check_file(&path).unwrap_err();
+        assert_eq!(err, check(&b[..b.len() - 1]).unwrap_err());
+        assert!(err.contains("past the end of the file"), "{err}");
     }
 }

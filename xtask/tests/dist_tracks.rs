@@ -346,6 +346,10 @@ fn windows_cuda_package_carries_the_runtime_and_cublas_but_not_the_driver() {
     );
     let readme = std::fs::read_to_string(out.join("audiocpp-windows-cuda12/README.md")).unwrap();
     assert!(readme.contains("--backend cuda"), "{readme}");
+    assert!(
+        readme.contains("GPU targets: 50-virtual") && !readme.contains("--backend rocm"),
+        "{readme}"
+    );
     assert!(readme.contains("NVIDIA driver for CUDA 12.8"), "{readme}");
 
     // A CUDA 13 toolkit is refused for the CUDA 12 track, naming the flag.

@@ -140,8 +140,13 @@ pub fn render_readme(track: &Track, plan: &DistPlan, commit: &str) -> Result<Str
         "This package runs on the CPU; the best CPU code for the machine is picked at start."
             .to_string()
     } else {
+        let alias = if track.backend == crate::tracks::Backend::Hip {
+            " (`--backend rocm` is the same)"
+        } else {
+            ""
+        };
         format!(
-            "`--backend {backend}` runs on the GPU (`--backend rocm` is the same); GPU targets: {}. \
+            "`--backend {backend}` runs on the GPU{alias}; GPU targets: {}. \
              If the GPU runtime cannot start (old driver, unsupported GPU), `--backend cpu` still works.",
             track.gpu_targets.join(", ")
         )

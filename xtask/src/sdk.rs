@@ -924,7 +924,7 @@ mod tests {
         let mut f = facts();
         f.mirror = None;
         assert!(err(&f, "sid").contains("--mirror"));
-        assert!(err(&facts(), "bookworm").contains("sid"));
+        assert!(err(&facts(), "buster").contains("sid"));
         let mut f = facts();
         f.root_state = RootState::Unstamped;
         assert!(err(&f, "sid").contains("rm -rf /t/sdk/debian-sid"));

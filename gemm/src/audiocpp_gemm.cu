@@ -534,7 +534,7 @@ audiocpp_gemm_status audiocpp_gemm_create(audiocpp_gemm_handle *out) {
             h->workspace_bytes = kWorkspaceBytes;
         } else {
             h->own_workspace = nullptr;
-            agGetLastError();
+            (void)agGetLastError();
         }
         *out = h;
         return AUDIOCPP_GEMM_OK;
@@ -549,7 +549,7 @@ audiocpp_gemm_status audiocpp_gemm_destroy(audiocpp_gemm_handle h) {
         agLtDestroy(h->lt);
     }
     if (h->own_workspace != nullptr) {
-        agFree(h->own_workspace);
+        (void)agFree(h->own_workspace);
     }
     delete h;
     return AUDIOCPP_GEMM_OK;
@@ -569,7 +569,7 @@ audiocpp_gemm_status audiocpp_gemm_set_workspace(audiocpp_gemm_handle h, void *p
     }
     std::lock_guard<std::mutex> lock(h->mutex);
     if (h->own_workspace != nullptr) {
-        agFree(h->own_workspace);
+        (void)agFree(h->own_workspace);
         h->own_workspace = nullptr;
     }
     h->workspace = ptr;

@@ -17,6 +17,7 @@ use std::sync::Once;
 use llama_cpp_sys_2 as sys;
 
 mod cpu_ops;
+pub mod hip_arch;
 /// True when `w` has the shape [`Context::mul_mat_f16_cpu`] takes: f16 with contiguous
 /// rows, at least 4 rows per batch, batches along one dimension.
 pub fn f16_product_fits(w: Tensor<'_>) -> bool {

@@ -10,6 +10,7 @@ pub mod backend;
 pub mod error;
 pub mod families;
 pub mod ggml;
+pub mod kernel_guard;
 pub mod model_file;
 pub mod spec;
 pub mod tasks;

@@ -209,6 +209,26 @@ pub fn clamp_threads(requested: usize, cores: usize) -> (usize, Option<String>) 
     }
 }
 
+/// What the start-up kernel guard's verdict means for the run.
+#[derive(Debug, PartialEq, Eq)]
+enum GuardOutcome {
+    /// The device is covered (or nothing is recorded to check against).
+    Proceed,
+    /// `--backend best`: run on the CPU, after saying why.
+    UseCpu(String),
+    /// A backend asked for by name: refuse with the guard's line.
+    Refuse(String),
+}
+
+/// Decides what the guard's refusal line (if any) means for the backend the user asked for.
+fn guard_outcome(requested: BackendKind, refusal: Option<String>) -> GuardOutcome {
+    match (refusal, requested) {
+        (None, _) => GuardOutcome::Proceed,
+        (Some(line), BackendKind::Best) => GuardOutcome::UseCpu(line),
+        (Some(line), _) => GuardOutcome::Refuse(line),
+    }
+}
+
 /// The chosen device's backend, plus the CPU backend for ops the device lacks.
 pub struct Runtime {
     main: Backend,
@@ -272,6 +292,23 @@ impl Runtime {
                 wanted.display_name()
             ))
         })?;
+        let label = format!("{} ({})", dev.name, dev.description);
+        let refusal = (wanted == BackendKind::Hip)
+            .then(|| crate::kernel_guard::check_hip_device(&label, index))
+            .flatten();
+        match guard_outcome(opts.backend, refusal) {
+            GuardOutcome::Proceed => {}
+            GuardOutcome::UseCpu(line) => {
+                eprintln!("warning: {line}; --backend best runs on the CPU instead");
+                let cpu = RuntimeOptions {
+                    backend: BackendKind::Cpu,
+                    device: None,
+                    threads: opts.threads,
+                };
+                return Runtime::new(&cpu);
+            }
+            GuardOutcome::Refuse(line) => return Err(EngineError::GpuNotCovered(line)),
+        }
         let main = Backend::new(dev)?;
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
@@ -351,5 +388,23 @@ mod tests {
             .unwrap()
             .contains("--threads 100000 is more than the 8 cores"));
         assert_eq!(clamp_threads(usize::MAX, 0).0, 1);
+    }
+
+    #[test]
+    fn the_guard_refuses_a_named_backend_and_sends_best_to_the_cpu() {
+        assert_eq!(guard_outcome(BackendKind::Hip, None), GuardOutcome::Proceed);
+        assert_eq!(
+            guard_outcome(BackendKind::Best, None),
+            GuardOutcome::Proceed
+        );
+        let line = "ROCm0 (AMD Radeon 780M) is gfx1103, and package p has no hipblaslt kernels";
+        assert_eq!(
+            guard_outcome(BackendKind::Hip, Some(line.into())),
+            GuardOutcome::Refuse(line.into())
+        );
+        assert_eq!(
+            guard_outcome(BackendKind::Best, Some(line.into())),
+            GuardOutcome::UseCpu(line.into())
+        );
     }
 }

@@ -88,6 +88,11 @@ pub enum EngineError {
         /// Why (driver, runtime library).
         detail: String,
     },
+    /// The GPU is there, but the package has no matrix-product kernels for its
+    /// architecture ([`crate::kernel_guard`]): one line naming the architecture, the
+    /// package and what to do.
+    #[error("{0}")]
+    GpuNotCovered(String),
     /// An invalid parameter value.
     #[error("{0}")]
     Usage(String),

@@ -19,6 +19,7 @@ use llama_cpp_sys_2 as sys;
 
 mod cpu_ops;
 mod custom_op;
+pub mod hip_arch;
 pub mod log;
 
 use custom_op::{CustomOp, OpState, Operand};

@@ -12,6 +12,7 @@ pub mod error;
 pub mod families;
 pub mod ggml;
 pub mod gguf_check;
+pub mod kernel_guard;
 pub mod model_file;
 pub mod output;
 pub mod spec;

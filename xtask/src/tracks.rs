@@ -332,6 +332,10 @@ pub struct Track {
     /// Lines `dist` writes into the package README.
     #[serde(default)]
     pub readme_notes: Vec<String>,
+    /// What the engine's start-up guard tells the owner of a GPU that the package's GEMM
+    /// kernel folders do not cover (written into the manifest; GPU tracks only).
+    #[serde(default)]
+    pub uncovered_advice: Option<String>,
     /// How `build` (and `dist`, when no `--bin-dir` is given) builds the binaries.
     #[serde(default)]
     pub build: BuildSpec,

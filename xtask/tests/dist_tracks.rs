@@ -18,7 +18,7 @@ use xtask::kernels::fixtures::{self, Fill};
 /// (the zip step reads every byte).
 fn fake(dir: &Path, major: u32) -> FakeWindowsSdk {
     let tree = if major == 6 {
-        fixtures::rocm64_windows()
+        fixtures::rocm64_windows_with_hipblaslt()
     } else {
         fixtures::rocm71_windows()
     }
@@ -67,6 +67,17 @@ fn zip_names(zip: &Path) -> Vec<String> {
         .collect()
 }
 
+fn read_manifest_from_zip(zip: &Path) -> serde_json::Value {
+    let mut z = zip::ZipArchive::new(std::fs::File::open(zip).unwrap()).unwrap();
+    let name = (0..z.len())
+        .map(|i| z.by_index(i).unwrap().name().to_string())
+        .find(|n| n.ends_with("/manifest.json"))
+        .expect("manifest.json in the zip");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut z.by_name(&name).unwrap(), &mut text).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
 fn verify_package(zip: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_xtask"))
         .arg("verify-package")
@@ -91,7 +102,7 @@ fn rocm6_package_is_verified_filtered_and_reproducible() {
     for row in [
         "executables",
         "runtime libraries",
-        "rocBLAS library",
+        "hipBLASLt library",
         "C/C++ runtime",
         "total",
         "zip",
@@ -105,8 +116,7 @@ fn rocm6_package_is_verified_filtered_and_reproducible() {
         "audiocpp_cli.exe",
         "amdhip64_6.dll",
         "amd_comgr_2.dll",
-        "hipblas.dll",
-        "rocblas.dll",
+        "hipblaslt.dll",
         "msvcp140.dll",
         "ggml-hip.dll",
         "README.md",
@@ -120,22 +130,53 @@ fn rocm6_package_is_verified_filtered_and_reproducible() {
             .any(|n| n.contains("hipInfo") || n.contains("amdhip64_7")),
         "only the track's files"
     );
+    // The hipBLASLt route: nothing imports hipBLAS or rocBLAS, so neither they nor
+    // rocBLAS's kernel folder ship.
+    assert!(
+        !names.iter().any(|n| n.ends_with("/hipblas.dll")
+            || n.ends_with("/rocblas.dll")
+            || n.contains("/rocblas/")),
+        "no hipBLAS/rocBLAS: {names:?}"
+    );
     assert!(names.iter().all(|n| n.starts_with(root)), "one root folder");
     let kernels: Vec<&String> = names
         .iter()
-        .filter(|n| n.contains("/rocblas/library/"))
+        .filter(|n| n.contains("/hipblaslt/library/"))
         .collect();
-    assert!(kernels.iter().any(|n| n.contains("gfx1100")));
-    assert!(
-        !kernels
-            .iter()
-            .any(|n| n.contains("gfx906") || n.contains("gfx90a")),
-        "other GPUs' kernels are dropped"
+    for target in ["gfx1100", "gfx1102", "gfx1103", "gfx1150", "gfx1201"] {
+        assert!(
+            kernels
+                .iter()
+                .any(|n| n.ends_with(&format!("TensileLibrary_lazy_{target}.dat"))),
+            "hipBLASLt kernels for {target}"
+        );
+    }
+    let manifest = read_manifest_from_zip(&zip);
+    assert_eq!(
+        manifest["uncovered"].as_array().unwrap().len(),
+        0,
+        "every target covered through hipBLASLt: {}",
+        manifest["uncovered"]
     );
-    assert!(
-        kernels.iter().any(|n| n.ends_with("_fallback.dat")),
-        "arch-independent files are kept"
+    // What the engine's start-up guard reads: the folder and the targets it covers.
+    let gemm = manifest["gemm_kernels"].as_array().unwrap();
+    assert_eq!(gemm.len(), 1, "{gemm:?}");
+    assert_eq!(gemm[0]["library"], "hipblaslt");
+    assert_eq!(gemm[0]["folder"], "hipblaslt/library");
+    let covered: Vec<&str> = gemm[0]["covered"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        covered,
+        ["gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1200", "gfx1201"]
     );
+    assert!(manifest["uncovered_advice"]
+        .as_str()
+        .unwrap()
+        .contains("--backend cpu"));
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted, "entries sorted");
@@ -171,14 +212,20 @@ fn rocm7_package_has_its_own_names_and_the_rx7600_note() {
         String::from_utf8_lossy(&o.stderr)
     );
     let pkg = out.join("audiocpp-windows-hip-rocm7");
-    for must in [
-        "amdhip64_7.dll",
-        "amd_comgr_3.dll",
-        "libhipblas.dll",
-        "libhipblaslt.dll",
-        "msvcp140_atomic_wait.dll",
-    ] {
+    for must in ["amdhip64_7.dll", "amd_comgr_3.dll", "libhipblaslt.dll"] {
         assert!(pkg.join(must).is_file(), "{must} missing");
+    }
+    for gone in ["libhipblas.dll", "rocblas.dll", "rocblas"] {
+        assert!(!pkg.join(gone).exists(), "{gone} is not shipped");
+    }
+    for target in ["gfx1103", "gfx1150"] {
+        assert!(
+            pkg.join(format!(
+                "hipblaslt/library/TensileLibrary_lazy_{target}.dat"
+            ))
+            .is_file(),
+            "{target} covered through hipBLASLt"
+        );
     }
     assert!(
         pkg.join("hipblaslt/library").is_dir(),
@@ -193,6 +240,7 @@ fn rocm7_package_has_its_own_names_and_the_rx7600_note() {
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(pkg.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["track"], "rocm7");
+    assert_eq!(manifest["uncovered"].as_array().unwrap().len(), 0);
     assert!(manifest["files"]
         .as_array()
         .unwrap()
@@ -215,10 +263,63 @@ fn wrong_sdk_version_and_missing_dll_are_refused_and_leave_nothing() {
     assert!(!out.join("audiocpp-windows-hip-rocm6.zip").exists());
 
     let f6 = fake(dir.path(), 6);
-    std::fs::remove_file(f6.sdk.join("bin/rocblas.dll")).unwrap();
+    std::fs::remove_file(f6.sdk.join("bin/hipblaslt.dll")).unwrap();
     let o = dist("rocm6", &f6, &out, &[]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("runtime file rocblas.dll"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("runtime file hipblaslt.dll"));
+    assert!(!out.join("audiocpp-windows-hip-rocm6.zip").exists());
+}
+
+#[test]
+fn a_backend_still_importing_rocblas_is_refused() {
+    // ggml-hip built the upstream way (hipBLAS over rocBLAS) does not fit the tracks: the
+    // package would need rocBLAS, which aborts on gfx1103/gfx1150. verify-deps says so.
+    let dir = tempfile::tempdir().unwrap();
+    let f = fake(dir.path(), 6);
+    write_pe(
+        &f.bin.join("ggml-hip.dll"),
+        true,
+        &[
+            CRT,
+            &[
+                "ggml-base.dll",
+                "amdhip64_6.dll",
+                "hipblas.dll",
+                "rocblas.dll",
+            ],
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let out = dir.path().join("dist");
+    let o = dist("rocm6", &f, &out, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("hipblas.dll"), "{err}");
+    assert!(!out.join("audiocpp-windows-hip-rocm6.zip").exists());
+}
+
+#[test]
+fn hipblaslt_without_a_target_leaves_it_uncovered() {
+    // Coverage is read from the SDK folder given, never assumed: a hipBLASLt folder
+    // without gfx1103 kernels makes gfx1103 uncovered, and dist refuses the package.
+    let dir = tempfile::tempdir().unwrap();
+    let f = fake(dir.path(), 6);
+    let lib = f.sdk.join("bin/hipblaslt/library");
+    for entry in std::fs::read_dir(&lib).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().contains("gfx1103") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let out = dir.path().join("dist");
+    let o = dist("rocm6", &f, &out, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("gfx1103") && err.contains("hipblaslt"),
+        "{err}"
+    );
     assert!(!out.join("audiocpp-windows-hip-rocm6.zip").exists());
 }
 
@@ -264,7 +365,7 @@ fn tampered_zip_fails_verify_package() {
     let mut w = zip::ZipWriter::new(std::fs::File::create(&bad).unwrap());
     for i in 0..src.len() {
         let e = src.by_index(i).unwrap();
-        if e.name().ends_with("/rocblas.dll") {
+        if e.name().ends_with("/hipblaslt.dll") {
             continue;
         }
         w.raw_copy_file(e).unwrap();
@@ -274,7 +375,7 @@ fn tampered_zip_fails_verify_package() {
     assert_eq!(vp.status.code(), Some(1));
     let text = String::from_utf8_lossy(&vp.stdout);
     assert!(
-        text.contains("rocblas.dll: listed in manifest.json but missing"),
+        text.contains("hipblaslt.dll: listed in manifest.json but missing"),
         "{text}"
     );
     assert!(text.contains("dependency check"), "{text}");
@@ -292,7 +393,7 @@ fn dry_run_prints_the_plan_and_writes_nothing() {
         "package audiocpp-windows-hip-rocm6 (track rocm6)",
         "amdhip64_6.dll",
         "RuntimeLoaded",
-        "rocblas/library/",
+        "hipblaslt/library/",
         "kernel files left out",
     ] {
         assert!(text.contains(line), "{line} missing in:\n{text}");

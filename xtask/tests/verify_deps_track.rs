@@ -65,20 +65,18 @@ fn undeclared_and_absent_files_fail() {
     let tmp = tempfile::tempdir().unwrap();
     let pkg = rocm6_tree(tmp.path());
     dll(&pkg.join("zlib1.dll"), &["KERNEL32.dll"]);
-    std::fs::remove_file(pkg.join("hipblas.dll")).unwrap();
+    std::fs::remove_file(pkg.join("hipblaslt.dll")).unwrap();
     let r = check(&pkg, Some("rocm6"));
     assert_eq!(
         messages(&r, Rule::Undeclared),
         ["zlib1.dll: not in the declared set of track rocm6; remove it from the package or declare it in packaging/tracks.toml"]
     );
-    assert!(messages(&r, Rule::DeclaredAbsent)
-        .iter()
-        .any(|m| m
-            .starts_with("hipblas.dll: declared by track rocm6 (runtime) but not in the package")));
+    assert!(messages(&r, Rule::DeclaredAbsent).iter().any(|m| m
+        .starts_with("hipblaslt.dll: declared by track rocm6 (runtime) but not in the package")));
     assert!(messages(&r, Rule::Missing)
         .iter()
         .any(|m| m.starts_with("audiocpp_cli.exe -> ggml.dll")
-            || m.contains("-> hipblas.dll: missing")));
+            || m.contains("-> hipblaslt.dll: missing")));
 }
 
 #[test]
@@ -96,7 +94,7 @@ fn declared_but_unreachable_fails_unless_runtime_loaded() {
         &["KERNEL32.dll", crt[0], crt[1]],
     );
     dll(
-        &pkg.join("rocblas.dll"),
+        &pkg.join("hipblaslt.dll"),
         &["amdhip64_6.dll", "KERNEL32.dll", crt[0], crt[1]],
     );
     let r = check(&pkg, Some("rocm6"));
@@ -140,7 +138,7 @@ fn rocm6_package_against_the_rocm7_track_fails_on_the_major() {
     // And mixing both majors in one package fails with both witnesses.
     dll(&pkg.join("amdhip64_7.dll"), &["KERNEL32.dll"]);
     dll(
-        &pkg.join("rocblas.dll"),
+        &pkg.join("hipblaslt.dll"),
         &["amdhip64_7.dll", "KERNEL32.dll", "MSVCP140.dll"],
     );
     let r = check(&pkg, None);

@@ -95,11 +95,11 @@ fn write(path: PathBuf, bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 /// Writes a clean `rocm6` package at `pkg`: executables, ggml libraries and CPU
-/// variants, the HIP runtime and CRT DLLs (PE files from [`synth`]), then rocBLAS kernel
+/// variants, the HIP runtime and CRT DLLs (PE files from [`synth`]), then hipBLASLt kernel
 /// files (`.dat` data, `.co`/`.hsaco` AMDGPU ELF headers) up to `files` files and about
 /// `bytes` bytes in all. Tests plant faults into it.
 pub fn write_tree(pkg: &Path, files: usize, bytes: u64) -> anyhow::Result<()> {
-    let lib = pkg.join("rocblas/library");
+    let lib = pkg.join("hipblaslt/library");
     std::fs::create_dir_all(&lib).with_context(|| format!("creating {}", lib.display()))?;
     let crt = ["MSVCP140.dll", "VCRUNTIME140.dll", "VCRUNTIME140_1.dll"];
     let api = "api-ms-win-crt-runtime-l1-1-0.dll";
@@ -139,12 +139,12 @@ pub fn write_tree(pkg: &Path, files: usize, bytes: u64) -> anyhow::Result<()> {
             "ggml-base.dll".into(),
             dll(&["KERNEL32.dll", crt[0], crt[1], crt[2], api]),
         ),
+        // ggml-hip built with the hipBLASLt GEMM route (gemm/): no hipBLAS, no rocBLAS.
         (
             "ggml-hip.dll".into(),
             dll(&[
                 "ggml-base.dll",
-                "hipblas.dll",
-                "rocblas.dll",
+                "hipblaslt.dll",
                 "amdhip64_6.dll",
                 "KERNEL32.dll",
                 crt[0],
@@ -152,17 +152,7 @@ pub fn write_tree(pkg: &Path, files: usize, bytes: u64) -> anyhow::Result<()> {
             ]),
         ),
         (
-            "hipblas.dll".into(),
-            dll(&[
-                "rocblas.dll",
-                "amdhip64_6.dll",
-                "KERNEL32.dll",
-                crt[0],
-                crt[1],
-            ]),
-        ),
-        (
-            "rocblas.dll".into(),
+            "hipblaslt.dll".into(),
             dll(&["amdhip64_6.dll", "KERNEL32.dll", crt[0], crt[1], crt[2]]),
         ),
         (

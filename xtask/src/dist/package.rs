@@ -50,6 +50,17 @@ pub struct ManifestFile {
     pub role: String,
 }
 
+/// One GEMM kernel folder of a package, as the manifest records it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GemmKernels {
+    /// The library (`hipblaslt`, `rocblas`).
+    pub library: String,
+    /// The folder, relative to the package root (`hipblaslt/library`).
+    pub folder: String,
+    /// The targets with a lazy index in it.
+    pub covered: Vec<String>,
+}
+
 /// `manifest.json`: what was built, from what, and every file with its hash.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
@@ -75,6 +86,14 @@ pub struct Manifest {
     pub uncovered: Vec<String>,
     /// `--allow-uncovered` was given.
     pub allow_uncovered: bool,
+    /// The GEMM kernel folders in the package and the targets each has kernels for: the
+    /// engine's start-up guard refuses a GPU they do not cover instead of letting the
+    /// GEMM library end the process at the first product.
+    #[serde(default)]
+    pub gemm_kernels: Vec<GemmKernels>,
+    /// The guard's advice for an uncovered GPU (tracks.toml `uncovered_advice`).
+    #[serde(default)]
+    pub uncovered_advice: Option<String>,
     /// Every file but the manifest itself.
     pub files: Vec<ManifestFile>,
     /// The verified dependency report (tree and findings).
@@ -333,6 +352,8 @@ fn stage_verify_zip(
             })
             .unwrap_or_default(),
         allow_uncovered: ctx.allow_uncovered,
+        gemm_kernels: gemm_kernels(ctx),
+        uncovered_advice: ctx.track.uncovered_advice.clone(),
         files,
         dependencies: serde_json::to_value(report)?,
     };
@@ -440,4 +461,32 @@ fn write_sha256sums(out_dir: &Path) -> Result<()> {
     let text: String = lines.into_values().collect();
     std::fs::write(out_dir.join("SHA256SUMS"), text)?;
     Ok(())
+}
+
+/// The manifest's record of the kernel folders: each shipped library's package folder and
+/// the targets its lazy indexes cover (from the filter plan, i.e. the SDK's real files).
+fn gemm_kernels(ctx: &PackageContext) -> Vec<GemmKernels> {
+    let Some(plan) = ctx.kernels else {
+        return Vec::new();
+    };
+    plan.libraries
+        .iter()
+        .filter_map(|lib| {
+            let declared = ctx
+                .track
+                .kernel_libraries
+                .iter()
+                .find(|d| d.name == lib.kind.dir_name())?;
+            Some(GemmKernels {
+                library: declared.name.clone(),
+                folder: declared.dest.trim_end_matches('/').to_string(),
+                covered: lib
+                    .coverage
+                    .iter()
+                    .filter(|c| c.lazy_index.is_some())
+                    .map(|c| c.target.clone())
+                    .collect(),
+            })
+        })
+        .collect()
 }

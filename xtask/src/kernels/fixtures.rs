@@ -404,6 +404,34 @@ pub fn rocm64_windows() -> TreeSpec {
     }
 }
 
+/// The ROCm 6.4 Windows HIP SDK tree with its hipBLASLt folder as well
+/// (`bin/hipblaslt/library`, 147 MB for the eight RDNA3/3.5/4 targets at the distribution
+/// guide's per-arch sizes; names from Debian's hipBLASLt 7.1.1 listing, whose gfx90a
+/// files stand for the data-centre arches the package leaves out, at a size of our own),
+/// as the real SDK has both. The hipBLASLt GEMM route (`gemm/`) ships only this one.
+pub fn rocm64_windows_with_hipblaslt() -> TreeSpec {
+    let mut tree = rocm64_windows();
+    tree.name = "rocm-6.4-windows-hipblaslt";
+    tree.libraries.push(LibrarySpec {
+        kind: LibraryKind::Hipblaslt,
+        dir: "bin/hipblaslt/library",
+        listing: HIPBLASLT_711_LISTING,
+        arches: vec![
+            sized("gfx1100", "gfx1100", 16),
+            sized("gfx1101", "gfx1101", 17),
+            sized("gfx1102", "gfx1102", 16),
+            sized("gfx1103", "gfx1103", 16),
+            sized("gfx1150", "gfx1150", 16),
+            sized("gfx1151", "gfx1151", 16),
+            sized("gfx1200", "gfx1200", 23),
+            sized("gfx1201", "gfx1201", 27),
+            sized("gfx90a", "gfx90a", 30),
+        ],
+        extra: Vec::new(),
+    });
+    tree
+}
+
 /// The ROCm 7.1 Windows HIP SDK tree: `bin/rocblas/library` (gfx1150 in a per-arch folder
 /// with `.dat.zlib`, plus traps) and `bin/hipblaslt/library` (407 MB, no gfx1102).
 pub fn rocm71_windows() -> TreeSpec {

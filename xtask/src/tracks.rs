@@ -255,6 +255,19 @@ pub enum CpuVariants {
     Baseline,
 }
 
+/// Where the products ggml's GPU backend sends to BLAS go (`gemm` of `[tracks.NAME.build]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GemmRoute {
+    /// ggml's own route: cuBLAS, or hipBLAS over rocBLAS on HIP (rocBLAS ends the process
+    /// on a GPU it has no kernels for).
+    #[default]
+    Upstream,
+    /// Our library over hipBLASLt (gemm/README.md), wired into ggml-hip by CMake: every
+    /// BLAS product goes to hipBLASLt, which has kernels for every target we ship.
+    Hipblaslt,
+}
+
 /// What differs per track in how its binaries are built (`[tracks.NAME.build]`): the
 /// input of `build`'s planner (xtask/src/build/plan.rs), which adds the environment rules
 /// every build shares (OpenMP off, graphs off, HIP without VMM, the MSVC capture...).
@@ -275,6 +288,9 @@ pub struct BuildSpec {
     /// Extra environment for this track only; a variable the planner sets is refused.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The GEMM route of the GPU backend (`upstream` unless the track says `hipblaslt`).
+    #[serde(default)]
+    pub gemm: GemmRoute,
 }
 
 /// One package: everything `dist` builds and `verify-deps` checks for it.
@@ -665,6 +681,15 @@ fn validate_build(name: &str, t: &Track) -> Result<(), (String, String)> {
             "\"baseline\" is the x86-64 SSE2 baseline; an arm64 track takes \"all\"".into(),
         ));
     }
+    if b.gemm == GemmRoute::Hipblaslt && t.backend != Backend::Hip {
+        return Err((
+            format!("tracks.{name}.build.gemm"),
+            format!(
+                "\"hipblaslt\" routes ggml-hip's products; a {:?} track takes \"upstream\" (or no key)",
+                t.backend
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -841,6 +866,16 @@ executables = ["a.exe"]
             "target = \"x86_64-pc-windows-gnu\"\ncpu_variants = \"baseline\""
         ))
         .is_ok());
+        let e = parse(&with_build("cpu_variants = \"all\"\ngemm = \"hipblaslt\"")).unwrap_err();
+        assert_eq!(e.key, "tracks.t.build.gemm");
+        assert!(e.message.contains("upstream"), "{e}");
+        let e = parse(&with_build("cpu_variants = \"all\"\ngemm = \"rocblas\"")).unwrap_err();
+        assert!(
+            e.message.contains("rocblas")
+                && e.message.contains("upstream")
+                && e.message.contains("hipblaslt"),
+            "{e}"
+        );
         let cuda = MINIMAL.replace(
             "backend = \"cpu\"",
             "backend = \"cuda\"\nsdk = { kind = \"cuda\", version = \"12.8\" }\ngpu_targets = [\"86-real\", \"sm_90\"]",

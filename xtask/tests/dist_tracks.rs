@@ -549,7 +549,7 @@ fn a_track_without_a_build_recipe_is_refused_naming_the_file_key_and_example() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/tracks.toml"),
     )
     .unwrap();
-    let recipe = "[tracks.rocm7.build]\ncpu_variants = \"all\"\nfeatures = [\"deployment\"]\n";
+    let recipe = "[tracks.rocm7.build]\ncpu_variants = \"all\"\nfeatures = [\"deployment\"]\ngemm = \"hipblaslt\"\n";
     assert!(text.contains(recipe));
     let tracks = dir.path().join("tracks.toml");
     std::fs::write(&tracks, text.replace(recipe, "")).unwrap();

@@ -20,7 +20,7 @@ use super::facts::HostFacts;
 use super::request::{Bins, BuildRequest, GpuTargets, Link};
 use crate::toolset::msvc;
 use crate::toolset::rocm::{self, RocmSdk, SdkOrigin};
-use crate::tracks::{Backend, Os};
+use crate::tracks::{Backend, GemmRoute, Os};
 
 /// CUDA architectures when neither a track nor `--gpu-targets` names them: PTX for
 /// Turing and Ampere (JIT-compiled by any newer driver, Blackwell included), SASS for the
@@ -505,6 +505,13 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
                     "# Written by `cargo xtask build`: the GPU targets of hip::device (--offload-arch).\nset(GPU_TARGETS \"{t}\" CACHE STRING \"GPU targets\" FORCE)\nset(AMDGPU_TARGETS \"{t}\" CACHE STRING \"GPU targets\" FORCE)\n",
                     t = gpu_targets.join(";")
                 ));
+            }
+            if req.track.as_ref().map(|t| t.track.build.gemm) == Some(GemmRoute::Hipblaslt) {
+                env.set(
+                    "CMAKE_PROJECT_ggml_INCLUDE",
+                    format!("{}/gemm/cmake/ggml_hook.cmake", host.workspace.replace('\\', "/")),
+                    "the track's GEMM route (build.gemm = \"hipblaslt\"): ggml-hip's BLAS products go to our library over hipBLASLt (gemm/README.md), since rocBLAS ends the process on GPUs it has no kernels for (gfx1103, gfx1150)",
+                );
             }
             env.set("GGML_HIP_NO_VMM", "ON", "no HIP virtual memory management: it fails on Windows drivers and on many consumer GPUs");
             env.set(

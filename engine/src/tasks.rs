@@ -470,9 +470,11 @@ impl AsrModel {
         for c in chunks {
             let part = self.model.transcribe(&samples[c.start..c.end], &opts)?;
             let offset = c.start as f64 / self.sample_rate as f64;
+            let frame_offset = self.model.frames_at(c.start);
             segments.extend(part.segments.into_iter().map(|s| whisper::Segment {
                 start: s.start + offset,
                 end: s.end + offset,
+                seek: s.seek + frame_offset,
                 ..s
             }));
             decode_passes += part.decode_passes;

@@ -893,7 +893,11 @@ async fn transcriptions(
                 .segments
                 .iter()
                 .enumerate()
-                .map(|(i, s)| json!({ "id": i, "start": s.start, "end": s.end, "text": s.text, "tokens": s.tokens }))
+                .map(|(i, s)| json!({
+                    "id": i, "seek": s.seek, "start": s.start, "end": s.end, "text": s.text,
+                    "tokens": s.tokens, "temperature": s.temperature, "avg_logprob": s.avg_logprob,
+                    "compression_ratio": s.compression_ratio, "no_speech_prob": s.no_speech_prob,
+                }))
                 .collect();
             Json(json!({
                 "task": "transcribe", "language": languages::name(&out.language),

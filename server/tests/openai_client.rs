@@ -44,6 +44,7 @@ with open(wav, "rb") as f:
     out["verbose_text"] = v.text
     out["language"] = v.language
     out["segments"] = len(v.segments)
+    out["segment_stats"] = [[s.seek, s.temperature, s.avg_logprob, s.compression_ratio, s.no_speech_prob] for s in v.segments]
 with open(wav, "rb") as f:
     events = client.audio.transcriptions.create(model="tiny", file=f, stream=True)
     out["stream"] = [[e.type, getattr(e, "delta", None) or getattr(e, "text", None)] for e in events]
@@ -59,6 +60,7 @@ with open(gap_wav, "rb") as f:
     v = client.audio.transcriptions.create(model="tiny-vad", file=f, response_format="verbose_json")
     out["vad_text"] = v.text
     out["vad_segments"] = [[s.start, s.end] for s in v.segments]
+    out["vad_seeks"] = [s.seek for s in v.segments]
 print(json.dumps(out))
 "#;
 
@@ -123,6 +125,21 @@ fn openai_client_transcribes_through_the_server() {
     assert_eq!(v["json"], PHRASE);
     assert_eq!(v["verbose_text"], PHRASE);
     assert_eq!(v["segments"], 1);
+    // The decode's own numbers, as OpenAI fills them: the window at frame 0, greedy
+    // (temperature 0) passed the fallback checks, so its text is likely (mean
+    // log-probability between -1 and 0), not repetitive (ratio under 2.4) and speech.
+    let stats = &v["segment_stats"][0];
+    assert_eq!(stats[0], 0, "seek: {stats}");
+    assert_eq!(stats[1].as_f64(), Some(0.0), "temperature: {stats}");
+    let avg_logprob = stats[2].as_f64().unwrap();
+    assert!((-1.0..0.0).contains(&avg_logprob), "avg_logprob: {stats}");
+    let ratio = stats[3].as_f64().unwrap();
+    assert!((0.5..2.4).contains(&ratio), "compression_ratio: {stats}");
+    let no_speech = stats[4].as_f64().unwrap();
+    assert!(
+        no_speech > 0.0 && no_speech < 0.5,
+        "no_speech_prob: {stats}"
+    );
     // No language was sent: the model's default (auto) resolves to English on
     // tiny.en, named as OpenAI names it.
     assert_eq!(v["language"], "english");
@@ -147,6 +164,14 @@ fn openai_client_transcribes_through_the_server() {
     let segs = v["vad_segments"].as_array().unwrap();
     assert_eq!(segs.len(), 2, "{segs:?}");
     let (first, second) = (segs[0][0].as_f64().unwrap(), segs[1][0].as_f64().unwrap());
+    // Each VAD chunk is its own window: its seek (10 ms mel frames) is where the chunk
+    // starts in the whole file, just before the segment it holds.
+    let seeks = v["vad_seeks"].as_array().unwrap();
+    let seek_s = seeks[1].as_f64().unwrap() / 100.0;
+    assert!(
+        seek_s <= second + 0.01 && second - seek_s < 1.0,
+        "the second chunk's window starts at its speech: seeks {seeks:?}, segments {segs:?}"
+    );
     assert!(
         (second - first - (phrase_s + 70.0)).abs() < 0.05,
         "the second phrase starts {phrase_s} + 70 s after the first: {segs:?}"

@@ -385,6 +385,27 @@ pub struct Segment {
     pub text: String,
     /// Generated text token ids (no prompt, timestamps or end-of-text).
     pub tokens: Vec<u32>,
+    /// Mel frame (10 ms) where the 30 s window this segment was decoded from starts, in
+    /// the whole audio: OpenAI's `seek`.
+    pub seek: usize,
+    /// Temperature of the decode that was kept for the window (0: greedy).
+    pub temperature: f32,
+    /// Mean log-probability per token of the window's kept decode.
+    pub avg_logprob: f32,
+    /// zlib compression ratio of the window's text (high: repetitive).
+    pub compression_ratio: f32,
+    /// Probability of the no-speech token at the window's start.
+    pub no_speech_prob: f32,
+}
+
+/// The decode [`Whisper::decode_with_fallback`] kept for one window, with the numbers
+/// the fallback judged it by (each of the window's segments reports them, as OpenAI's
+/// segments do).
+struct WindowDecode {
+    tokens: Vec<u32>,
+    temperature: f32,
+    attempt: Attempt,
+    passes: usize,
 }
 
 /// What [`Whisper::transcribe`] produced.
@@ -727,6 +748,11 @@ impl Whisper {
         2 * self.hp.n_audio_ctx * self.mel.hop
     }
 
+    /// The mel frame at sample `sample` (the unit of a segment's `seek`).
+    pub fn frames_at(&self, sample: usize) -> usize {
+        sample / self.mel.hop
+    }
+
     /// True for multilingual models (English-only ones have one token fewer).
     pub fn is_multilingual(&self) -> bool {
         self.hp.n_vocab >= 51865
@@ -848,11 +874,12 @@ impl Whisper {
             let size = window.min(content - seek);
             let input = mel::window(&mel, self.hp.n_mels, n_frames, seek, window);
             self.net.encode(&mut self.sched, &input)?;
-            let (tokens, no_speech, avg_logprob, passes) =
-                self.decode_with_fallback(&prompt, max_initial, opts, &mut sampler)?;
-            decode_passes += passes;
-            let silent =
-                no_speech > opts.no_speech_threshold && avg_logprob < opts.log_prob_threshold;
+            let kept = self.decode_with_fallback(&prompt, max_initial, opts, &mut sampler)?;
+            decode_passes += kept.passes;
+            let stats = kept.attempt;
+            let silent = stats.no_speech > opts.no_speech_threshold
+                && stats.avg_logprob < opts.log_prob_threshold;
+            let tokens = kept.tokens;
             let offset = seek as f64 / per_second;
             let split = if !opts.without_timestamps {
                 split_at_timestamps(&tokens, tb, size / frames_per_step)
@@ -880,6 +907,11 @@ impl Whisper {
                         end: offset + end as f64 * step_seconds,
                         text,
                         tokens: text_tokens,
+                        seek,
+                        temperature: kept.temperature,
+                        avg_logprob: stats.avg_logprob,
+                        compression_ratio: stats.compression_ratio,
+                        no_speech_prob: stats.no_speech,
                     });
                 }
             }
@@ -893,15 +925,15 @@ impl Whisper {
 
     /// Decodes the current window at each of `opts.temperatures` until a result passes
     /// [`needs_fallback`]; when none does, the most likely one (among those not too
-    /// repetitive, if any) is kept. Returns tokens, no-speech probability, mean
-    /// log-probability and the number of decoder passes it took.
+    /// repetitive, if any) is kept. Returns it with its temperature, the numbers it was
+    /// judged by and the number of decoder passes it took.
     fn decode_with_fallback(
         &mut self,
         prompt: &[u32],
         max_initial: Option<usize>,
         opts: &DecodeOptions,
         sampler: &mut Sampler,
-    ) -> Result<(Vec<u32>, f32, f32, usize)> {
+    ) -> Result<WindowDecode> {
         let temperatures: &[f32] = if opts.temperatures.is_empty() {
             &[0.0]
         } else {
@@ -929,24 +961,35 @@ impl Whisper {
                 no_speech,
             };
             if !needs_fallback(&attempt, opts) {
-                return Ok((tokens, no_speech, avg, passes));
+                return Ok(WindowDecode {
+                    tokens,
+                    temperature: t,
+                    attempt,
+                    passes,
+                });
             }
-            tried.push((attempt, tokens));
+            tried.push((attempt, t, tokens));
         }
         let not_repetitive = |a: &Attempt| {
             opts.compression_ratio_threshold
                 .is_none_or(|th| a.compression_ratio <= th)
         };
-        let pool: Vec<&(Attempt, Vec<u32>)> = if tried.iter().any(|(a, _)| not_repetitive(a)) {
-            tried.iter().filter(|(a, _)| not_repetitive(a)).collect()
-        } else {
-            tried.iter().collect()
-        };
-        let (a, tokens) = pool
+        let pool: Vec<&(Attempt, f32, Vec<u32>)> =
+            if tried.iter().any(|(a, _, _)| not_repetitive(a)) {
+                tried.iter().filter(|(a, _, _)| not_repetitive(a)).collect()
+            } else {
+                tried.iter().collect()
+            };
+        let (attempt, temperature, tokens) = pool
             .into_iter()
             .max_by(|x, y| x.0.avg_logprob.total_cmp(&y.0.avg_logprob))
             .expect("at least one temperature");
-        Ok((tokens.clone(), a.no_speech, a.avg_logprob, passes))
+        Ok(WindowDecode {
+            tokens: tokens.clone(),
+            temperature: *temperature,
+            attempt: *attempt,
+            passes,
+        })
     }
 
     /// Decodes the current window at one temperature (0: greedy): tokens, no-speech

@@ -131,21 +131,12 @@ impl NeedsFile {
 
     /// Reads, parses and validates a needs file.
     pub fn load(path: &Path) -> Result<NeedsFile, TracksError> {
-        let text = std::fs::read_to_string(path).map_err(|e| TracksError {
-            file: path.to_path_buf(),
-            key: String::new(),
-            message: format!("cannot read: {e}"),
-        })?;
-        Self::parse(&text, path)
+        Self::parse(&crate::tracks::read_data_file(path)?, path)
     }
 
     /// Parses and validates needs TOML; `path` is only used in error messages.
     pub fn parse(text: &str, path: &Path) -> Result<NeedsFile, TracksError> {
-        let file: NeedsFile = toml::from_str(text).map_err(|e| TracksError {
-            file: path.to_path_buf(),
-            key: String::new(),
-            message: e.to_string().trim_end().replace('\n', " | "),
-        })?;
+        let file: NeedsFile = crate::tracks::parse_data_file(text, path)?;
         file.validate(path)?;
         Ok(file)
     }

@@ -393,6 +393,28 @@ impl fmt::Display for TracksError {
 
 impl std::error::Error for TracksError {}
 
+/// Reads a data file of `packaging/`, the error naming the file.
+pub fn read_data_file(path: &Path) -> Result<String, TracksError> {
+    std::fs::read_to_string(path).map_err(|e| TracksError {
+        file: path.to_path_buf(),
+        key: String::new(),
+        message: format!("cannot read: {e}"),
+    })
+}
+
+/// Parses a data file's TOML into its typed schema (serde's error, which names the key
+/// and the allowed values, on one line); `path` is only used in error messages.
+pub fn parse_data_file<T: serde::de::DeserializeOwned>(
+    text: &str,
+    path: &Path,
+) -> Result<T, TracksError> {
+    toml::from_str(text).map_err(|e| TracksError {
+        file: path.to_path_buf(),
+        key: String::new(),
+        message: e.to_string().trim_end().replace('\n', " | "),
+    })
+}
+
 impl TracksFile {
     /// The default location: `packaging/tracks.toml`.
     pub fn default_path() -> PathBuf {
@@ -401,21 +423,12 @@ impl TracksFile {
 
     /// Reads, parses and validates a tracks file.
     pub fn load(path: &Path) -> Result<TracksFile, TracksError> {
-        let text = std::fs::read_to_string(path).map_err(|e| TracksError {
-            file: path.to_path_buf(),
-            key: String::new(),
-            message: format!("cannot read: {e}"),
-        })?;
-        Self::parse(&text, path)
+        Self::parse(&read_data_file(path)?, path)
     }
 
     /// Parses and validates tracks TOML; `path` is only used in error messages.
     pub fn parse(text: &str, path: &Path) -> Result<TracksFile, TracksError> {
-        let file: TracksFile = toml::from_str(text).map_err(|e| TracksError {
-            file: path.to_path_buf(),
-            key: String::new(),
-            message: e.to_string().trim_end().replace('\n', " | "),
-        })?;
+        let file: TracksFile = parse_data_file(text, path)?;
         file.validate(path)?;
         Ok(file)
     }

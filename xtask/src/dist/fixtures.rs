@@ -84,7 +84,7 @@ pub fn windows_hip(
         true,
         &[CRT_IMPORTS, &[hip], atomic_wait].concat(),
     )?;
-    // The ROCm 7 DLLs import MSVCP140_ATOMIC_WAIT (ENVIRONMENT.md); which of them do is
+    // The ROCm 7 DLLs import MSVCP140_ATOMIC_WAIT (docs/architecture.md, section 8); which of them do is
     // not known here, so both GEMM libraries do in this fixture.
     write_pe(
         &bin.join(hipblaslt),

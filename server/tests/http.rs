@@ -489,6 +489,41 @@ fn slow_and_idle_clients_are_closed_and_the_cap_answers_503() {
 }
 
 #[test]
+fn an_idle_keep_alive_connection_is_closed_after_the_header_timeout() {
+    use std::io::{Read, Write};
+    let s = start(serde_json::json!({ "header_timeout_ms": 500 }));
+    let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // One request on a keep-alive connection (HTTP/1.1's default), answered in full.
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let t0 = Instant::now();
+    while !String::from_utf8_lossy(&got).contains("\r\n\r\n") || got.last() != Some(&b'}') {
+        let n = c.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "closed before the answer: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+        assert!(t0.elapsed() < Duration::from_secs(10), "no answer");
+    }
+    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"));
+    // Then the client sends nothing: the server closes the connection once the header
+    // timeout has passed, instead of keeping the socket (and its slot) forever.
+    let idle_from = Instant::now();
+    let n = c.read(&mut buf).unwrap_or(0);
+    let idle = idle_from.elapsed();
+    assert_eq!(n, 0, "nothing more is sent on an idle connection");
+    assert!(
+        idle >= Duration::from_millis(400) && idle < Duration::from_secs(5),
+        "closed after about the 500 ms header timeout, not at once and not never: {idle:?}"
+    );
+}
+
+#[test]
 fn sigterm_is_not_held_up_by_a_half_sent_request() {
     let mut s = start(serde_json::json!({ "header_timeout_ms": 30000 }));
     let addr = s.base.trim_start_matches("http://").to_string();

@@ -380,6 +380,43 @@ fn a_gguf_tensor_past_the_end_of_the_file_is_an_error_not_an_abort() {
 }
 
 #[test]
+fn a_gguf_larger_than_the_available_memory_is_refused_before_loading() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("silero.gguf");
+    let run = cli(&[
+        "--task",
+        "convert",
+        "--family",
+        "silero_vad",
+        "--model",
+        s(&silero_bin()),
+        "--out",
+        s(&gguf),
+        "--model-spec-override",
+        s(&specs()),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // The last tensor claims 2^20 times its first dimension (138 GB), and the file (sparse:
+    // no disk is used) is long enough to hold it: its tables are consistent, but its
+    // data cannot be loaded on this machine.
+    let mut bytes = std::fs::read(&gguf).unwrap();
+    let dims_at = last_tensor_dim_offset(&bytes);
+    let ne0 = u64::from_le_bytes(bytes[dims_at..dims_at + 8].try_into().unwrap());
+    bytes[dims_at..dims_at + 8].copy_from_slice(&(ne0 << 20).to_le_bytes());
+    let huge = dir.path().join("huge.gguf");
+    std::fs::write(&huge, &bytes).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&huge)
+        .unwrap()
+        .set_len(1 << 40)
+        .unwrap();
+    let run = vad_run(s(&huge), s(&clip("silence.wav")), &[]);
+    assert_user_error(&run, "of memory available (MemAvailable)");
+    assert_eq!(run.stderr.lines().count(), 1, "one line: {}", run.stderr);
+}
+
+#[test]
 fn json_errors_are_json() {
     let run = cli(&["--task", "vad", "--family", "silero_vad", "--json"]);
     assert_eq!(run.code, 2);

@@ -149,6 +149,9 @@ pub fn check(bytes: &[u8]) -> Result<(), String> {
 
 /// First read of [`check_file`]: enough for the header and tensor table of most models.
 const FIRST_READ: u64 = 1 << 20;
+/// Most of a file [`check_file`] reads for the header and tables (a model's metadata is
+/// a few MiB): a huge file with broken tables is not read whole into memory.
+const MAX_TABLES_READ: u64 = 256 << 20;
 
 /// Checks a GGUF file on disk like [`check`], reading only the start of it that holds the
 /// header and the tensor table (the tensor data is checked against the file's length), so
@@ -157,7 +160,8 @@ pub fn check_file(path: &std::path::Path) -> Result<(), String> {
     use std::io::Read;
     let io = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
     let file_len = std::fs::metadata(path).map_err(io)?.len();
-    let mut want = FIRST_READ.min(file_len);
+    let most = file_len.min(MAX_TABLES_READ);
+    let mut want = FIRST_READ.min(most);
     loop {
         let mut prefix = Vec::new();
         std::fs::File::open(path)
@@ -167,11 +171,42 @@ pub fn check_file(path: &std::path::Path) -> Result<(), String> {
             .map_err(io)?;
         match check_prefix(&prefix, file_len) {
             // The tables may go on past what was read: read four times as much, up to
-            // the whole file, before a failure counts.
-            Err(_) if want < file_len => want = want.saturating_mul(4).min(file_len),
-            result => return result,
+            // the whole file (or MAX_TABLES_READ), before a failure counts.
+            Err(_) if want < most => want = want.saturating_mul(4).min(most),
+            Err(e) => return Err(e),
+            // Its tensors lie inside the file, so the file's length bounds what loading
+            // it allocates.
+            Ok(()) => return fits_in_memory(file_len, available_memory()),
         }
     }
+}
+
+/// Refuses a model whose tensor data (at most `bytes`) is larger than the memory the
+/// machine has available, before any of it is allocated: an allocation that large would
+/// fail inside ggml or get the process killed. `available` is `None` where the machine
+/// does not say (then nothing is refused here).
+pub fn fits_in_memory(bytes: u64, available: Option<u64>) -> Result<(), String> {
+    match available {
+        Some(avail) if bytes > avail => Err(format!(
+            "its {} MiB of tensor data do not fit in the {} MiB of memory available (MemAvailable); free memory, or use a smaller or quantized model (--task convert --quantize q8_0)",
+            bytes >> 20,
+            avail >> 20
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Memory available for new allocations without swapping, from Linux's
+/// `/proc/meminfo` (`MemAvailable`); `None` elsewhere.
+fn available_memory() -> Option<u64> {
+    parse_mem_available(&std::fs::read_to_string("/proc/meminfo").ok()?)
+}
+
+/// The `MemAvailable:` line of a `/proc/meminfo` text, in bytes.
+fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// [`check`] on the first bytes of a file of `file_len` bytes: the header and tables
@@ -520,5 +555,25 @@ mod tests {
         let err = check_file(&path).unwrap_err();
         assert_eq!(err, check(&b[..b.len() - 1]).unwrap_err());
         assert!(err.contains("past the end of the file"), "{err}");
+    }
+
+    #[test]
+    fn a_model_larger_than_the_available_memory_is_refused_before_loading() {
+        let meminfo = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   2048 kB\n";
+        assert_eq!(parse_mem_available(meminfo), Some(2048 * 1024));
+        assert_eq!(parse_mem_available("MemTotal: 5 kB\n"), None);
+        assert!(fits_in_memory(2048 * 1024, Some(2048 * 1024)).is_ok());
+        assert!(fits_in_memory(u64::MAX, None).is_ok());
+        let err = fits_in_memory(3 << 20, Some(2 << 20)).unwrap_err();
+        assert!(
+            err.contains("3 MiB of tensor data do not fit in the 2 MiB")
+                && err.contains("MemAvailable")
+                && err.contains("--quantize q8_0"),
+            "{err}"
+        );
+        // On this machine the real reading exists and a small model fits.
+        if cfg!(target_os = "linux") {
+            assert!(available_memory().is_some_and(|b| b > 1 << 20));
+        }
     }
 }

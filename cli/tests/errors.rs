@@ -350,21 +350,7 @@ fn threads_beyond_the_machine_are_clamped_with_a_warning() {
 #[test]
 fn a_gguf_tensor_past_the_end_of_the_file_is_an_error_not_an_abort() {
     let dir = tempfile::tempdir().unwrap();
-    let gguf = dir.path().join("silero.gguf");
-    let run = cli(&[
-        "--task",
-        "convert",
-        "--family",
-        "silero_vad",
-        "--model",
-        s(&silero_bin()),
-        "--out",
-        s(&gguf),
-        "--model-spec-override",
-        s(&specs()),
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let mut bytes = std::fs::read(&gguf).unwrap();
+    let mut bytes = silero_gguf(dir.path());
     let dims_at = last_tensor_dim_offset(&bytes);
     bytes[dims_at..dims_at + 8].copy_from_slice(&(1u64 << 27).to_le_bytes());
     let bad = dir.path().join("bad.gguf");
@@ -382,24 +368,10 @@ fn a_gguf_tensor_past_the_end_of_the_file_is_an_error_not_an_abort() {
 #[test]
 fn a_gguf_larger_than_the_available_memory_is_refused_before_loading() {
     let dir = tempfile::tempdir().unwrap();
-    let gguf = dir.path().join("silero.gguf");
-    let run = cli(&[
-        "--task",
-        "convert",
-        "--family",
-        "silero_vad",
-        "--model",
-        s(&silero_bin()),
-        "--out",
-        s(&gguf),
-        "--model-spec-override",
-        s(&specs()),
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
     // The last tensor claims 2^20 times its first dimension (138 GB), and the file (sparse:
     // no disk is used) is long enough to hold it: its tables are consistent, but its
     // data cannot be loaded on this machine.
-    let mut bytes = std::fs::read(&gguf).unwrap();
+    let mut bytes = silero_gguf(dir.path());
     let dims_at = last_tensor_dim_offset(&bytes);
     let ne0 = u64::from_le_bytes(bytes[dims_at..dims_at + 8].try_into().unwrap());
     bytes[dims_at..dims_at + 8].copy_from_slice(&(ne0 << 20).to_le_bytes());
@@ -505,6 +477,25 @@ fn a_convert_that_cannot_write_exits_2() {
 }
 
 /// Offset of the last tensor's first dimension in a GGUF's tensor table.
+/// Silero VAD converted to a GGUF in `dir` by the CLI: the file's bytes, for mutating.
+fn silero_gguf(dir: &std::path::Path) -> Vec<u8> {
+    let gguf = dir.join("silero.gguf");
+    let run = cli(&[
+        "--task",
+        "convert",
+        "--family",
+        "silero_vad",
+        "--model",
+        s(&silero_bin()),
+        "--out",
+        s(&gguf),
+        "--model-spec-override",
+        s(&specs()),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    std::fs::read(&gguf).unwrap()
+}
+
 fn last_tensor_dim_offset(b: &[u8]) -> usize {
     fn u64_at(b: &[u8], p: usize) -> usize {
         u64::from_le_bytes(b[p..p + 8].try_into().unwrap()) as usize

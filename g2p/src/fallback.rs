@@ -129,6 +129,9 @@ impl LetterToSound {
         if let Some(p) = self.possessive_or_irish(run) {
             return p;
         }
+        if let Some(rest) = lower.strip_prefix("mc").filter(|r| r.len() > 2) {
+            return format!("mək{}", self.letters(rest));
+        }
         if let Some(p) = self.suffixed(&lower) {
             return p;
         }
@@ -385,6 +388,8 @@ fn segment(word: &str) -> Vec<Segment> {
             Some((5, vec![C("ʃ"), vowel("ə", "ə"), C("s")]))
         } else if r == "cial" || r == "tial" {
             Some((4, vec![C("ʃ"), vowel("ə", "ə"), C("l")]))
+        } else if r == "shire" {
+            Some((5, vec![C("ʃ"), vowel("əɹ", "əɹ")]))
         } else if r == "ture" {
             Some((4, vec![C("ʧ"), vowel("əɹ", "əɹ")]))
         } else if r == "ous" {

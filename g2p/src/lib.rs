@@ -211,7 +211,16 @@ impl G2p {
     pub fn phonemize_sentence(&self, sentence: &str) -> Result<String, G2pError> {
         let normalized = normalize::normalize(sentence, self.dialect);
         let raw = self.misaki(&normalized, sentence)?;
-        Ok(clean(&raw))
+        let mut phonemes = clean(&raw);
+        // misaki folds a final period into an abbreviation (`a.m.`); the sentence still ends.
+        let last = sentence.trim_end().chars().last();
+        if let Some(end) = last.filter(|c| ".!?".contains(*c)) {
+            if !phonemes.is_empty() && !phonemes.ends_with(|c: char| ";:,.!?—…\"“”()".contains(c))
+            {
+                phonemes.push(end);
+            }
+        }
+        Ok(phonemes)
     }
 
     fn misaki(&self, text: &str, original: &str) -> Result<String, G2pError> {

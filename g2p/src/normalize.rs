@@ -142,6 +142,12 @@ static SLASH_DATE: LazyLock<Regex> =
     LazyLock::new(|| regex(r"\b(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})\b"));
 static FRACTION: LazyLock<Regex> = LazyLock::new(|| regex(r"\b(\d{1,3})/(\d{1,2})\b"));
 static DECADE: LazyLock<Regex> = LazyLock::new(|| regex(r"(\b\d{2}|'|’)(\d)0s\b"));
+static MONTH_DAY: LazyLock<Regex> = LazyLock::new(|| {
+    regex(&format!(
+        r"\b({})\s+(\d{{1,2}})(st|nd|rd|th)?\b",
+        MONTHS.join("|")
+    ))
+});
 static HASH_NUMBER: LazyLock<Regex> = LazyLock::new(|| regex(r"#(\d)"));
 static ABBREVIATION: LazyLock<Regex> = LazyLock::new(|| regex(r"\b([A-Za-z]+)\.(\s+|$)"));
 static UNIT: LazyLock<Regex> = LazyLock::new(|| {
@@ -179,6 +185,14 @@ pub fn normalize(text: &str, dialect: Dialect) -> String {
     let text = ABBREVIATION.replace_all(&text, |c: &Captures| {
         let next = text[c.get(0).map_or(0, |m| m.end())..].chars().next();
         abbreviation(c, next)
+    });
+    let text = MONTH_DAY.replace_all(&text, |c: &Captures| {
+        let day = num(&c[2]);
+        if (1..=31).contains(&day) && c.get(3).is_none() {
+            format!("{} {day}{}", &c[1], ordinal_suffix(day))
+        } else {
+            c[0].to_string()
+        }
     });
     let text = UNIT.replace_all(&text, unit);
     bound_tokens(&text)
@@ -403,6 +417,10 @@ mod tests {
             "on the 25th of December 2024"
         );
         assert_eq!(us("on 13/45/2024"), "on 13/45/2024");
+        assert_eq!(
+            us("Jan. 5, 2019 or May 22nd"),
+            "January 5th, 2019 or May 22nd"
+        );
     }
 
     #[test]
@@ -430,7 +448,7 @@ mod tests {
         );
         assert_eq!(
             us("Jan. 5 or Mar. 3, not Mar. Mon. ok"),
-            "January 5 or March 3, not Mar. Monday ok"
+            "January 5th or March 3rd, not Mar. Monday ok"
         );
         assert_eq!(us("the end."), "the end.");
     }

@@ -219,9 +219,64 @@ impl LetterToSound {
 
     /// Letter-to-sound rules on a lowercase ASCII word.
     pub fn rules(&self, word: &str) -> String {
+        for (prefix, us, gb) in STRESSLESS_PREFIXES {
+            if let Some(rest) = word.strip_prefix(prefix) {
+                if rest.len() >= 4 && rest.bytes().any(is_vowel_letter) {
+                    let head = if self.dialect == Dialect::Us { us } else { gb };
+                    return format!("{head}{}", self.rules(rest));
+                }
+            }
+        }
+        for (suffix, us, gb) in RULE_SUFFIXES {
+            if let Some(stem) = word.strip_suffix(suffix) {
+                if stem.len() >= 3 && stem.bytes().any(is_vowel_letter) {
+                    let tail = if self.dialect == Dialect::Us { us } else { gb };
+                    return format!("{}{tail}", self.rules(&restore_stem(stem, suffix)));
+                }
+            }
+        }
         let segments = segment(word);
         render(&segments, stressed_syllable(word, &segments), self.dialect)
     }
+}
+
+/// Prefixes read with secondary stress before a stem that carries its own.
+const STRESSLESS_PREFIXES: &[(&str, &str, &str)] = &[
+    ("un", "ˌʌn", "ˌʌn"),
+    ("dis", "dˌɪs", "dˌɪs"),
+    ("mis", "mˌɪs", "mˌɪs"),
+    ("non", "nˌɑn", "nˌɒn"),
+    ("over", "ˌOvəɹ", "ˌQvə"),
+    ("under", "ˌʌndəɹ", "ˌʌndə"),
+];
+
+/// Suffixes the rules strip, reading the stem alone and appending these phonemes.
+const RULE_SUFFIXES: &[(&str, &str, &str)] = &[
+    ("fully", "fᵊli", "fᵊli"),
+    ("ness", "nəs", "nəs"),
+    ("less", "ləs", "ləs"),
+    ("ful", "fᵊl", "fᵊl"),
+    ("ment", "mənt", "mənt"),
+    ("ly", "li", "li"),
+    ("ing", "ɪŋ", "ɪŋ"),
+];
+
+/// The stem's spelling before a suffix: `hopp-ing` → `hop`, `vap-ing` → `vape`.
+fn restore_stem(stem: &str, suffix: &str) -> String {
+    let b = stem.as_bytes();
+    let n = b.len();
+    if suffix != "ing" || n < 3 {
+        return stem.to_string();
+    }
+    let (c3, c2, c1) = (b[n - 3], b[n - 2], b[n - 1]);
+    if c1 == c2 && !is_vowel_letter(c1) && !matches!(c1, b'l' | b's' | b'z') {
+        return stem[..n - 1].to_string();
+    }
+    let cvc = !is_vowel_letter(c3) && is_vowel_letter(c2) && c2 != b'y' && !is_vowel_letter(c1);
+    if cvc && !matches!(c1, b'w' | b'x' | b'y' | b'r' | b'n' | b'l') {
+        return format!("{stem}e");
+    }
+    stem.to_string()
 }
 
 /// Letter runs (with inner apostrophes) and digit runs of `text`; anything else separates.
@@ -394,7 +449,10 @@ fn segment(word: &str) -> Vec<Segment> {
             Some((4, vec![C("ʧ"), vowel("əɹ", "əɹ")]))
         } else if r == "ous" {
             Some((3, vec![vowel("ə", "ə"), C("s")]))
-        } else if r == "le" && i > 0 && !is_vowel_letter(prev) && vowel_count > 1 {
+        } else if i > 0
+            && !is_vowel_letter(prev)
+            && ((r == "al" && vowel_count > 2) || (r == "le" && vowel_count > 1))
+        {
             Some((2, vec![vowel("ᵊl", "ᵊl")]))
         } else if (r == "ed") && i >= 2 && vowel_count > 1 {
             let seg = match prev {
@@ -499,6 +557,13 @@ fn vowel_at(word: &str, i: usize, vowel_count: usize) -> (usize, Segment) {
     let last = i + 1 == n;
     let two = r.get(..2).unwrap_or("");
     let r_follows = |k: usize| at(k) == b'r' && !is_vowel_letter(at(k + 1)) && at(k + 1) != b'r';
+    // A long u after a lip or back consonant starts with j (cute, humid); after t, d, n, s,
+    // l, r it does not (tune, rule) in American English.
+    let yod = i > 0
+        && matches!(
+            at(i - 1),
+            b'p' | b'b' | b'f' | b'v' | b'm' | b'k' | b'c' | b'h' | b'g'
+        );
     // Magic e: vowel, one consonant, final e (or -es/-ed), and the e is not the only vowel.
     let magic = {
         let cons = at(i + 1);
@@ -566,6 +631,7 @@ fn vowel_at(word: &str, i: usize, vowel_count: usize) -> (usize, Segment) {
             b'e' => vowel("i", "i"),
             b'i' | b'y' => vowel("I", "I"),
             b'o' => vowel("O", "O"),
+            _ if yod => vowel("ju", "ju"),
             _ => vowel("u", "u"),
         };
         return (1, seg);
@@ -581,6 +647,28 @@ fn vowel_at(word: &str, i: usize, vowel_count: usize) -> (usize, Segment) {
             b'u' => vowel("u", "u"),
             _ if vowel_count <= 1 => vowel("I", "I"),
             _ => vowel("i", "i"),
+        };
+        return (1, seg);
+    }
+    // Open syllable: a, o or u, one consonant, then a vowel: long when stressed (vapor,
+    // total, humid), but short before -ic and -ity (dramatic, sanity); e and i there are
+    // as often short as long, so they stay short.
+    let open = {
+        let cons = at(i + 1);
+        cons != 0
+            && !is_vowel_letter(cons)
+            && !matches!(cons, b'x' | b'w' | b'h')
+            && is_vowel_letter(at(i + 2))
+            && at(i + 2) != b'y'
+            && matches!(c, b'a' | b'o' | b'u')
+            && !["ic", "ics", "ical", "ity"].contains(&word.get(i + 2..).unwrap_or(""))
+    };
+    if open {
+        let seg = match c {
+            b'a' => vowel("A", "ə"),
+            b'o' => vowel("O", "ə"),
+            _ if yod => vowel("ju", "jə"),
+            _ => vowel("u", "ə"),
         };
         return (1, seg);
     }
@@ -608,7 +696,7 @@ const PRE_STRESSING: &[(&str, usize)] = &[
     ("tial", 1),
     ("ic", 1),
     ("ics", 1),
-    ("ical", 2),
+    ("ical", 1),
     ("ity", 2),
     ("ius", 2),
     ("ium", 2),
@@ -637,6 +725,14 @@ fn stressed_syllable(word: &str, segments: &[Segment]) -> usize {
             return syllables - count - 1;
         }
     }
+    let weak_start = [
+        "a", "be", "de", "re", "e", "con", "com", "ex", "in", "im", "pre", "pro", "ob", "ad",
+    ]
+    .iter()
+    .any(|p| word.starts_with(p) && word.len() > p.len() + 2);
+    if syllables == 2 && weak_start {
+        return 1;
+    }
     0
 }
 
@@ -644,6 +740,10 @@ fn stressed_syllable(word: &str, segments: &[Segment]) -> usize {
 fn render(segments: &[Segment], stressed: usize, dialect: Dialect) -> String {
     let mut out = String::new();
     let mut syllable = 0;
+    let syllables = segments
+        .iter()
+        .filter(|s| matches!(s, Segment::Vowel { stressed, .. } if !stressed.starts_with('ᵊ') && !stressed.starts_with('ᵻ')))
+        .count();
     for seg in segments {
         match seg {
             Segment::Consonant(s) => out.push_str(s),
@@ -655,6 +755,9 @@ fn render(segments: &[Segment], stressed: usize, dialect: Dialect) -> String {
                 if syllabic && syllable == stressed {
                     out.push('ˈ');
                     out.push_str(full);
+                } else if *unstressed == "ɪ" && syllable + 1 < syllables {
+                    // An unstressed i before the last syllable is a schwa (matrimony).
+                    out.push('ə');
                 } else {
                     out.push_str(unstressed);
                 }

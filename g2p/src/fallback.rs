@@ -467,6 +467,10 @@ fn segment(word: &str) -> Vec<Segment> {
             && vowel_count > 1
         {
             Some((2, vec![vowel("ᵻz", "ᵻz")]))
+        } else if r == "es" && i >= 2 && !is_vowel_letter(prev) && vowel_count > 2 {
+            // A silent e before the plural s (Hargreaves).
+            let voiceless = matches!(prev, b'p' | b't' | b'k' | b'f');
+            Some((2, vec![C(if voiceless { "s" } else { "z" })]))
         } else {
             None
         };
@@ -489,6 +493,7 @@ fn segment(word: &str) -> Vec<Segment> {
             (b'c', b'h') if at(i + 2) == b'r' => (2, "k"),
             (b'c', b'h') => (2, "ʧ"),
             (b'c', b'k') => (2, "k"),
+            (b'c', b'z') => (2, "ʧ"),
             (b'c', b'c') if soft(at(i + 2)) => (2, "ks"),
             (b'c', b'c') => (2, "k"),
             (b'c', x) if soft(x) => (1, "s"),
@@ -660,7 +665,7 @@ fn vowel_at(word: &str, i: usize, vowel_count: usize) -> (usize, Segment) {
             && !matches!(cons, b'x' | b'w' | b'h')
             && is_vowel_letter(at(i + 2))
             && at(i + 2) != b'y'
-            && matches!(c, b'a' | b'o' | b'u')
+            && matches!(c, b'o' | b'u')
             && !["ic", "ics", "ical", "ity"].contains(&word.get(i + 2..).unwrap_or(""))
     };
     if open {
@@ -726,7 +731,7 @@ fn stressed_syllable(word: &str, segments: &[Segment]) -> usize {
         }
     }
     let weak_start = [
-        "a", "be", "de", "re", "e", "con", "com", "ex", "in", "im", "pre", "pro", "ob", "ad",
+        "be", "de", "re", "con", "com", "ex", "in", "im", "pre", "pro", "ob", "ad",
     ]
     .iter()
     .any(|p| word.starts_with(p) && word.len() > p.len() + 2);

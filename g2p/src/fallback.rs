@@ -154,7 +154,7 @@ impl LetterToSound {
             } else {
                 "O"
             };
-            return Some(format!("{o}{}", self.letters(rest)));
+            return Some(format!("ˌ{o}{}", self.letters(rest)));
         }
         if let Some(rest) = lower.strip_prefix("d'") {
             return Some(format!("d{}", self.letters(rest)));

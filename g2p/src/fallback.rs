@@ -1,8 +1,8 @@
 //! Pronunciations for words the lexicon lacks (names, coinages), in misaki's phoneme set.
 //!
 //! misaki sends such words to espeak-ng, which is GPL-3; this is a rule-based replacement
-//! written for this crate. A word is tried, in order, as: an acronym (all capitals: letters
-//! spelled, the last one stressed), a lexicon word after case folding, a compound of two
+//! written for this crate. A word is tried, in order, as: an acronym (all capitals, or no
+//! vowel letter as in `www`: letters spelled, the last one stressed), a lexicon word after case folding, a compound of two
 //! lexicon words (`quibblewort` = `quibble` + `wort`), a lexicon stem with a suffix
 //! (`-s`, `-son`, `-ville`, ...), and finally English letter-to-sound rules: consonant and
 //! vowel digraphs, r-coloured vowels, the silent final `e` that lengthens the vowel before
@@ -116,7 +116,10 @@ impl LetterToSound {
         if letters.is_empty() {
             return String::new();
         }
-        if letters.chars().count() > 1 && letters.chars().all(|c| c.is_uppercase()) {
+        let no_vowel = !letters
+            .chars()
+            .any(|c| "aeiouyAEIOUY".contains(c) || !c.is_ascii());
+        if letters.chars().all(|c| c.is_uppercase()) || no_vowel {
             return self.spell(&letters);
         }
         let lower = ascii_fold(&letters.to_lowercase());
@@ -844,6 +847,8 @@ mod tests {
     #[test]
     fn acronyms_are_spelled_with_final_stress() {
         assert_eq!(lts(Dialect::Us).word("ABI"), "ˌAbˌiˈI");
+        assert_eq!(lts(Dialect::Us).word("bb"), "bˌibˈi");
+        assert_eq!(lts(Dialect::Us).word("B"), "bˈi");
     }
 
     #[test]

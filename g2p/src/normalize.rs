@@ -196,7 +196,11 @@ pub fn normalize(text: &str, dialect: Dialect) -> String {
             Dialect::Us => (num(&c[1]), num(&c[2])),
             Dialect::Gb => (num(&c[2]), num(&c[1])),
         };
-        date(dialect, &c[3], month, day).unwrap_or_else(|| c[0].to_string())
+        // A date impossible in the dialect's order but valid in the other (12/25 in GB,
+        // 25/12 in the US) is read in the order that makes sense.
+        date(dialect, &c[3], month, day)
+            .or_else(|| date(dialect, &c[3], day, month))
+            .unwrap_or_else(|| c[0].to_string())
     });
     let text = RANGE.replace_all(&text, "$1 to $2");
     let text = PLUS.replace_all(&text, "$1 plus $2");
@@ -495,6 +499,11 @@ mod tests {
             "on the 25th of December 2024"
         );
         assert_eq!(us("on 13/45/2024"), "on 13/45/2024");
+        assert_eq!(us("on 25/12/2024"), "on December 25th, 2024");
+        assert_eq!(
+            normalize("on 12/25/2024", Dialect::Gb),
+            "on the 25th of December 2024"
+        );
         assert_eq!(
             us("Jan. 5, 2019 or May 22nd"),
             "January 5th, 2019 or May 22nd"

@@ -741,6 +741,11 @@ fn stressed_syllable(word: &str, segments: &[Segment]) -> usize {
     if syllables == 2 && weak_start {
         return 1;
     }
+    // Words of three or more syllables ending in a or o (mostly names from Spanish,
+    // Italian, Japanese: Rivera, Okonkwo) stress the last syllable but one.
+    if syllables >= 3 && word.ends_with(['a', 'o']) {
+        return syllables - 2;
+    }
     0
 }
 

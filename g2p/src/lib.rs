@@ -13,7 +13,9 @@
 //! - a letter-to-sound fallback for words missing from the lexicon ([`fallback`]), where
 //!   `misaki-rs` without espeak emits `❓`;
 //! - text normalization misaki does not do ([`normalize`]): clock times, numeric dates,
-//!   abbreviations such as `St.` and `Jan.`, units after numbers, decades, fractions;
+//!   phone numbers, number ranges, arithmetic signs, Roman numerals after names, web
+//!   addresses, abbreviations such as `St.` and `Jan.`, units after numbers, decades,
+//!   fractions;
 //! - sentence splitting ([`sentences`]) so a long text is synthesized in pieces that fit
 //!   Kokoro's 510-token context;
 //! - an output restricted to symbols Kokoro's vocabulary holds ([`KOKORO_SYMBOLS`]);

@@ -178,6 +178,18 @@ fn list_voices_names_the_models_voices() {
         ],
     );
     assert_user_error(&run, "--list-voices is for TTS models");
+    // --task info loads a TTS model as --task tts does.
+    let run = cli_in(
+        dir.path(),
+        &["--task", "info", "--family", "test_tone", "--model", s(&m)],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.value("loaded_for").as_deref(), Some("tts"));
+    let device = run.value("device").unwrap();
+    assert!(
+        !device.is_empty() && !device.starts_with("none"),
+        "{device}"
+    );
 }
 
 /// Every bad input: exit 2, the flag named, and no output file.

@@ -581,6 +581,9 @@ pub fn info(
             .device()
             .name
             .clone(),
+        "tts" => TtsModel::from_resolved(family, resolved, opts)?
+            .synth
+            .device(),
         _ => String::from("none (convert only)"),
     };
     Ok(info)
@@ -790,6 +793,11 @@ impl TtsModel {
         opts: &RuntimeOptions,
     ) -> Result<Self> {
         let resolved = resolve_for_task(family, "tts", model, spec_override)?;
+        Self::from_resolved(family, resolved, opts)
+    }
+
+    /// Loads a resolved TTS model.
+    fn from_resolved(family: &str, resolved: ResolvedModel, opts: &RuntimeOptions) -> Result<Self> {
         let loader = families::tts_loader(family).ok_or_else(|| EngineError::WrongTask {
             family: family.into(),
             task: "tts".into(),

@@ -266,6 +266,10 @@ fn bad_inputs_exit_2_naming_the_flag_and_write_nothing() {
             &["--text", "hi", "--max-speech-s", "0", "--out", "o.wav"],
             "--max-speech-s 0 must be a positive number",
         ),
+        (
+            &["--text", "hi", "--max-speech-s", "36001", "--out", "o.wav"],
+            "--max-speech-s 36001 must be a positive number of seconds, at most 36000",
+        ),
     ];
     for (args, needle) in cases {
         let run = tts(dir.path(), args);
@@ -313,7 +317,6 @@ fn a_dist_build_resolves_without_the_test_families_and_a_test_build_with_them() 
             .current_dir(common::root())
             .args([
                 "tree",
-                "--offline",
                 "--locked",
                 "-p",
                 "audiocpp-cli",

@@ -656,6 +656,10 @@ pub const SPEED_RANGE: std::ops::RangeInclusive<f32> = 0.25..=4.0;
 /// the audio passes it, so no input makes unbounded audio.
 pub const DEFAULT_MAX_SPEECH_S: f64 = 1800.0;
 
+/// The highest speech limit a front end accepts, in seconds (10 h): a 16-bit WAV at
+/// 48 kHz holds 12.4 h in its 32-bit sizes.
+pub const MAX_SPEECH_LIMIT_S: f64 = 36_000.0;
+
 /// What a streamed text-to-speech run produced, less the samples (which went to the
 /// caller sentence by sentence).
 #[derive(Debug, Clone, Serialize)]
@@ -901,9 +905,9 @@ impl TtsModel {
         on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
     ) -> Result<SpeechStats> {
         let voice = self.check(req)?;
-        if !(max_seconds.is_finite() && max_seconds > 0.0) {
+        if !(max_seconds > 0.0 && max_seconds <= MAX_SPEECH_LIMIT_S) {
             return Err(EngineError::Usage(format!(
-                "the speech limit {max_seconds} s must be a positive number of seconds"
+                "the speech limit {max_seconds} s must be from 0 to {MAX_SPEECH_LIMIT_S} seconds"
             )));
         }
         let (SpeechInput::Text(text) | SpeechInput::Phonemes(text)) = &req.input;

@@ -3,6 +3,7 @@
 //! ([`LEGACY_FORMATS`]), and what it loads for the text-to-speech task ([`tts_loader`]).
 //! A new family is a module here, its lines in these tables and a model spec.
 
+pub mod kokoro;
 pub mod silero_vad;
 #[cfg(test)]
 pub mod test_tone;
@@ -45,6 +46,15 @@ pub const LOADERS: &[LoaderInfo] = &[
         ],
         description:
             "OpenAI Whisper speech recognition (tiny.en tested), greedy decoding without timestamps",
+    },
+    LoaderInfo {
+        family: "kokoro",
+        tasks: &["convert"],
+        formats: &[
+            "gguf",
+            "onnx (the int8 Kokoro-82M v1.0 export, with --voices, --vocab, --lexicons; convert only)",
+        ],
+        description: "Kokoro-82M v1.0 text to speech (24 kHz)",
     },
 ];
 

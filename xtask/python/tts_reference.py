@@ -14,7 +14,9 @@ The rewritten graph also exposes the intermediates the engine's blocks are check
 Usage:
   tts_reference.py dump --model kokoro.onnx --voices DIR --vocab vocab.json --out DIR \
       [--case NAME=PHONEMES ...] [--save-f32 f32.onnx]
-      writes DIR/<case>.npz and DIR/<case>.json (the ONNX value each array came from).
+      writes DIR/<case>.npz, the same arrays raw in DIR/<case>/<name>.f32|.i64, and
+      DIR/<case>.json (phonemes, voice row, frames, each array's shape and file, and the
+      ONNX value it came from).
   tts_reference.py run --model kokoro.onnx --voices DIR --vocab vocab.json \
       --phonemes P --voice NAME [--speed S] [--durations a,b,...] --out FILE.npz
       runs one input (durations forced when given), for the engine's tests.
@@ -287,6 +289,26 @@ def run(sess, feed):
     return out
 
 
+def save(out_npz, arrays):
+    """Writes `arrays` as an .npz (for numpy users) and, for the Rust tests, each array as
+    raw little-endian bytes in a folder beside it (`<case>/<name>.f32` or `.i64`); returns
+    {name: {"shape", "dtype", "file"}}."""
+    np.savez(out_npz, **arrays)
+    folder = out_npz[: -len(".npz")] if out_npz.endswith(".npz") else out_npz + ".raw"
+    os.makedirs(folder, exist_ok=True)
+    index = {}
+    for name, value in arrays.items():
+        value = np.asarray(value)
+        if value.dtype.kind == "f":
+            value, ext = value.astype("<f4"), "f32"
+        else:
+            value, ext = value.astype("<i8"), "i64"
+        path = os.path.join(folder, f"{name}.{ext}")
+        value.tofile(path)
+        index[name] = {"shape": list(value.shape), "dtype": ext, "file": os.path.relpath(path, os.path.dirname(out_npz) or ".")}
+    return index
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["dump", "run"])
@@ -320,7 +342,9 @@ def main():
             out = run(forced, feed)
         else:
             out = run(free, feed)
-        np.savez(a.out, input_ids=feed["tokens"], style=feed["style"][0], **out)
+        index = save(a.out, dict(input_ids=feed["tokens"], style=feed["style"][0], **out))
+        with open(a.out[: -len(".npz")] + ".json" if a.out.endswith(".npz") else a.out + ".json", "w", encoding="utf-8") as f:
+            json.dump({"arrays": index}, f, indent=1)
         return
 
     cases = dict(DEFAULT_CASES)
@@ -342,15 +366,15 @@ def main():
         check = run(forced, feed_forced)
         if not np.array_equal(check["audio"], out["audio"]):
             raise ValueError(f"{name}: forced-durations graph differs from the free graph")
-        np.savez(os.path.join(a.out, f"{name}.npz"), input_ids=feed["tokens"], style=style, **out)
+        index = save(os.path.join(a.out, f"{name}.npz"), dict(input_ids=feed["tokens"], style=style, **out))
         sidecar = {
+            "arrays": index,
             "phonemes": phonemes,
             "voice": a.voice,
             "voice_row": len(ids) - 1,
             "speed": a.speed,
             "frames": frames,
             "onnx_values": dict(INTERMEDIATES, audio="audio", input_ids="tokens", style="style"),
-            "shapes": {k: list(np.shape(v)) for k, v in out.items()},
             "graph": "int8 Kokoro ONNX dequantized to f32, onnxruntime %s, graph optimizations off, 1 thread" % ort.__version__,
         }
         with open(os.path.join(a.out, f"{name}.json"), "w", encoding="utf-8") as f:

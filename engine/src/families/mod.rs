@@ -3,6 +3,7 @@
 //! ([`LEGACY_FORMATS`]), and what it loads for the text-to-speech task ([`tts_loader`]).
 //! A new family is a module here, its lines in these tables and a model spec.
 
+pub mod kokoro;
 pub mod silero_vad;
 #[cfg(test)]
 pub mod test_tone;

@@ -3,6 +3,7 @@
 //! ([`LEGACY_FORMATS`]), and what it loads for the text-to-speech task ([`tts_loader`]).
 //! A new family is a module here, its lines in these tables and a model spec.
 
+pub mod kokoro;
 pub mod silero_vad;
 #[cfg(test)]
 pub mod test_tone;
@@ -46,6 +47,7 @@ pub const LOADERS: &[LoaderInfo] = &[
         description:
             "OpenAI Whisper speech recognition (tiny.en tested), greedy decoding without timestamps",
     },
+    kokoro::INFO,
 ];
 
 /// The loader of a family, or an error listing the known ones.
@@ -94,8 +96,8 @@ pub type TtsLoader = fn(
     Runtime,
 ) -> crate::error::Result<Box<dyn Synthesizer>>;
 
-/// The text-to-speech loader of `family`, if it has one. (No shipped family does yet;
-/// the test family [`test_tone`] exercises the interface.)
+/// The text-to-speech loader of `family`, if it has one (Kokoro; in this crate's tests
+/// also the test family [`test_tone`]).
 pub fn tts_loader(family: &str) -> Option<TtsLoader> {
     TTS_LOADERS
         .iter()
@@ -103,12 +105,15 @@ pub fn tts_loader(family: &str) -> Option<TtsLoader> {
         .map(|(_, load)| *load)
 }
 
-/// The families that speak, with their loaders (only the test family so far).
+/// The families that speak, with their loaders (and the test family).
 #[cfg(test)]
-const TTS_LOADERS: &[(&str, TtsLoader)] = &[(test_tone::INFO.family, test_tone::load)];
-/// No shipped family speaks yet.
+const TTS_LOADERS: &[(&str, TtsLoader)] = &[
+    (kokoro::INFO.family, kokoro::load),
+    (test_tone::INFO.family, test_tone::load),
+];
+/// The families that speak, with their loaders.
 #[cfg(not(test))]
-const TTS_LOADERS: &[(&str, TtsLoader)] = &[];
+const TTS_LOADERS: &[(&str, TtsLoader)] = &[(kokoro::INFO.family, kokoro::load)];
 
 /// The test-only families, registered in this crate's tests only.
 #[cfg(test)]

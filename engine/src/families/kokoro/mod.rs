@@ -18,8 +18,11 @@
 pub mod adain;
 pub mod albert;
 pub mod decoder;
+pub mod generator;
+pub mod istft;
 pub mod lstm;
 pub mod prosody;
+pub mod source;
 pub mod text_encoder;
 pub mod weights;
 
@@ -169,8 +172,10 @@ pub struct Run {
     pub f0: Vec<f32>,
     /// Energy curve, two values per frame.
     pub n: Vec<f32>,
-    /// The samples, `frames x` the decoder's hop.
-    pub audio: Vec<f32>,
+    /// The text features per frame [F, hidden] (time fastest, as the decoder reads them).
+    pub asr: Vec<f32>,
+    /// The decoder's samples (`frames x 600`) and intermediates.
+    pub decoded: decoder::DecoderOutput,
 }
 
 /// A loaded Kokoro model.
@@ -241,7 +246,11 @@ impl Kokoro {
         }
         let weights = Weights::load(file, &runtime)?;
         weights.check(&hp.tensor_shapes())?;
-        let decoder = decoder::Decoder::load(&weights)?;
+        let decoder = decoder::Decoder::load(
+            &weights,
+            "decoder.decoder",
+            decoder::DecoderConfig::from_metadata(&file.metadata)?,
+        )?;
         Ok(Kokoro {
             hp,
             weights,
@@ -329,15 +338,16 @@ impl Kokoro {
         let pred_dur = forced.map_or(predicted, <[usize]>::to_vec);
         let frames = prosody::frame_tokens(&pred_dur);
         let (f0, n, asr) = self.frames(&front.d, &front.t_en, &frames, pred_style)?;
-        let audio = self.decoder.synthesize(
-            &self.weights,
-            &self.runtime,
-            &asr,
-            frames.len(),
-            &f0,
-            &n,
-            dec_style,
-        )?;
+        let input = decoder::DecoderInput {
+            asr: &asr,
+            frames: frames.len(),
+            f0: &f0,
+            n: &n,
+            style: dec_style,
+        };
+        let decoded = self
+            .decoder
+            .synthesize(&self.runtime, &self.weights, &input, None)?;
         Ok(Run {
             bert_dur: front.bert_dur,
             d_en: front.d_en,
@@ -347,7 +357,8 @@ impl Kokoro {
             t_en: front.t_en,
             f0,
             n,
-            audio,
+            asr,
+            decoded,
         })
     }
 
@@ -393,7 +404,7 @@ impl Kokoro {
     }
 
     /// Graph 2: frame expansion, the shared BiLSTM and the F0/N branches; returns F0,
-    /// N (2 per frame) and the text encoder's features per frame [hidden, F].
+    /// N (2 per frame) and the text encoder's features per frame [F, hidden].
     fn frames(
         &self,
         d: &[f32],
@@ -417,7 +428,7 @@ impl Kokoro {
         let w = &self.weights;
         let en = ctx.get_rows(d_in, idx_in);
         let (f0, n) = prosody::f0_n(&ctx, w, en, style_in, rev_in)?;
-        let asr = ctx.get_rows(t_en_in, idx_in);
+        let asr = ctx.cont(ctx.transpose(ctx.get_rows(t_en_in, idx_in)));
         let mut graph = ctx.new_graph(nodes);
         for out in [f0, n, asr] {
             out.mark_output();
@@ -441,7 +452,7 @@ impl Kokoro {
         for piece in split_phonemes(phonemes, MAX_PHONEMES) {
             let ids = self.phoneme_ids(&piece)?;
             let style = self.style(voice, ids.len() - 2)?;
-            audio.extend(self.run_ids(&ids, &style, speed, None)?.audio);
+            audio.extend(self.run_ids(&ids, &style, speed, None)?.decoded.samples);
         }
         Ok(audio)
     }

@@ -17,7 +17,7 @@ const ENC: &str = "encoder.bert.encoder";
 /// Tensor-name prefix of the shared layer (PyTorch's
 /// `encoder.bert.encoder.albert_layer_groups.0.albert_layers.0`, shortened by the
 /// converter: GGUF names are at most 63 bytes).
-pub const LAYER: &str = "encoder.bert.encoder.albert_layer";
+pub const LAYER: &str = "encoder.bert.layer";
 /// LayerNorm epsilon of ALBERT (the ONNX graph's).
 const LN_EPS: f32 = 1e-12;
 /// sqrt(2 / pi), of the tanh GELU.

@@ -35,6 +35,7 @@ use crate::ggml::{Context, DType, GgufValue};
 use crate::model_file::ModelFile;
 use crate::spec::ModelSpec;
 use crate::tasks::{SpeechInput, Synthesizer};
+use audiocpp_g2p::{Dialect, G2p, Lexicon};
 
 use weights::{Weights, VOICE_PREFIX};
 
@@ -188,6 +189,16 @@ pub struct Kokoro {
     voices: Vec<(String, Vec<f32>)>,
     sample_rate: u32,
     runtime: Runtime,
+    /// The English front end per dialect: the lexicon texts from the file, made into a
+    /// [`G2p`] on first use (that costs about a quarter second).
+    front_ends: Vec<FrontEnd>,
+}
+
+/// One dialect's text front end, built when first asked for.
+struct FrontEnd {
+    dialect: Dialect,
+    lexicon: Option<(String, String)>,
+    g2p: Option<G2p>,
 }
 
 /// Loads the model for the TTS registry.
@@ -244,6 +255,20 @@ impl Kokoro {
                 voices.insert(0, v);
             }
         }
+        let front_ends = [Dialect::Us, Dialect::Gb]
+            .into_iter()
+            .map(|dialect| {
+                let (gold, silver) = dialect.gguf_keys();
+                FrontEnd {
+                    dialect,
+                    lexicon: file
+                        .meta_str(gold)
+                        .zip(file.meta_str(silver))
+                        .map(|(g, s)| (g.to_string(), s.to_string())),
+                    g2p: None,
+                }
+            })
+            .collect();
         let weights = Weights::load(file, &runtime)?;
         weights.check(&hp.tensor_shapes())?;
         let decoder = decoder::Decoder::load(
@@ -259,6 +284,7 @@ impl Kokoro {
             voices,
             sample_rate: spec.sample_rate,
             runtime,
+            front_ends,
         })
     }
 
@@ -526,6 +552,39 @@ pub fn split_phonemes(phonemes: &str, max: usize) -> Vec<String> {
     pieces
 }
 
+impl Kokoro {
+    /// The phonemes of English `text`, sentence by sentence, in the dialect `voice`
+    /// speaks (US for `a*` voices, GB for `b*`), with the lexicons the file carries.
+    pub fn text_to_phonemes(&mut self, text: &str, voice: &str) -> Result<Vec<String>> {
+        let dialect = Dialect::for_voice(voice).ok_or_else(|| {
+            EngineError::Usage(format!(
+                "parameter 'voice': '{voice}' is not an English voice (a* or b*); text input is English only, pass phonemes for other voices"
+            ))
+        })?;
+        let front = self
+            .front_ends
+            .iter_mut()
+            .find(|f| f.dialect == dialect)
+            .expect("a front end per dialect");
+        if front.g2p.is_none() {
+            let (gold, silver) = front.lexicon.as_ref().ok_or_else(|| {
+                let (g, s) = dialect.gguf_keys();
+                EngineError::Usage(format!(
+                    "parameter 'input': the model file has no '{g}'/'{s}' lexicon for text input; convert it again with --task convert --family kokoro (which embeds misaki's lexicons), or pass phonemes"
+                ))
+            })?;
+            let lexicon = Lexicon::from_json(gold, silver)
+                .map_err(|e| EngineError::Usage(format!("parameter 'input': {e}")))?;
+            front.g2p = Some(G2p::new(lexicon, dialect).with_max_symbols(MAX_PHONEMES));
+        }
+        let g2p = front.g2p.as_ref().expect("made above");
+        let sentences = g2p
+            .phonemize(text)
+            .map_err(|e| EngineError::Usage(format!("parameter 'input': {e}")))?;
+        Ok(sentences.into_iter().map(|s| s.phonemes).collect())
+    }
+}
+
 impl Synthesizer for Kokoro {
     fn sample_rate(&self) -> u32 {
         self.sample_rate
@@ -546,9 +605,18 @@ impl Synthesizer for Kokoro {
     fn synthesize(&mut self, input: &SpeechInput, voice: &str, speed: f32) -> Result<Vec<f32>> {
         match input {
             SpeechInput::Phonemes(p) => self.speak_phonemes(p, voice, speed),
-            SpeechInput::Text(_) => Err(EngineError::Usage(
-                "parameter 'input': this build of the kokoro family has no English text front end yet; pass phonemes (--phonemes)".into(),
-            )),
+            SpeechInput::Text(text) => {
+                let mut audio = Vec::new();
+                for phonemes in self.text_to_phonemes(text, voice)? {
+                    audio.extend(self.speak_phonemes(&phonemes, voice, speed)?);
+                }
+                if audio.is_empty() {
+                    return Err(EngineError::Usage(
+                        "parameter 'input' has nothing to say (no words, only punctuation)".into(),
+                    ));
+                }
+                Ok(audio)
+            }
         }
     }
 }

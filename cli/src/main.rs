@@ -11,7 +11,9 @@ use audiocpp_engine::backend::{self, BackendKind, RuntimeOptions};
 use audiocpp_engine::families;
 use audiocpp_engine::families::whisper::WeightType;
 use audiocpp_engine::output;
-use audiocpp_engine::tasks::{self, AsrModel, AsrOutput, VadModel, VadOutput};
+use audiocpp_engine::tasks::{
+    self, AsrModel, AsrOutput, SpeechInput, SpeechRequest, TtsModel, VadModel, VadOutput,
+};
 use audiocpp_engine::vad::VadParams;
 use audiocpp_engine::EngineError;
 use clap::Parser;
@@ -21,11 +23,11 @@ use clap::Parser;
 #[command(
     name = "audiocpp_cli",
     version = audiocpp_engine::VERSION,
-    about = "Run audio models (VAD, ASR) on CPU, CUDA or HIP/ROCm through ggml",
-    after_help = "Examples:\n  audiocpp_cli --task vad --family silero_vad --model ggml-silero-v6.2.0.bin --audio in.wav\n  audiocpp_cli --task convert --family silero_vad --model ggml-silero-v6.2.0.bin --out silero.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --out whisper-tiny.en.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --quantize q8_0 --out whisper-tiny.en-q8_0.gguf\n  audiocpp_cli --task asr --family whisper --model whisper-tiny.en.gguf --audio in.wav --text-out in.txt\n  audiocpp_cli --list-devices --json"
+    about = "Run audio models (VAD, ASR, TTS) on CPU, CUDA or HIP/ROCm through ggml",
+    after_help = "Examples:\n  audiocpp_cli --task vad --family silero_vad --model ggml-silero-v6.2.0.bin --audio in.wav\n  audiocpp_cli --task convert --family silero_vad --model ggml-silero-v6.2.0.bin --out silero.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --out whisper-tiny.en.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --quantize q8_0 --out whisper-tiny.en-q8_0.gguf\n  audiocpp_cli --task asr --family whisper --model whisper-tiny.en.gguf --audio in.wav --text-out in.txt\n  audiocpp_cli --task tts --family kokoro --model kokoro.gguf --text \"Hello there.\" --voice af_heart --out hello.wav\n  audiocpp_cli --list-voices --family kokoro --model kokoro.gguf\n  audiocpp_cli --list-devices --json"
 )]
 struct Flags {
-    /// Task to run: vad, asr, convert, info (load the model and describe it).
+    /// Task to run: vad, asr, tts, convert, info (load the model and describe it).
     #[arg(long)]
     task: Option<String>,
     /// Model family (see --list-loaders).
@@ -38,10 +40,30 @@ struct Flags {
     /// Input audio (WAV, FLAC, MP3; any rate and channel count).
     #[arg(long)]
     audio: Option<PathBuf>,
-    /// Input text (TTS families).
+    /// TTS: the text to speak.
     #[arg(long)]
     text: Option<String>,
-    /// Output file (convert: the GGUF to write).
+    /// TTS: read the text to speak from this UTF-8 file (at most 1 MiB).
+    #[arg(long, value_name = "FILE")]
+    text_file: Option<PathBuf>,
+    /// TTS: speak these phonemes (the family's alphabet, e.g. misaki's for Kokoro)
+    /// instead of text, skipping the text front end.
+    #[arg(long)]
+    phonemes: Option<String>,
+    /// TTS: the voice (see --list-voices; default: the model's first).
+    #[arg(long)]
+    voice: Option<String>,
+    /// TTS: speaking rate, from 0.25 to 4 (1: the voice's own).
+    #[arg(long, default_value_t = 1.0)]
+    speed: f32,
+    /// TTS: stop with an error once the speech passes this many seconds (default 1800).
+    #[arg(long, value_name = "SECONDS")]
+    max_speech_s: Option<f64>,
+    /// List the voices of --model (a TTS family's) and exit.
+    #[arg(long)]
+    list_voices: bool,
+    /// Output file (convert: the GGUF to write; tts: the WAV to write, `-` for standard
+    /// output).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Convert: store Whisper's linear-layer weights as q8_0 (8-bit blocks), or f16 to
@@ -216,10 +238,20 @@ fn run(flags: Flags) -> Result<(), Failure> {
     if flags.list_loaders {
         return list_loaders(flags.json);
     }
-    let task = flags
-        .task
-        .as_deref()
-        .ok_or_else(|| usage("--task is required (vad, asr, convert, info); see --help"))?;
+    let task = match (flags.task.as_deref(), flags.list_voices) {
+        (Some(task), false) | (Some(task @ "tts"), true) => task,
+        (None, true) => "tts",
+        (Some(task), true) => {
+            return Err(usage(format!(
+                "--list-voices is for TTS models, not --task {task}"
+            )))
+        }
+        (None, false) => {
+            return Err(usage(
+                "--task is required (vad, asr, tts, convert, info); see --help",
+            ))
+        }
+    };
     let family = flags
         .family
         .as_deref()
@@ -271,11 +303,9 @@ fn run(flags: Flags) -> Result<(), Failure> {
             Ok(())
         }
         "info" => run_info(&flags, family, model),
-        "tts" => Err(usage(format!(
-            "task '{task}' has no family in this build yet (available tasks: vad, asr, convert, info)"
-        ))),
+        "tts" => run_tts(&flags, family, model),
         other => Err(usage(format!(
-            "unknown task '{other}' (expected vad, asr, convert or info)"
+            "unknown task '{other}' (expected vad, asr, tts, convert or info)"
         ))),
     }
 }
@@ -327,6 +357,176 @@ fn convert_kokoro(flags: &Flags, model: &Path, out: &Path) -> Result<(), Failure
             r.bytes,
             r.tensors
         );
+    }
+    Ok(())
+}
+
+/// The largest `--text-file` read: far more text than an hour of speech, and a bound on
+/// what a mistaken path (a disk image, a log) makes the CLI read.
+const MAX_TEXT_FILE_BYTES: u64 = 1 << 20;
+
+/// What `--task tts` speaks, from exactly one of --text, --text-file, --phonemes.
+fn speech_input(flags: &Flags) -> Result<SpeechInput, Failure> {
+    let given: Vec<&str> = [
+        ("--text", flags.text.is_some()),
+        ("--text-file", flags.text_file.is_some()),
+        ("--phonemes", flags.phonemes.is_some()),
+    ]
+    .iter()
+    .filter(|(_, g)| *g)
+    .map(|(f, _)| *f)
+    .collect();
+    if given.len() > 1 {
+        return Err(usage(format!(
+            "{} were given; --task tts speaks one of them",
+            given.join(" and ")
+        )));
+    }
+    let (flag, input) = if let Some(t) = &flags.text {
+        ("--text", SpeechInput::Text(t.clone()))
+    } else if let Some(p) = &flags.phonemes {
+        ("--phonemes", SpeechInput::Phonemes(p.clone()))
+    } else if let Some(path) = &flags.text_file {
+        let cannot = |why: String| usage(format!("--text-file '{}': {why}", path.display()));
+        let file = std::fs::File::open(path).map_err(|e| cannot(format!("cannot read it: {e}")))?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(file, MAX_TEXT_FILE_BYTES + 1),
+            &mut bytes,
+        )
+        .map_err(|e| cannot(format!("cannot read it: {e}")))?;
+        if bytes.len() as u64 > MAX_TEXT_FILE_BYTES {
+            return Err(cannot(format!(
+                "it is larger than {MAX_TEXT_FILE_BYTES} bytes; split it into smaller files"
+            )));
+        }
+        let text =
+            String::from_utf8(bytes).map_err(|e| cannot(format!("it is not UTF-8 text ({e})")))?;
+        ("--text-file", SpeechInput::Text(text))
+    } else {
+        return Err(usage(
+            "--task tts needs --text TEXT, --text-file FILE or --phonemes PHONEMES",
+        ));
+    };
+    let (SpeechInput::Text(t) | SpeechInput::Phonemes(t)) = &input;
+    if t.trim().is_empty() {
+        return Err(usage(format!("{flag} is empty: give something to speak")));
+    }
+    Ok(input)
+}
+
+/// `--task tts` (and `--list-voices`): speaks the input and writes a 16-bit WAV through
+/// the one output writer; with `--out -` the WAV goes to stdout and the report to stderr.
+fn run_tts(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
+    if let Some(flag) = [
+        ("--audio", flags.audio.is_some()),
+        ("--text-out", flags.text_out.is_some()),
+        ("--vad-model", flags.vad_model.is_some()),
+        ("--quantize", flags.quantize.is_some()),
+    ]
+    .iter()
+    .find(|(_, given)| *given)
+    .map(|(f, _)| f)
+    {
+        return Err(usage(format!("{flag} is not a flag of --task tts")));
+    }
+    let opts = RuntimeOptions {
+        backend: flags.backend.parse::<BackendKind>()?,
+        device: flags.device,
+        threads: flags.threads,
+    };
+    if flags.list_voices {
+        let tts = TtsModel::load(family, model, flags.model_spec_override.as_deref(), &opts)?;
+        let voices = tts.voices();
+        if flags.json {
+            let v = serde_json::json!({ "family": family, "sample_rate": tts.sample_rate(), "voices": voices });
+            out!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
+        } else {
+            out!("family={family}");
+            out!("sample_rate={}", tts.sample_rate());
+            out!("voices={}", voices.len());
+            for v in &voices {
+                out!("voice={v}");
+            }
+        }
+        return Ok(());
+    }
+    let input = speech_input(flags)?;
+    if !flags.speed.is_finite() || !tasks::SPEED_RANGE.contains(&flags.speed) {
+        return Err(usage(format!(
+            "--speed {} is out of range: give a rate from {} to {}",
+            flags.speed,
+            tasks::SPEED_RANGE.start(),
+            tasks::SPEED_RANGE.end()
+        )));
+    }
+    let max_speech_s = flags.max_speech_s.unwrap_or(tasks::DEFAULT_MAX_SPEECH_S);
+    if !(max_speech_s.is_finite() && max_speech_s > 0.0) {
+        return Err(usage(format!(
+            "--max-speech-s {max_speech_s} must be a positive number of seconds"
+        )));
+    }
+    let out_path = flags
+        .out
+        .as_deref()
+        .ok_or_else(|| usage("--task tts needs --out FILE.wav (or --out - for standard output)"))?;
+    // Refuse an output that cannot be written (a directory) before synthesizing.
+    output::plan(out_path)?;
+    let mut tts = TtsModel::load(family, model, flags.model_spec_override.as_deref(), &opts)?;
+    let voices = tts.voices();
+    if let Some(v) = flags.voice.as_ref().filter(|v| !voices.contains(v)) {
+        return Err(usage(format!(
+            "--voice '{v}' is not a voice of this model (voices: {}; see --list-voices)",
+            voices.join(", ")
+        )));
+    }
+    if matches!(input, SpeechInput::Phonemes(_)) && !tts.takes_phonemes() {
+        return Err(usage(format!(
+            "--phonemes: family '{family}' takes text, not phonemes (use --text)"
+        )));
+    }
+    let req = SpeechRequest {
+        input,
+        voice: flags.voice.clone(),
+        speed: flags.speed,
+    };
+    let mut samples = Vec::new();
+    let stats = tts.run_streamed(&req, max_speech_s, &mut |chunk| {
+        samples.extend_from_slice(chunk);
+        Ok(())
+    })?;
+    output::write_wav(out_path, &samples, stats.sample_rate)?;
+    let rtf = if stats.audio_seconds > 0.0 {
+        stats.inference_ms / 1000.0 / stats.audio_seconds
+    } else {
+        0.0
+    };
+    let to_stdout = out_path.as_os_str() == "-";
+    let report = if flags.json {
+        let mut v = serde_json::to_value(&stats).expect("serialises");
+        v["task"] = "tts".into();
+        v["out"] = out_path.display().to_string().into();
+        v["rtf"] = rtf.into();
+        serde_json::to_string_pretty(&v).expect("serialises")
+    } else {
+        format!(
+            "task=tts\nfamily={}\ndevice={}\nspec_source={}\nvoice={}\nsample_rate={}\nsentences={}\naudio_seconds={:.3}\nfirst_audio_ms={:.2}\ninference_ms={:.2}\nrtf={rtf:.5}\nout={}",
+            stats.family,
+            stats.device,
+            stats.spec_source,
+            stats.voice,
+            stats.sample_rate,
+            stats.sentences,
+            stats.audio_seconds,
+            stats.first_audio_ms,
+            stats.inference_ms,
+            out_path.display()
+        )
+    };
+    if to_stdout {
+        eprintln!("{report}");
+    } else {
+        out!("{report}");
     }
     Ok(())
 }
@@ -650,14 +850,15 @@ fn list_devices(json: bool) -> Result<(), Failure> {
 }
 
 fn list_loaders(json: bool) -> Result<(), Failure> {
+    let loaders: Vec<_> = families::all_loaders().collect();
     if json {
         out!(
             "{}",
-            serde_json::to_string_pretty(&families::LOADERS).expect("serialises")
+            serde_json::to_string_pretty(&loaders).expect("serialises")
         );
         return Ok(());
     }
-    for l in families::LOADERS {
+    for l in loaders {
         out!(
             "loader={} tasks={} formats={} | {}",
             l.family,

@@ -9,6 +9,10 @@
 //! gets replaced. Every write error (a full disk, `/dev/full`) is an error, and
 //! [`remove_partials`] lets a front end's signal handler delete what an interrupted
 //! write left.
+//!
+//! Synthesized audio is written as 16-bit PCM WAV ([`wav_bytes`]); [`wav_header`] also
+//! makes the header of a WAV streamed before its length is known, as OpenAI's speech
+//! endpoint streams them.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -213,6 +217,69 @@ fn keep_permissions(target: &Path, partial: &Path) {
     }
 }
 
+/// Bytes of a canonical WAV header (RIFF, `fmt ` of PCM, `data`).
+pub const WAV_HEADER_BYTES: usize = 44;
+
+/// The size both WAV length fields hold when the length is unknown (a streamed WAV),
+/// as OpenAI's speech endpoint writes them.
+pub const WAV_UNKNOWN_LENGTH: u32 = u32::MAX;
+
+/// A mono 16-bit PCM WAV header for `data_bytes` of samples, or with
+/// [`WAV_UNKNOWN_LENGTH`] in both length fields when `None` (streaming) or when the
+/// data is too long for the 32-bit fields.
+pub fn wav_header(sample_rate: u32, data_bytes: Option<usize>) -> [u8; WAV_HEADER_BYTES] {
+    let (riff, data) = match data_bytes.and_then(|n| u32::try_from(n).ok()) {
+        Some(n) if n <= u32::MAX - 36 => (n + 36, n),
+        _ => (WAV_UNKNOWN_LENGTH, WAV_UNKNOWN_LENGTH),
+    };
+    let mut h = [0u8; WAV_HEADER_BYTES];
+    h[0..4].copy_from_slice(b"RIFF");
+    h[4..8].copy_from_slice(&riff.to_le_bytes());
+    h[8..16].copy_from_slice(b"WAVEfmt ");
+    h[16..20].copy_from_slice(&16u32.to_le_bytes());
+    h[20..22].copy_from_slice(&1u16.to_le_bytes()); // PCM
+    h[22..24].copy_from_slice(&1u16.to_le_bytes()); // mono
+    h[24..28].copy_from_slice(&sample_rate.to_le_bytes());
+    h[28..32].copy_from_slice(&sample_rate.saturating_mul(2).to_le_bytes());
+    h[32..34].copy_from_slice(&2u16.to_le_bytes()); // block align
+    h[34..36].copy_from_slice(&16u16.to_le_bytes()); // bits per sample
+    h[36..40].copy_from_slice(b"data");
+    h[40..44].copy_from_slice(&data.to_le_bytes());
+    h
+}
+
+/// Samples in -1..1 as 16-bit little-endian PCM: clamped, rounded, NaN as silence.
+pub fn pcm16_le(samples: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(samples.len() * 2);
+    for &x in samples {
+        let x = if x.is_nan() { 0.0 } else { x.clamp(-1.0, 1.0) };
+        out.extend_from_slice(&((x * 32767.0).round() as i16).to_le_bytes());
+    }
+    out
+}
+
+/// A whole mono 16-bit PCM WAV file; audio too long for WAV's 32-bit sizes (over
+/// 2^31 samples) is refused.
+pub fn wav_bytes(samples: &[f32], sample_rate: u32) -> Result<Vec<u8>> {
+    let data = samples.len().saturating_mul(2);
+    if u32::try_from(data).map_or(true, |n| n > u32::MAX - 36) {
+        return Err(EngineError::Usage(format!(
+            "{} samples are too long for a WAV file (at most {} at 16 bits)",
+            samples.len(),
+            (u32::MAX - 36) / 2
+        )));
+    }
+    let mut out = Vec::with_capacity(WAV_HEADER_BYTES + data);
+    out.extend_from_slice(&wav_header(sample_rate, Some(data)));
+    out.extend_from_slice(&pcm16_le(samples));
+    Ok(out)
+}
+
+/// Writes mono samples to `path` as a 16-bit PCM WAV, through [`write_bytes`].
+pub fn write_wav(path: &Path, samples: &[f32], sample_rate: u32) -> Result<()> {
+    write_bytes(path, &wav_bytes(samples, sample_rate)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,6 +365,32 @@ mod tests {
         assert_eq!(size, 5);
         assert_eq!(std::fs::read(&out).unwrap(), b"whole");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn wav_files_read_back_through_hound() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("tone.wav");
+        let samples: Vec<f32> = (0..2400).map(|i| (i as f32 * 0.05).sin() * 0.8).collect();
+        let mut with_edges = samples.clone();
+        with_edges.extend([2.0, -2.0, f32::NAN]);
+        write_wav(&out, &with_edges, 24_000).unwrap();
+        let mut r = hound::WavReader::open(&out).unwrap();
+        let spec = r.spec();
+        assert_eq!(
+            (spec.sample_rate, spec.channels, spec.bits_per_sample),
+            (24_000, 1, 16)
+        );
+        let back: Vec<i16> = r.samples::<i16>().map(|s| s.unwrap()).collect();
+        assert_eq!(back.len(), 2403);
+        for (a, b) in samples.iter().zip(&back) {
+            assert!((a - *b as f32 / 32767.0).abs() <= 0.5 / 32767.0 + 1e-6);
+        }
+        assert_eq!(&back[2400..], [32767, -32767, 0], "clamped, NaN silent");
+        let streamed = wav_header(24_000, None);
+        assert_eq!(&streamed[4..8], &[0xff; 4]);
+        assert_eq!(&streamed[40..44], &[0xff; 4]);
+        assert_eq!(&streamed[..4], b"RIFF");
     }
 
     #[test]

@@ -701,6 +701,132 @@ pub trait Synthesizer: Send {
 /// Speaking rates a request may ask for.
 pub const SPEED_RANGE: std::ops::RangeInclusive<f32> = 0.25..=4.0;
 
+/// The longest speech a request makes by default, in seconds (the CLI's
+/// `--max-speech-s`, the server's `max_speech_s`): synthesis stops with an error once
+/// the audio passes it, so no input makes unbounded audio.
+pub const DEFAULT_MAX_SPEECH_S: f64 = 1800.0;
+
+/// What a streamed text-to-speech run produced, less the samples (which went to the
+/// caller sentence by sentence).
+#[derive(Debug, Clone, Serialize)]
+pub struct SpeechStats {
+    /// Family that ran.
+    pub family: String,
+    /// Device that ran it.
+    pub device: String,
+    /// Spec source (`embedded`, `gguf-metadata`, `disk:...`).
+    pub spec_source: String,
+    /// The voice that spoke.
+    pub voice: String,
+    /// Sample rate of the samples.
+    pub sample_rate: u32,
+    /// How many pieces the input was split into ([`sentences`]) and synthesized as.
+    pub sentences: usize,
+    /// Length of the audio in seconds.
+    pub audio_seconds: f64,
+    /// Wall time until the first sentence's audio was ready, in milliseconds.
+    pub first_audio_ms: f64,
+    /// Inference wall time in milliseconds (model load excluded).
+    pub inference_ms: f64,
+}
+
+/// Abbreviations whose period ends no sentence ("Dr. Smith").
+const ABBREVIATIONS: &[&str] = &[
+    "mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "no", "mt",
+];
+
+/// Splits text (or phonemes) into the pieces that are synthesized one after another: a
+/// piece ends after `.`, `!`, `?`, `…` (or their CJK forms) and any closing quotes or
+/// brackets, when whitespace or the end follows (a CJK mark needs no space), and at a
+/// blank line. A lone period after an abbreviation or a single letter ("Dr.", "J.")
+/// ends none; a piece without a letter or digit joins its neighbour. Pieces are
+/// trimmed; text with no letter or digit at all is one piece.
+pub fn sentences(text: &str) -> Vec<&str> {
+    let is_terminator = |c: char| matches!(c, '.' | '!' | '?' | '…' | '。' | '！' | '？');
+    let is_closer = |c: char| matches!(c, '"' | '\'' | '”' | '’' | ')' | ']' | '»' | '」');
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let mut pieces = Pieces::default();
+    let mut start = 0;
+    let mut i = 0;
+    while i < chars.len() {
+        let (at, c) = chars[i];
+        if is_terminator(c) {
+            let mut j = i + 1;
+            while j < chars.len() && is_terminator(chars[j].1) {
+                j += 1;
+            }
+            while j < chars.len() && is_closer(chars[j].1) {
+                j += 1;
+            }
+            let end = chars.get(j).map_or(text.len(), |(b, _)| *b);
+            let boundary =
+                j == chars.len() || chars[j].1.is_whitespace() || matches!(c, '。' | '！' | '？');
+            let abbreviation = c == '.' && j == i + 1 && ends_with_abbreviation(&text[start..at]);
+            if boundary && !abbreviation {
+                pieces.push(text, start, end);
+                start = end;
+            }
+            i = j;
+        } else {
+            let blank_line = c == '\n'
+                && text[at + 1..]
+                    .trim_start_matches(|c: char| c.is_whitespace() && c != '\n')
+                    .starts_with('\n');
+            if blank_line {
+                pieces.push(text, start, at);
+                start = at;
+            }
+            i += 1;
+        }
+    }
+    pieces.push(text, start, text.len());
+    if pieces.ranges.is_empty() {
+        let t = text.trim();
+        return if t.is_empty() { Vec::new() } else { vec![t] };
+    }
+    pieces.ranges.iter().map(|&(a, b)| &text[a..b]).collect()
+}
+
+/// The byte ranges [`sentences`] has found so far, and where a piece without a letter
+/// or digit that came before any other starts (it joins the next one).
+#[derive(Default)]
+struct Pieces {
+    ranges: Vec<(usize, usize)>,
+    lead: Option<usize>,
+}
+
+impl Pieces {
+    /// Adds `text[start..end]`, trimmed: a piece of its own when it holds a letter or a
+    /// digit, else joined to the piece before (or the next, when there is none before).
+    fn push(&mut self, text: &str, start: usize, end: usize) {
+        let piece = &text[start..end];
+        let trimmed = piece.trim_start();
+        let a = start + (piece.len() - trimmed.len());
+        let b = a + trimmed.trim_end().len();
+        if a == b {
+            return;
+        }
+        if text[a..b].chars().any(char::is_alphanumeric) {
+            self.ranges.push((self.lead.take().unwrap_or(a), b));
+        } else if let Some(last) = self.ranges.last_mut() {
+            last.1 = b;
+        } else {
+            self.lead.get_or_insert(a);
+        }
+    }
+}
+
+/// True when `before` (the text up to a period) ends in a known abbreviation or a
+/// single letter.
+fn ends_with_abbreviation(before: &str) -> bool {
+    let word = before
+        .rsplit(|c: char| c.is_whitespace() || c == '(' || c == '"')
+        .next()
+        .unwrap_or("");
+    (word.chars().count() == 1 && word.chars().all(char::is_alphabetic))
+        || ABBREVIATIONS.contains(&word.to_lowercase().as_str())
+}
+
 /// A loaded text-to-speech model, reusable across requests.
 pub struct TtsModel {
     synth: Box<dyn Synthesizer>,
@@ -743,9 +869,19 @@ impl TtsModel {
         self.synth.sample_rate()
     }
 
-    /// Checks the request against the model (errors name the parameter: `input`,
-    /// `voice`, `speed`), then speaks it.
-    pub fn run(&mut self, req: &SpeechRequest) -> Result<SpeechOutput> {
+    /// True when it takes [`SpeechInput::Phonemes`] as well as text.
+    pub fn takes_phonemes(&self) -> bool {
+        self.synth.takes_phonemes()
+    }
+
+    /// The family it is.
+    pub fn family(&self) -> &str {
+        &self.family
+    }
+
+    /// Checks a request against the model without speaking it (errors name the
+    /// parameter: `input`, `voice`, `speed`); returns the voice that will speak.
+    pub fn check(&self, req: &SpeechRequest) -> Result<String> {
         let (SpeechInput::Text(text) | SpeechInput::Phonemes(text)) = &req.input;
         if text.trim().is_empty() {
             return Err(EngineError::Usage(
@@ -767,30 +903,130 @@ impl TtsModel {
             )));
         }
         let voices = self.synth.voices();
-        let voice = match &req.voice {
+        match &req.voice {
             None => voices.first().cloned().ok_or_else(|| {
                 EngineError::Usage(format!("family '{}' has no voices", self.family))
-            })?,
-            Some(v) if voices.contains(v) => v.clone(),
-            Some(v) => {
-                return Err(EngineError::Usage(format!(
-                    "parameter 'voice' is '{v}', which this model does not have (voices: {})",
-                    voices.join(", ")
-                )))
-            }
-        };
-        let t0 = Instant::now();
-        let samples = self.synth.synthesize(&req.input, &voice, req.speed)?;
-        let sample_rate = self.synth.sample_rate();
+            }),
+            Some(v) if voices.contains(v) => Ok(v.clone()),
+            Some(v) => Err(EngineError::Usage(format!(
+                "parameter 'voice' is '{v}', which this model does not have (voices: {})",
+                voices.join(", ")
+            ))),
+        }
+    }
+
+    /// Checks the request ([`TtsModel::check`]), then speaks it whole, under
+    /// [`DEFAULT_MAX_SPEECH_S`].
+    pub fn run(&mut self, req: &SpeechRequest) -> Result<SpeechOutput> {
+        let mut samples = Vec::new();
+        let stats = self.run_streamed(req, DEFAULT_MAX_SPEECH_S, &mut |chunk| {
+            samples.extend_from_slice(chunk);
+            Ok(())
+        })?;
         Ok(SpeechOutput {
+            family: stats.family,
+            device: stats.device,
+            spec_source: stats.spec_source,
+            voice: stats.voice,
+            sample_rate: stats.sample_rate,
+            audio_seconds: stats.audio_seconds,
+            samples,
+            inference_ms: stats.inference_ms,
+        })
+    }
+
+    /// Checks the request, then speaks it piece by piece ([`sentences`]), handing each
+    /// piece's samples to `on_audio` as soon as they exist (a streaming server sends
+    /// them on). Once the audio passes `max_seconds` it stops with an error; an error
+    /// from `on_audio` (a client gone) stops it too.
+    pub fn run_streamed(
+        &mut self,
+        req: &SpeechRequest,
+        max_seconds: f64,
+        on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
+    ) -> Result<SpeechStats> {
+        let voice = self.check(req)?;
+        if !(max_seconds.is_finite() && max_seconds > 0.0) {
+            return Err(EngineError::Usage(format!(
+                "the speech limit {max_seconds} s must be a positive number of seconds"
+            )));
+        }
+        let (SpeechInput::Text(text) | SpeechInput::Phonemes(text)) = &req.input;
+        let pieces = sentences(text);
+        let sample_rate = self.synth.sample_rate();
+        let max_samples = (max_seconds * sample_rate as f64).ceil() as usize;
+        let t0 = Instant::now();
+        let mut first_audio_ms = 0.0;
+        let mut total = 0usize;
+        for (i, piece) in pieces.iter().enumerate() {
+            let input = match req.input {
+                SpeechInput::Text(_) => SpeechInput::Text(piece.to_string()),
+                SpeechInput::Phonemes(_) => SpeechInput::Phonemes(piece.to_string()),
+            };
+            let samples = self.synth.synthesize(&input, &voice, req.speed)?;
+            total += samples.len();
+            if total > max_samples {
+                return Err(EngineError::Usage(format!(
+                    "the speech passed the limit of {max_seconds} s of audio at sentence {} of {}; \
+                     give a shorter input, or raise it with --max-speech-s (server.json: max_speech_s)",
+                    i + 1,
+                    pieces.len()
+                )));
+            }
+            if i == 0 {
+                first_audio_ms = t0.elapsed().as_secs_f64() * 1000.0;
+            }
+            on_audio(&samples)?;
+        }
+        Ok(SpeechStats {
             family: self.family.clone(),
             device: self.synth.device(),
             spec_source: self.spec_source.to_string(),
             voice,
             sample_rate,
-            audio_seconds: samples.len() as f64 / sample_rate as f64,
-            samples,
+            sentences: pieces.len(),
+            audio_seconds: total as f64 / sample_rate as f64,
+            first_audio_ms,
             inference_ms: t0.elapsed().as_secs_f64() * 1000.0,
         })
+    }
+}
+
+#[cfg(test)]
+mod sentence_tests {
+    use super::sentences;
+
+    #[test]
+    fn text_splits_at_sentence_ends_only() {
+        assert_eq!(
+            sentences("Hello there. How are you? Fine!  "),
+            ["Hello there.", "How are you?", "Fine!"]
+        );
+        assert_eq!(
+            sentences("Dr. Smith met J. R. Jones at 3.5 km. \"Really?\" she asked."),
+            [
+                "Dr. Smith met J. R. Jones at 3.5 km.",
+                "\"Really?\"",
+                "she asked."
+            ]
+        );
+        assert_eq!(
+            sentences("Wait... what?! No (really.) Yes"),
+            ["Wait...", "what?!", "No (really.)", "Yes"]
+        );
+        assert_eq!(
+            sentences("First paragraph\n\nSecond one\nstill second"),
+            ["First paragraph", "Second one\nstill second"]
+        );
+        assert_eq!(sentences("一つ。二つ！"), ["一つ。", "二つ！"]);
+        assert_eq!(sentences("həlˈoʊ. wˈɜɹld!"), ["həlˈoʊ.", "wˈɜɹld!"]);
+    }
+
+    #[test]
+    fn punctuation_never_stands_alone() {
+        assert_eq!(sentences("Hi. ... ! Bye."), ["Hi. ... !", "Bye."]);
+        assert_eq!(sentences("... Hi."), ["... Hi."]);
+        assert_eq!(sentences(" ?! "), ["?!"]);
+        assert!(sentences("  \n ").is_empty());
     }
 }

@@ -44,6 +44,10 @@ pub struct Config {
     /// Lowest audio sample rate accepted, in Hz (400 below it).
     #[serde(default = "default_min_sample_rate_hz")]
     pub min_sample_rate_hz: u32,
+    /// Longest speech `POST /v1/audio/speech` makes, in seconds: synthesis stops once
+    /// the audio passes it (400 before any audio was sent; a cut stream after).
+    #[serde(default = "default_max_speech_s")]
+    pub max_speech_s: f64,
     /// Most connections open at once; one more gets 503 and is closed.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
@@ -69,7 +73,7 @@ pub struct ModelEntry {
     pub path: PathBuf,
     /// Family (see `audiocpp_cli --list-loaders`).
     pub family: String,
-    /// Task: `vad` (or `asr` once an ASR family exists).
+    /// Task: `vad`, `asr` or `tts`.
     pub task: String,
     /// Load on first request instead of at start.
     #[serde(default)]
@@ -120,6 +124,9 @@ fn default_shutdown_timeout_ms() -> u64 {
 fn default_max_audio_s() -> f64 {
     audiocpp_engine::audio::DEFAULT_MAX_AUDIO_S
 }
+fn default_max_speech_s() -> f64 {
+    audiocpp_engine::tasks::DEFAULT_MAX_SPEECH_S
+}
 fn default_min_sample_rate_hz() -> u32 {
     audiocpp_engine::audio::DEFAULT_MIN_SAMPLE_RATE_HZ
 }
@@ -165,9 +172,9 @@ impl Config {
             }
             let loader = audiocpp_engine::families::find(&m.family)
                 .map_err(|e| format!("model '{}': {e}", m.id))?;
-            if !["vad", "asr"].contains(&m.task.as_str()) {
+            if !["vad", "asr", "tts"].contains(&m.task.as_str()) {
                 return Err(format!(
-                    "model '{}': unknown task '{}' (expected vad or asr)",
+                    "model '{}': unknown task '{}' (expected vad, asr or tts)",
                     m.id, m.task
                 ));
             }
@@ -236,6 +243,12 @@ impl Config {
                     "cors_origins: '{o}' is not an origin (expected \"*\" or scheme://host[:port], e.g. http://localhost:3000)"
                 ));
             }
+        }
+        if !(self.max_speech_s.is_finite() && self.max_speech_s > 0.0) {
+            return Err(format!(
+                "max_speech_s is {}; it must be a positive number of seconds",
+                self.max_speech_s
+            ));
         }
         self.audio_limits()
             .validate()

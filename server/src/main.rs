@@ -7,6 +7,7 @@
 mod config;
 mod languages;
 mod listener;
+mod speech;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use audiocpp_engine::backend::{BackendKind, RuntimeOptions};
-use audiocpp_engine::tasks::{AsrModel, AsrOutput, VadModel, VadOutput};
+use audiocpp_engine::tasks::{AsrModel, AsrOutput, TtsModel, VadModel, VadOutput};
 use audiocpp_engine::vad::VadParams;
 use axum::extract::{DefaultBodyLimit, Multipart, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
@@ -62,6 +63,8 @@ enum Loaded {
     Vad(Box<VadModel>),
     /// Speech recognition, with the VAD model that cuts its audio when configured.
     Asr(Box<AsrModel>, Option<Box<VadModel>>),
+    /// Speech synthesis.
+    Tts(Box<TtsModel>),
 }
 
 /// Where a served model stands.
@@ -95,6 +98,8 @@ struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    /// The request parameter at fault, when one is.
+    param: Option<&'static str>,
 }
 
 impl ApiError {
@@ -103,10 +108,18 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            param: None,
         }
     }
     fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+    /// A 400 naming the parameter at fault.
+    fn bad_param(param: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            param: Some(param),
+            ..Self::bad_request(message)
+        }
     }
 }
 
@@ -118,7 +131,7 @@ impl IntoResponse for ApiError {
             s if s.is_server_error() => "server_error",
             _ => "invalid_request_error",
         };
-        let body = json!({ "error": { "message": self.message, "type": kind, "param": null, "code": self.code } });
+        let body = json!({ "error": { "message": self.message, "type": kind, "param": self.param, "code": self.code } });
         (self.status, Json(body)).into_response()
     }
 }
@@ -267,6 +280,8 @@ async fn load(entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<Loaded, St
                 };
                 Ok(Loaded::Asr(Box::new(m), vad))
             }),
+            "tts" => TtsModel::load(&entry.family, &entry.path, spec, &runtime)
+                .map(|m| Loaded::Tts(Box::new(m))),
             _ => VadModel::load(&entry.family, &entry.path, spec, &runtime)
                 .map(|m| Loaded::Vad(Box::new(m))),
         };
@@ -282,7 +297,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models/{id}", get(get_model))
         .route("/v1/tasks/run", post(run_task))
         .route("/v1/audio/transcriptions", post(transcriptions))
-        .route("/v1/audio/speech", post(speech))
+        .route("/v1/audio/speech", post(speech::speech))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             require_api_key,
@@ -632,10 +647,12 @@ fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
 use axum::extract::FromRequest;
 
 fn slot<'a>(state: &'a AppState, req: &AudioRequest, task: &str) -> Result<&'a Slot, ApiError> {
-    let id = req
-        .model
-        .as_deref()
-        .ok_or_else(|| ApiError::bad_request("the 'model' field is required"))?;
+    slot_by_id(state, req.model.as_deref(), task)
+}
+
+/// The served model a request's `model` field names, checked to do `task`.
+fn slot_by_id<'a>(state: &'a AppState, id: Option<&str>, task: &str) -> Result<&'a Slot, ApiError> {
+    let id = id.ok_or_else(|| ApiError::bad_param("model", "the 'model' field is required"))?;
     let slot = state.slots.get(id).ok_or_else(|| model_not_found(id))?;
     if slot.entry.task != task {
         return Err(ApiError::bad_request(format!(
@@ -675,14 +692,12 @@ fn decode_upload(
         })
 }
 
-/// Runs `work` on a slot's model on a blocking thread, waiting at most
-/// `busy_timeout_ms` for the model (503 `server_busy`) and loading it first if lazy.
-/// Returns the result and the wall time in milliseconds.
-async fn with_model<T, F>(state: &Arc<AppState>, slot: &Slot, work: F) -> Result<(T, f64), ApiError>
-where
-    T: Send + 'static,
-    F: FnOnce(&mut Loaded) -> Result<T, ApiError> + Send + 'static,
-{
+/// Takes a slot's model for one request: waits at most `busy_timeout_ms` for it (503
+/// `server_busy`), loads it first if lazy, and refuses a failed one (503).
+async fn acquire(
+    state: &Arc<AppState>,
+    slot: &Slot,
+) -> Result<tokio::sync::OwnedMutexGuard<SlotState>, ApiError> {
     let busy = Duration::from_millis(state.cfg.busy_timeout_ms);
     let mut guard = tokio::time::timeout(busy, slot.model.clone().lock_owned())
         .await
@@ -712,28 +727,48 @@ where
             ),
         ));
     }
+    Ok(guard)
+}
+
+/// Runs `work` on a taken model ([`acquire`]) on the calling (blocking) thread; a panic
+/// in it is logged, marks the model for a reload, and answers 500.
+fn run_guarded<T>(
+    guard: &mut SlotState,
+    id: &str,
+    work: impl FnOnce(&mut Loaded) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    let SlotState::Ready(loaded) = guard else {
+        unreachable!("acquire returns ready models only");
+    };
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(loaded)));
+    run.unwrap_or_else(|detail| {
+        // The model's state is unknown after a panic: load it afresh next time.
+        eprintln!(
+            "error: model '{id}' panicked: {}; it is reloaded on the next request",
+            panic_text(&*detail)
+        );
+        *guard = SlotState::Unloaded;
+        Err(internal())
+    })
+}
+
+/// Runs `work` on a slot's model on a blocking thread, waiting at most
+/// `busy_timeout_ms` for the model (503 `server_busy`) and loading it first if lazy.
+/// Returns the result and the wall time in milliseconds.
+async fn with_model<T, F>(state: &Arc<AppState>, slot: &Slot, work: F) -> Result<(T, f64), ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Loaded) -> Result<T, ApiError> + Send + 'static,
+{
+    let mut guard = acquire(state, slot).await?;
     let started = Instant::now();
     let id = slot.entry.id.clone();
-    let result = tokio::task::spawn_blocking(move || {
-        let SlotState::Ready(loaded) = &mut *guard else {
-            unreachable!("checked above");
-        };
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(loaded)));
-        run.unwrap_or_else(|detail| {
-            // The model's state is unknown after a panic: load it afresh next time.
-            eprintln!(
-                "error: model '{id}' panicked: {}; it is reloaded on the next request",
-                panic_text(&*detail)
-            );
-            *guard = SlotState::Unloaded;
-            Err(internal())
-        })
-    })
-    .await
-    .map_err(|e| {
-        eprintln!("error: inference task failed: {e}");
-        internal()
-    })??;
+    let result = tokio::task::spawn_blocking(move || run_guarded(&mut guard, &id, work))
+        .await
+        .map_err(|e| {
+            eprintln!("error: inference task failed: {e}");
+            internal()
+        })??;
     Ok((result, started.elapsed().as_secs_f64() * 1000.0))
 }
 
@@ -958,12 +993,4 @@ fn subtitles(out: &AsrOutput, vtt: bool) -> String {
         ));
     }
     text
-}
-
-async fn speech() -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "tts_unavailable",
-        "this build has no text-to-speech family yet",
-    )
 }

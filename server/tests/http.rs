@@ -197,13 +197,14 @@ fn errors_have_openai_bodies_and_status_codes() {
     let (status, v, _) = post(
         &format!("{}/v1/audio/speech", s.base),
         "application/json",
-        b"{}",
+        br#"{"model": "silero", "input": "hi"}"#,
         None,
     );
-    assert_eq!(
-        (status, v["error"]["code"].as_str()),
-        (501, Some("tts_unavailable"))
-    );
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("does task 'vad', not 'tts'"));
 
     let (status, _, _) = post(
         &format!("{}/v1/tasks/run", s.base),

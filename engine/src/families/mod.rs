@@ -2,10 +2,20 @@
 //! ([`LoaderInfo`], which `--list-loaders` prints), which legacy containers it reads
 //! ([`LEGACY_FORMATS`]), and what it loads for the text-to-speech task ([`tts_loader`]).
 //! A new family is a module here, its lines in these tables and a model spec.
+//!
+//! The test-only family [`test_tone`] is compiled into this crate's own tests and, through
+//! the cargo feature `test-families`, into the CLI's and server's tests (their
+//! dev-dependency turns it on); release and `dist` builds never carry it, and a
+//! `deployment` build with it does not compile.
+
+#[cfg(all(feature = "deployment", feature = "test-families"))]
+compile_error!(
+    "the test-only families (feature `test-families`) must not be in a deployment build"
+);
 
 pub mod kokoro;
 pub mod silero_vad;
-#[cfg(test)]
+#[cfg(any(test, feature = "test-families"))]
 pub mod test_tone;
 pub mod whisper;
 
@@ -47,15 +57,7 @@ pub const LOADERS: &[LoaderInfo] = &[
         description:
             "OpenAI Whisper speech recognition (tiny.en tested), greedy decoding without timestamps",
     },
-    LoaderInfo {
-        family: "kokoro",
-        tasks: &["convert"],
-        formats: &[
-            "gguf",
-            "onnx (the int8 Kokoro-82M v1.0 export, with --voices, --vocab, --lexicons; convert only)",
-        ],
-        description: "Kokoro-82M v1.0 text to speech (24 kHz)",
-    },
+    kokoro::INFO,
 ];
 
 /// The loader of a family, or an error listing the known ones.
@@ -104,30 +106,36 @@ pub type TtsLoader = fn(
     Runtime,
 ) -> crate::error::Result<Box<dyn Synthesizer>>;
 
-/// The text-to-speech loader of `family`, if it has one. (No shipped family does yet;
-/// the test family [`test_tone`] exercises the interface.)
+/// The text-to-speech loader of `family`, if it has one (the shipped families', then in
+/// test builds the test-only ones').
 pub fn tts_loader(family: &str) -> Option<TtsLoader> {
     TTS_LOADERS
         .iter()
+        .chain(TEST_TTS_LOADERS)
         .find(|(f, _)| *f == family)
         .map(|(_, load)| *load)
 }
 
-/// The families that speak, with their loaders (only the test family so far).
-#[cfg(test)]
-const TTS_LOADERS: &[(&str, TtsLoader)] = &[(test_tone::INFO.family, test_tone::load)];
-/// No shipped family speaks yet.
-#[cfg(not(test))]
-const TTS_LOADERS: &[(&str, TtsLoader)] = &[];
+/// The shipped families that speak, with their loaders.
+const TTS_LOADERS: &[(&str, TtsLoader)] = &[(kokoro::INFO.family, kokoro::load)];
 
-/// The test-only families, registered in this crate's tests only.
-#[cfg(test)]
+/// The test-only families that speak (test builds only).
+#[cfg(any(test, feature = "test-families"))]
+const TEST_TTS_LOADERS: &[(&str, TtsLoader)] = &[(test_tone::INFO.family, test_tone::load)];
+/// No test-only family outside test builds.
+#[cfg(not(any(test, feature = "test-families")))]
+const TEST_TTS_LOADERS: &[(&str, TtsLoader)] = &[];
+
+/// The test-only families (test builds only).
+#[cfg(any(test, feature = "test-families"))]
 const TEST_ONLY: &[LoaderInfo] = &[test_tone::INFO];
-/// No test-only family outside this crate's tests.
-#[cfg(not(test))]
+/// No test-only family outside test builds.
+#[cfg(not(any(test, feature = "test-families")))]
 const TEST_ONLY: &[LoaderInfo] = &[];
 
-/// [`LOADERS`] and, in this crate's tests, the test-only families.
-fn all_loaders() -> impl Iterator<Item = &'static LoaderInfo> {
+/// Every family this build loads: [`LOADERS`] and, in test builds, the test-only
+/// families (what `--list-loaders` prints, so a build's listing shows whether it
+/// carries them).
+pub fn all_loaders() -> impl Iterator<Item = &'static LoaderInfo> {
     LOADERS.iter().chain(TEST_ONLY)
 }

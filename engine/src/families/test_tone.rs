@@ -1,7 +1,10 @@
 //! A test-only text-to-speech family: one tone per character, pitched by the voice,
 //! its length set by the speed, scaled by a gain tensor from the model file. It
 //! exercises the TTS task interface ([`crate::tasks::TtsModel`]) and the registry the
-//! way a real family (Kokoro) will: a module, its registry lines and a spec.
+//! way a real family (Kokoro) will: a module, its registry lines and a spec. The spec's
+//! optional hparam `compute_ms_per_char` makes each call take that long per character,
+//! standing in for a real model's compute, so tests can watch streamed audio leave
+//! before synthesis ends. Compiled only into test builds (feature `test-families`).
 
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
@@ -23,13 +26,51 @@ pub const INFO: LoaderInfo = LoaderInfo {
 const VOICES: &[(&str, f32)] = &[("low", 220.0), ("high", 440.0)];
 
 /// Seconds of tone per character at speed 1.
-const CHAR_SECONDS: f32 = 0.05;
+pub const CHAR_SECONDS: f32 = 0.05;
+
+/// The most `compute_ms_per_char` a spec may ask for.
+const MAX_COMPUTE_MS_PER_CHAR: u64 = 1000;
 
 /// The loaded "model".
 struct ToneModel {
     gain: f32,
     sample_rate: u32,
+    compute_ms_per_char: u64,
     runtime: Runtime,
+}
+
+/// Writes a test_tone model as `--task convert` makes GGUFs: the family and the spec
+/// embedded, and the one tensor `tone.gain`. For tests of the front ends.
+pub fn write_model(
+    path: &std::path::Path,
+    sample_rate: u32,
+    gain: f32,
+    compute_ms_per_char: u64,
+) -> Result<()> {
+    let spec = serde_json::json!({
+        "family": INFO.family, "task": "tts", "description": INFO.description,
+        "sample_rate": sample_rate,
+        "hparams": { "compute_ms_per_char": compute_ms_per_char },
+        "tensors": { "tone.gain": [1] }, "defaults": {},
+    });
+    let meta = [
+        (
+            crate::model_file::GGUF_FAMILY_KEY.to_string(),
+            crate::ggml::GgufValue::Str(INFO.family.into()),
+        ),
+        (
+            crate::spec::GGUF_SPEC_KEY.to_string(),
+            crate::ggml::GgufValue::Str(spec.to_string()),
+        ),
+    ];
+    let gain = crate::ggml::HostTensor {
+        name: "tone.gain".into(),
+        dtype: DType::F32,
+        ne: vec![1],
+        data: gain.to_le_bytes().to_vec(),
+    };
+    crate::ggml::write_gguf(path, &meta, &[gain])?;
+    Ok(())
 }
 
 /// Loads the model: its one tensor, `tone.gain` ([1] f32), checked by name and shape.
@@ -41,9 +82,22 @@ pub fn load(file: &ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Box<
             path: file.path.clone(),
             reason: "tensor 'tone.gain' ([1] f32) is missing".into(),
         })?;
+    let compute_ms_per_char = match spec.hparams.get("compute_ms_per_char") {
+        None => 0,
+        Some(v) => v
+            .as_u64()
+            .filter(|ms| *ms <= MAX_COMPUTE_MS_PER_CHAR)
+            .ok_or_else(|| EngineError::Model {
+                path: file.path.clone(),
+                reason: format!(
+                    "hparam 'compute_ms_per_char' is {v}; it must be an integer from 0 to {MAX_COMPUTE_MS_PER_CHAR}"
+                ),
+            })?,
+    };
     Ok(Box::new(ToneModel {
         gain: t.to_f32()[0],
         sample_rate: spec.sample_rate,
+        compute_ms_per_char,
         runtime,
     }))
 }
@@ -72,8 +126,14 @@ impl Synthesizer for ToneModel {
             .find(|(v, _)| *v == voice)
             .map(|(_, p)| *p)
             .expect("TtsModel checks the voice");
+        let chars = text.chars().count();
+        if self.compute_ms_per_char > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(
+                self.compute_ms_per_char * chars as u64,
+            ));
+        }
         let per_char = (CHAR_SECONDS / speed * self.sample_rate as f32) as usize;
-        let n = per_char * text.chars().count();
+        let n = per_char * chars;
         let step = std::f32::consts::TAU * pitch / self.sample_rate as f32;
         Ok((0..n)
             .map(|i| self.gain * (step * i as f32).sin())
@@ -84,35 +144,14 @@ impl Synthesizer for ToneModel {
 #[cfg(test)]
 mod tests {
     use crate::backend::RuntimeOptions;
-    use crate::ggml::{write_gguf, DType, GgufValue, HostTensor};
     use crate::tasks::{SpeechInput, SpeechRequest, TtsModel};
 
     const RATE: u32 = 8000;
 
     /// A test_tone GGUF with its spec embedded, as `--task convert` makes them.
     fn model(dir: &std::path::Path) -> std::path::PathBuf {
-        let spec = serde_json::json!({
-            "family": "test_tone", "task": "tts", "description": "test",
-            "sample_rate": RATE, "hparams": {}, "tensors": { "tone.gain": [1] }, "defaults": {},
-        });
         let path = dir.join("tone.gguf");
-        let meta = [
-            (
-                crate::model_file::GGUF_FAMILY_KEY.to_string(),
-                GgufValue::Str("test_tone".into()),
-            ),
-            (
-                crate::spec::GGUF_SPEC_KEY.to_string(),
-                GgufValue::Str(spec.to_string()),
-            ),
-        ];
-        let gain = HostTensor {
-            name: "tone.gain".into(),
-            dtype: DType::F32,
-            ne: vec![1],
-            data: 0.5f32.to_le_bytes().to_vec(),
-        };
-        write_gguf(&path, &meta, &[gain]).unwrap();
+        super::write_model(&path, RATE, 0.5, 0).unwrap();
         path
     }
 

@@ -1,0 +1,349 @@
+//! English text to misaki phonemes, the input Kokoro-82M v1.0 was trained on, without GPL code.
+//!
+//! Kokoro reads misaki's phoneme alphabet, so this crate reproduces misaki 0.9.4's English
+//! G2P: the gold and silver lexicons (taken as JSON text, so the model file decides which
+//! lexicon is used), misaki's tokenizer, its spaCy-compatible part-of-speech tagger for
+//! heteronyms, its stress rules and its number reading. That core comes from the crate
+//! `misaki-rs` (MIT) with its `espeak` feature off: misaki's own fallback for unknown words
+//! is espeak-ng, which is GPL-3 and is not linked here.
+//!
+//! What `misaki-rs` lacks, and this crate adds:
+//! - lexicons from the caller ([`Lexicon::from_json`]): `misaki-rs` parses its own embedded
+//!   copy (byte-identical to misaki 0.9.4's), which [`G2p::new`] replaces with the given one;
+//! - a letter-to-sound fallback for words missing from the lexicon ([`fallback`]), where
+//!   `misaki-rs` without espeak emits `❓`;
+//! - text normalization misaki does not do ([`normalize`]): clock times, numeric dates,
+//!   abbreviations such as `St.` and `Jan.`, units after numbers, decades, fractions;
+//! - sentence splitting ([`sentences`]) so a long text is synthesized in pieces that fit
+//!   Kokoro's 510-token context;
+//! - an output restricted to symbols Kokoro's vocabulary holds ([`KOKORO_SYMBOLS`]).
+
+pub mod fallback;
+pub mod normalize;
+pub mod sentences;
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use misaki_rs::lexicon::PhonemeEntry;
+
+/// Every symbol [`G2p::phonemize`] may emit: misaki's US and GB phoneme sets (with misaki's
+/// `ɾ`→`T` and `ʔ`→`t` rewrite applied), its punctuation, and the word space. All of them are
+/// in Kokoro's `vocab.json` (a test checks it against the pinned file).
+pub const KOKORO_SYMBOLS: &str =
+    "AIOQWYabdfhijklmnpstuvwzæðŋɐɑɒɔəɛɜɡɪɹʃʊʌʒʤʧˈˌːθᵊᵻT;:,.!?—…\"“”() ";
+
+/// Kokoro's context: at most 510 symbols between the two padding tokens.
+pub const DEFAULT_MAX_SYMBOLS: usize = 510;
+
+/// What can go wrong building or running the front end.
+#[derive(Debug, thiserror::Error)]
+pub enum G2pError {
+    /// A lexicon's JSON text could not be read as misaki's format.
+    #[error("the {which} lexicon is not misaki's JSON format ({reason}); use the lexicon JSON files of the misaki 0.9.4 wheel, as `--task convert --family kokoro` embeds them")]
+    BadLexicon {
+        /// Which of the two texts (`gold` or `silver`).
+        which: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The phonemizer failed on this text (an internal error, reported instead of a panic).
+    #[error("phonemizing {text:?} failed: {reason}")]
+    Phonemize {
+        /// The sentence (cut to 80 characters) that failed.
+        text: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// English variety: selects the lexicons' phoneme conventions and the fallback's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// American English (misaki's `us_*` lexicons; Kokoro voices `a*`).
+    Us,
+    /// British English (misaki's `gb_*` lexicons; Kokoro voices `b*`).
+    Gb,
+}
+
+impl Dialect {
+    /// The dialect a Kokoro voice speaks, from its name's first letter (`af_heart` is US,
+    /// `bf_emma` GB); `None` for voices of other languages.
+    pub fn for_voice(voice: &str) -> Option<Dialect> {
+        match voice.chars().next() {
+            Some('a') => Some(Dialect::Us),
+            Some('b') => Some(Dialect::Gb),
+            _ => None,
+        }
+    }
+
+    /// The GGUF metadata keys holding this dialect's gold and silver lexicon JSON.
+    pub fn gguf_keys(self) -> (&'static str, &'static str) {
+        match self {
+            Dialect::Us => ("g2p.lexicon.us_gold", "g2p.lexicon.us_silver"),
+            Dialect::Gb => ("g2p.lexicon.gb_gold", "g2p.lexicon.gb_silver"),
+        }
+    }
+}
+
+/// A pronunciation lexicon: misaki's gold (hand-checked, with part-of-speech variants) and
+/// silver (larger, plain) tables for one dialect.
+pub struct Lexicon {
+    gold: HashMap<String, PhonemeEntry>,
+    silver: HashMap<String, PhonemeEntry>,
+}
+
+impl Lexicon {
+    /// Parses the texts of misaki's `<dialect>_gold.json` and `<dialect>_silver.json`.
+    pub fn from_json(gold: &str, silver: &str) -> Result<Lexicon, G2pError> {
+        Ok(Lexicon {
+            gold: parse_table(gold, "gold")?,
+            silver: parse_table(silver, "silver")?,
+        })
+    }
+
+    /// Whether `word` (exactly as written, or lowercased) has an entry.
+    pub fn contains(&self, word: &str) -> bool {
+        let lower = word.to_lowercase();
+        [word, lower.as_str()]
+            .iter()
+            .any(|w| self.gold.contains_key(*w) || self.silver.contains_key(*w))
+    }
+
+    /// Number of entries in the gold and silver tables.
+    pub fn len(&self) -> (usize, usize) {
+        (self.gold.len(), self.silver.len())
+    }
+
+    /// Whether both tables are empty.
+    pub fn is_empty(&self) -> bool {
+        self.gold.is_empty() && self.silver.is_empty()
+    }
+}
+
+fn parse_table(text: &str, which: &'static str) -> Result<HashMap<String, PhonemeEntry>, G2pError> {
+    let bad = |reason: String| G2pError::BadLexicon { which, reason };
+    let table: HashMap<String, PhonemeEntry> =
+        serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+    if table.is_empty() {
+        return Err(bad("it has no entries".into()));
+    }
+    for (word, entry) in &table {
+        if let PhonemeEntry::Tagged(variants) = entry {
+            if !variants.contains_key("DEFAULT") {
+                return Err(bad(format!(
+                    "the entry {word:?} has part-of-speech variants but no DEFAULT"
+                )));
+            }
+        }
+    }
+    Ok(table)
+}
+
+/// One sentence of the input and its phonemes, at most the symbol limit long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sentence {
+    /// The sentence as written (after whitespace clean-up), for logs and streaming.
+    pub text: String,
+    /// Its misaki phonemes: only symbols of [`KOKORO_SYMBOLS`].
+    pub phonemes: String,
+}
+
+/// The English front end: text in, sentences of misaki phonemes out.
+pub struct G2p {
+    inner: misaki_rs::G2P,
+    dialect: Dialect,
+    max_symbols: usize,
+}
+
+impl G2p {
+    /// A front end speaking `dialect` with `lexicon`, unknown words going to
+    /// [`fallback::LetterToSound`]. Costs about a quarter second: `misaki-rs` parses its
+    /// embedded tables before the given lexicon replaces them.
+    pub fn new(lexicon: Lexicon, dialect: Dialect) -> G2p {
+        let language = match dialect {
+            Dialect::Us => misaki_rs::Language::EnglishUS,
+            Dialect::Gb => misaki_rs::Language::EnglishGB,
+        };
+        let words = Arc::new(fallback::plain_entries(&lexicon.gold));
+        let letters = fallback::LetterToSound::new(dialect, words);
+        let mut inner = misaki_rs::G2P::with_fallback(language, Some(Box::new(letters)));
+        inner.lexicon.golds = lexicon.gold;
+        inner.lexicon.silvers = lexicon.silver;
+        G2p {
+            inner,
+            dialect,
+            max_symbols: DEFAULT_MAX_SYMBOLS,
+        }
+    }
+
+    /// Sets the most symbols one [`Sentence`] may hold (Kokoro's context less its padding);
+    /// at least 16.
+    pub fn with_max_symbols(mut self, max_symbols: usize) -> G2p {
+        self.max_symbols = max_symbols.max(16);
+        self
+    }
+
+    /// The dialect this front end speaks.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Splits `text` into sentences and phonemizes each; a sentence whose phonemes exceed
+    /// the symbol limit is split again at clause punctuation, then at word boundaries.
+    /// Sentences with nothing to say (only punctuation) are left out.
+    pub fn phonemize(&self, text: &str) -> Result<Vec<Sentence>, G2pError> {
+        let mut out = Vec::new();
+        for sentence in sentences::split(text) {
+            let phonemes = self.phonemize_sentence(&sentence)?;
+            for piece in split_to_limit(&phonemes, self.max_symbols) {
+                out.push(Sentence {
+                    text: sentence.clone(),
+                    phonemes: piece,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The phonemes of one sentence, without splitting (may exceed the symbol limit).
+    pub fn phonemize_sentence(&self, sentence: &str) -> Result<String, G2pError> {
+        let normalized = normalize::normalize(sentence, self.dialect);
+        let raw = self.misaki(&normalized, sentence)?;
+        let mut phonemes = clean(&raw);
+        // misaki folds a final period into an abbreviation (`a.m.`); the sentence still ends.
+        let last = sentence.trim_end().chars().last();
+        if let Some(end) = last.filter(|c| ".!?".contains(*c)) {
+            if !phonemes.is_empty() && !phonemes.ends_with(|c: char| ";:,.!?—…\"“”()".contains(c))
+            {
+                phonemes.push(end);
+            }
+        }
+        Ok(phonemes)
+    }
+
+    fn misaki(&self, text: &str, original: &str) -> Result<String, G2pError> {
+        let failed = |reason: String| G2pError::Phonemize {
+            text: cut(original),
+            reason,
+        };
+        match catch_unwind(AssertUnwindSafe(|| self.inner.g2p(text))) {
+            Ok(Ok((phonemes, _))) => Ok(phonemes),
+            Ok(Err(e)) => Err(failed(e.to_string())),
+            Err(panic) => Err(failed(format!(
+                "internal panic: {}",
+                panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default()
+            ))),
+        }
+    }
+}
+
+fn cut(text: &str) -> String {
+    text.chars().take(80).collect()
+}
+
+/// Keeps only Kokoro's symbols, with single spaces and no space before punctuation.
+fn clean(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for c in raw.chars() {
+        let c = if c.is_whitespace() { ' ' } else { c };
+        if !KOKORO_SYMBOLS.contains(c) {
+            continue;
+        }
+        if c == ' ' && (out.is_empty() || out.ends_with(' ')) {
+            continue;
+        }
+        out.push(c);
+    }
+    let trimmed = out.trim_end();
+    let spoken = trimmed.chars().any(|c| !";:,.!?—…\"“”() ".contains(c));
+    if spoken {
+        trimmed.to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// Cuts `phonemes` into pieces of at most `max` symbols: after clause punctuation where
+/// possible, else at a space, else anywhere.
+fn split_to_limit(phonemes: &str, max: usize) -> Vec<String> {
+    let mut pieces = Vec::new();
+    let mut rest: Vec<char> = phonemes.chars().collect();
+    if rest.is_empty() {
+        return pieces;
+    }
+    while rest.len() > max {
+        let window = &rest[..=max];
+        let after_punct = window
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(i, c)| **c == ' ' && *i > 0 && ";:,.!?—…".contains(window[*i - 1]))
+            .map(|(i, _)| i);
+        let at_space = window.iter().rposition(|c| *c == ' ');
+        let cut_at = after_punct.or(at_space).filter(|&i| i > 0).unwrap_or(max);
+        let piece: String = rest[..cut_at].iter().collect();
+        pieces.push(piece.trim().to_string());
+        rest.drain(..cut_at);
+        while rest.first() == Some(&' ') {
+            rest.remove(0);
+        }
+    }
+    if !rest.is_empty() {
+        pieces.push(rest.into_iter().collect());
+    }
+    pieces.retain(|p| !p.is_empty());
+    pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_drops_unknown_symbols_and_extra_spaces() {
+        assert_eq!(clean("  həlˈO ❓  wˈɜɹld !"), "həlˈO wˈɜɹld !");
+        assert_eq!(clean(" . , "), "");
+    }
+
+    #[test]
+    fn long_phonemes_are_cut_after_punctuation_then_at_spaces() {
+        let s = "ab cd, ef gh ij";
+        assert_eq!(split_to_limit(s, 9), vec!["ab cd,", "ef gh ij"]);
+        assert_eq!(split_to_limit("abcdefghij", 4), vec!["abcd", "efgh", "ij"]);
+        for piece in split_to_limit(&"wˈʌn, ".repeat(300), 510) {
+            assert!(piece.chars().count() <= 510);
+        }
+    }
+
+    #[test]
+    fn voices_pick_their_dialect() {
+        assert_eq!(Dialect::for_voice("af_heart"), Some(Dialect::Us));
+        assert_eq!(Dialect::for_voice("bm_george"), Some(Dialect::Gb));
+        assert_eq!(Dialect::for_voice("jf_alpha"), None);
+    }
+
+    #[test]
+    fn bad_lexicons_name_the_table() {
+        let err = Lexicon::from_json("{", "{}").err().unwrap().to_string();
+        assert!(err.contains("gold"), "{err}");
+        let err = Lexicon::from_json(r#"{"a":"ɐ"}"#, "{}")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("silver") && err.contains("no entries"),
+            "{err}"
+        );
+        let err = Lexicon::from_json(r#"{"a":{"NN":"ɐ"}}"#, r#"{"b":"b"}"#)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("DEFAULT"), "{err}");
+    }
+}

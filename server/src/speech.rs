@@ -1,0 +1,422 @@
+//! `POST /v1/audio/speech`: OpenAI's speech API over a `tts` model (any family the
+//! engine registers for the task). A JSON body (`model`, `input`, `voice`,
+//! `response_format`, `speed`, `instructions`, `stream_format`) is checked field by
+//! field (400 naming the field), then spoken sentence by sentence
+//! ([`audiocpp_engine::tasks::sentences`]). By default the whole answer is made first,
+//! so a WAV carries its exact length and the timing headers hold the whole run;
+//! `stream_format: "audio"` sends each sentence's audio as soon as it exists, as a
+//! chunked body (a WAV then has OpenAI's unknown-length header).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use audiocpp_engine::output::{pcm16_le, wav_header};
+use audiocpp_engine::tasks::{SpeechInput, SpeechRequest, SpeechStats, SPEED_RANGE};
+use audiocpp_engine::EngineError;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use crate::{acquire, engine_error, internal, run_guarded, slot_by_id, with_model, with_timing};
+use crate::{ApiError, AppState, Loaded};
+
+/// OpenAI's limit on `input`, in characters.
+pub const MAX_INPUT_CHARS: usize = 4096;
+
+/// The rate of `pcm` responses: OpenAI's (24 kHz, 16-bit little-endian, mono).
+pub const PCM_RATE: u32 = 24_000;
+
+/// The largest speech request body read: `input` at its limit with every character
+/// escaped as `\uXXXX`, with room for the other fields.
+const MAX_SPEECH_BODY_BYTES: usize = 64 << 10;
+
+/// Audio chunks a streamed answer holds ready for a slow client before synthesis waits.
+const STREAM_QUEUE: usize = 2;
+
+/// The formats this server answers in, as named in errors.
+const FORMATS: &str = "wav, pcm";
+
+/// A speech request as OpenAI's API defines it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpeechBody {
+    model: Option<String>,
+    input: Option<String>,
+    voice: Option<serde_json::Value>,
+    response_format: Option<String>,
+    speed: Option<f64>,
+    /// Accepted and ignored: the families served here take no style prompt.
+    #[serde(default, rename = "instructions")]
+    _instructions: Option<serde_json::Value>,
+    stream_format: Option<String>,
+}
+
+/// The audio encodings served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// 16-bit PCM WAV at the model's rate.
+    Wav,
+    /// Headerless 16-bit little-endian PCM at [`PCM_RATE`].
+    Pcm,
+}
+
+impl Format {
+    fn content_type(self) -> &'static str {
+        match self {
+            Format::Wav => "audio/wav",
+            Format::Pcm => "audio/pcm",
+        }
+    }
+
+    /// One piece of audio from the model, encoded (resampled to [`PCM_RATE`] for pcm).
+    fn encode(self, samples: &[f32], rate: u32) -> Result<Vec<u8>, EngineError> {
+        match self {
+            Format::Pcm if rate != PCM_RATE => {
+                let audio = audiocpp_engine::audio::Audio {
+                    samples: samples.to_vec(),
+                    sample_rate: rate,
+                };
+                let a = audiocpp_engine::audio::resample(audio, PCM_RATE)
+                    .map_err(EngineError::Usage)?;
+                Ok(pcm16_le(&a.samples))
+            }
+            _ => Ok(pcm16_le(samples)),
+        }
+    }
+
+    /// The rate the encoded audio has.
+    fn rate(self, model_rate: u32) -> u32 {
+        match self {
+            Format::Wav => model_rate,
+            Format::Pcm => PCM_RATE,
+        }
+    }
+}
+
+/// A checked request, ready to run.
+struct Checked {
+    model: String,
+    input: String,
+    voice: Option<String>,
+    speed: f32,
+    format: Format,
+    stream: bool,
+}
+
+/// Checks every field a model is not needed for.
+fn check(body: SpeechBody) -> Result<Checked, ApiError> {
+    let format = match body.response_format.as_deref() {
+        None | Some("wav") => Format::Wav,
+        Some("pcm") => Format::Pcm,
+        Some(f @ ("mp3" | "opus" | "aac" | "flac")) => {
+            return Err(ApiError::bad_param(
+                "response_format",
+                format!(
+                    "response_format '{f}' is not available on this server; use one of {FORMATS}"
+                ),
+            ))
+        }
+        Some(f) => {
+            return Err(ApiError::bad_param(
+                "response_format",
+                format!("response_format '{f}' is not a format; use one of {FORMATS}"),
+            ))
+        }
+    };
+    let speed = body.speed.unwrap_or(1.0);
+    let (lo, hi) = (*SPEED_RANGE.start() as f64, *SPEED_RANGE.end() as f64);
+    if !(lo..=hi).contains(&speed) {
+        return Err(ApiError::bad_param(
+            "speed",
+            format!("speed {speed} is out of range: give a rate from {lo} to {hi}"),
+        ));
+    }
+    let input = body
+        .input
+        .ok_or_else(|| ApiError::bad_param("input", "the 'input' field is required"))?;
+    if input.trim().is_empty() {
+        return Err(ApiError::bad_param(
+            "input",
+            "input is empty: give the text to speak",
+        ));
+    }
+    let chars = input.chars().count();
+    if chars > MAX_INPUT_CHARS {
+        return Err(ApiError::bad_param(
+            "input",
+            format!("input is {chars} characters, over the limit of {MAX_INPUT_CHARS}; split it into several requests"),
+        ));
+    }
+    let voice = match body.voice {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(v)) => Some(v),
+        Some(serde_json::Value::Object(o)) => match o.get("id") {
+            Some(serde_json::Value::String(v)) if o.len() == 1 => Some(v.clone()),
+            _ => {
+                return Err(ApiError::bad_param(
+                    "voice",
+                    "voice must be a voice name, or {\"id\": NAME}",
+                ))
+            }
+        },
+        Some(_) => return Err(ApiError::bad_param("voice", "voice must be a voice name")),
+    };
+    let stream = match body.stream_format.as_deref() {
+        None => false,
+        Some("audio") => true,
+        Some("sse") => {
+            return Err(ApiError::bad_param(
+                "stream_format",
+                "stream_format 'sse' is not available on this server; use 'audio' (raw audio, streamed sentence by sentence) or leave it out (the whole file at once)",
+            ))
+        }
+        Some(f) => {
+            return Err(ApiError::bad_param(
+                "stream_format",
+                format!("stream_format '{f}' is not one of audio, sse"),
+            ))
+        }
+    };
+    let model = body
+        .model
+        .ok_or_else(|| ApiError::bad_param("model", "the 'model' field is required"))?;
+    Ok(Checked {
+        model,
+        input,
+        voice,
+        speed: speed as f32,
+        format,
+        stream,
+    })
+}
+
+/// Reads the JSON body within `body_timeout_ms` and [`MAX_SPEECH_BODY_BYTES`].
+async fn read_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    req: Request,
+) -> Result<SpeechBody, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !content_type.starts_with("application/json") {
+        return Err(ApiError::bad_request(
+            "send the speech request as application/json (model, input, voice, ...)",
+        ));
+    }
+    let limit = MAX_SPEECH_BODY_BYTES.min(state.cfg.max_body_bytes);
+    let timeout = Duration::from_millis(state.cfg.body_timeout_ms);
+    let bytes = tokio::time::timeout(timeout, axum::body::to_bytes(req.into_body(), limit))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the request body did not arrive within {} ms (body_timeout_ms)",
+                    state.cfg.body_timeout_ms
+                ),
+            )
+        })?
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("a speech request body is at most {limit} bytes"),
+            )
+        })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// The engine request for a checked one, with the voice checked against the model.
+fn engine_request(
+    model: &audiocpp_engine::tasks::TtsModel,
+    c: &Checked,
+) -> Result<SpeechRequest, ApiError> {
+    if let Some(v) = c.voice.as_ref().filter(|v| !model.voices().contains(v)) {
+        return Err(ApiError::bad_param(
+            "voice",
+            format!(
+                "voice '{v}' is not a voice of this model (voices: {})",
+                model.voices().join(", ")
+            ),
+        ));
+    }
+    Ok(SpeechRequest {
+        input: SpeechInput::Text(c.input.clone()),
+        voice: c.voice.clone(),
+        speed: c.speed,
+    })
+}
+
+/// `POST /v1/audio/speech`.
+pub async fn speech(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let body = read_body(&state, &headers, req).await?;
+    let checked = check(body)?;
+    let slot = slot_by_id(&state, Some(&checked.model), "tts")?;
+    if checked.stream {
+        return stream(&state, slot, checked).await;
+    }
+    let max_s = state.cfg.max_speech_s;
+    let format = checked.format;
+    let ((stats, data), wall) = with_model(&state, slot, move |loaded| {
+        let Loaded::Tts(model) = loaded else {
+            return Err(ApiError::bad_request("this model does not do tts"));
+        };
+        let req = engine_request(model, &checked)?;
+        let rate = model.sample_rate();
+        let mut data = Vec::new();
+        let stats = model
+            .run_streamed(&req, max_s, &mut |chunk| {
+                data.extend(format.encode(chunk, rate)?);
+                Ok(())
+            })
+            .map_err(engine_error)?;
+        Ok((stats, data))
+    })
+    .await?;
+    let bytes = match format {
+        Format::Wav => {
+            let mut b = wav_header(stats.sample_rate, Some(data.len())).to_vec();
+            b.extend(data);
+            b
+        }
+        Format::Pcm => data,
+    };
+    let resp = ([(header::CONTENT_TYPE, format.content_type())], bytes).into_response();
+    let mut resp = with_timing(resp, wall, stats.audio_seconds);
+    speech_headers(&mut resp, &stats, format);
+    Ok(resp)
+}
+
+/// Headers every speech answer carries: the encoded rate, the pieces spoken, and the
+/// time until the first piece's audio was ready (for a streamed answer, before the
+/// rest was made).
+fn speech_headers(resp: &mut Response, stats: &SpeechStats, format: Format) {
+    let h = resp.headers_mut();
+    for (name, value) in [
+        (
+            "x-audiocpp-sample-rate",
+            format.rate(stats.sample_rate).to_string(),
+        ),
+        ("x-audiocpp-sentences", stats.sentences.to_string()),
+        (
+            "x-audiocpp-first-audio-ms",
+            format!("{:.2}", stats.first_audio_ms),
+        ),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    }
+}
+
+/// What a streamed answer's synthesis thread reports before its first audio: the
+/// encoded rate and the time to the first audio, or why it failed (then answered as an
+/// ordinary error).
+type FirstAudio = Result<(u32, f64), ApiError>;
+
+/// The streamed answer: synthesis runs on a blocking thread holding the model, and
+/// each sentence's audio goes out as it is made. Failures before the first audio are
+/// ordinary error answers; later ones cut the stream (logged), so a client never takes
+/// a truncated answer for a whole one. A client that stops reading for
+/// `body_timeout_ms` is cut off, freeing the model.
+async fn stream(
+    state: &Arc<AppState>,
+    slot: &crate::Slot,
+    checked: Checked,
+) -> Result<Response, ApiError> {
+    let mut guard = acquire(state, slot).await?;
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<FirstAudio>();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(STREAM_QUEUE);
+    let id = slot.entry.id.clone();
+    let max_s = state.cfg.max_speech_s;
+    let send_timeout = Duration::from_millis(state.cfg.body_timeout_ms);
+    let runtime = tokio::runtime::Handle::current();
+    let format = checked.format;
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let mut first_tx = Some(first_tx);
+        let result = run_guarded(&mut guard, &id, |loaded| {
+            let Loaded::Tts(model) = loaded else {
+                return Err(ApiError::bad_request("this model does not do tts"));
+            };
+            let req = engine_request(model, &checked)?;
+            let rate = model.sample_rate();
+            let mut header = (format == Format::Wav).then(|| wav_header(rate, None));
+            model
+                .run_streamed(&req, max_s, &mut |chunk| {
+                    let mut bytes = header.take().map(|h| h.to_vec()).unwrap_or_default();
+                    bytes.extend(format.encode(chunk, rate)?);
+                    if let Some(f) = first_tx.take() {
+                        let ms = started.elapsed().as_secs_f64() * 1000.0;
+                        let _ = f.send(Ok((format.rate(rate), ms)));
+                    }
+                    runtime
+                        .block_on(tx.send_timeout(Ok(Bytes::from(bytes)), send_timeout))
+                        .map_err(|_| {
+                            EngineError::Usage("the client stopped reading the stream".into())
+                        })
+                })
+                .map_err(engine_error)
+        });
+        if let Err(e) = result {
+            match first_tx.take() {
+                Some(f) => {
+                    let _ = f.send(Err(e));
+                }
+                None => {
+                    eprintln!("error: speech stream of model '{id}' cut: {}", e.message);
+                    let _ = tx.try_send(Err(std::io::Error::other(e.message)));
+                }
+            }
+        }
+    });
+    let (rate, first_ms) = first_rx.await.map_err(|_| internal())??;
+    let mut resp = Response::new(Body::new(ChunkBody { rx }));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    for (name, value) in [
+        ("x-audiocpp-sample-rate", rate.to_string()),
+        ("x-audiocpp-first-audio-ms", format!("{first_ms:.2}")),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    }
+    Ok(resp)
+}
+
+/// A response body fed by the synthesis thread, chunk by chunk; an error item ends
+/// the body with an error, which closes the connection before the chunked body's end.
+struct ChunkBody {
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+}
+
+impl hyper::body::Body for ChunkBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|item| item.map(|r| r.map(hyper::body::Frame::data)))
+    }
+}

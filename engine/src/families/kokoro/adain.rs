@@ -135,7 +135,7 @@ impl Conv1d {
         let [oc, ol, _, _] = y.ne();
         let y = ctx.cont(ctx.transpose(ctx.reshape(y, &[oc, ol])));
         Ok(match &self.bias {
-            Some(b) => ctx.add(y, ctx.reshape(w.tensor(b)?, &[1, oc])),
+            Some(b) => ctx.add(y, ctx.reshape(ctx.to_f32(w.tensor(b)?), &[1, oc])),
             None => y,
         })
     }
@@ -186,7 +186,7 @@ impl AdaIn1d {
         let fc = ctx.cont(ctx.transpose(w.tensor(&self.fc_weight)?)); // [style, 2C]
         let h = ctx.add(
             ctx.mul_mat(fc, ctx.reshape(style, &[self.style_dim, 1])),
-            ctx.reshape(w.tensor(&self.fc_bias)?, &[2 * c, 1]),
+            ctx.reshape(ctx.to_f32(w.tensor(&self.fc_bias)?), &[2 * c, 1]),
         ); // [2C, 1]
         let gamma = ctx.reshape(ctx.view_1d(h, c, 0), &[1, c]);
         let beta = ctx.reshape(ctx.view_1d(h, c, c as usize), &[1, c]);
@@ -236,7 +236,7 @@ impl DepthwiseUpsample {
         let c = self.channels;
         let [t, _, _, _] = x.ne();
         let x = ctx.cont(x);
-        let taps = ctx.reshape(w.tensor(&self.weight)?, &[3, c]);
+        let taps = ctx.reshape(ctx.to_f32(w.tensor(&self.weight)?), &[3, c]);
         let tap = |k: usize| ctx.cont(ctx.view_2d_rows(taps, 1, c, k));
         let even = ctx.mul(x, tap(1));
         let next = if t > 1 {
@@ -255,7 +255,7 @@ impl DepthwiseUpsample {
             0,
         );
         let up = ctx.reshape(pair, &[2 * t, c]);
-        Ok(ctx.add(up, ctx.reshape(w.tensor(&self.bias)?, &[1, c])))
+        Ok(ctx.add(up, ctx.reshape(ctx.to_f32(w.tensor(&self.bias)?), &[1, c])))
     }
 }
 

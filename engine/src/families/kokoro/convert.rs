@@ -5,11 +5,13 @@
 //! Every weight of the int8 graph is dequantized, W = (q - zero_point) * scale (per
 //! output channel where the scale is a vector), which is the f32 graph the export was
 //! quantized from, and stored with exactly its ONNX shape (ggml `ne` = ONNX dims
-//! reversed): no transposes, no gate reordering; the model code handles layout. Names
-//! follow the contract in KOKORO.md: the PyTorch module path where the initializer has
-//! one, else the scope of the node reading it plus the input's role (`weight`, `W`, `R`,
-//! `B`, ...). A graph this converter does not recognise (an unknown op, a quantized op
-//! wired differently, a tensor the spec does not list) is an error naming it.
+//! reversed): no transposes, no gate reordering; the model code handles layout. Names:
+//! the PyTorch module path where the initializer has one (a conv weight takes its
+//! bias's), else the scope of the node reading it plus the input's role (`weight`, `W`,
+//! `R`, `B`, ...), else its own ONNX name with `/` as `.`; ALBERT's shared layer is
+//! shortened to `encoder.bert.layer.` so every name fits ggml's 63 bytes. A graph this
+//! converter does not recognise (an unknown op, a quantized op wired differently, a
+//! tensor the spec does not list) is an error naming it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -893,6 +895,43 @@ mod tests {
         assert_eq!(role("Mul", 1), None);
         assert!(is_module_path("decoder.decoder.generator.conv_post.bias"));
         assert!(!is_module_path("onnx::MatMul_6547"));
+    }
+
+    fn init(name: &str, dims: Vec<usize>, data: TensorData) -> Initializer {
+        Initializer {
+            name: name.into(),
+            dims,
+            data,
+        }
+    }
+
+    #[test]
+    fn dequantization_applies_vector_scales_along_the_channel_axis() {
+        // A [2, 3] int8 weight: per column (axis 1, MatMul) and per row (axis 0, conv).
+        let w = init("w", vec![2, 3], TensorData::I8(vec![1, 2, 3, -1, -2, -3]));
+        let graph = Graph::for_tests(vec![
+            w.clone(),
+            init("cols", vec![3], TensorData::F32(vec![1.0, 10.0, 100.0])),
+            init("rows", vec![2], TensorData::F32(vec![0.5, 2.0])),
+            init("zp", vec![], TensorData::I8(vec![1])),
+        ]);
+        let q = |scale: &str, zero_point: Option<&str>, channel_axis| Quantized {
+            zero_point: zero_point.map(str::to_string),
+            scale: scale.into(),
+            channel_axis,
+        };
+        assert_eq!(
+            dequantize(&graph, &w, &q("cols", None, 1)).unwrap(),
+            vec![1.0, 20.0, 300.0, -1.0, -20.0, -300.0]
+        );
+        assert_eq!(
+            dequantize(&graph, &w, &q("rows", Some("zp"), 0)).unwrap(),
+            vec![0.0, 0.5, 1.0, -4.0, -6.0, -8.0]
+        );
+        let bad = init("three", vec![2], TensorData::F32(vec![1.0; 2]));
+        let graph = Graph::for_tests(vec![w.clone(), bad]);
+        let err = dequantize(&graph, &w, &q("three", None, 1)).unwrap_err();
+        assert!(err.contains("2 values for 3 channels"), "{err}");
     }
 
     #[test]

@@ -134,6 +134,25 @@ impl Graph {
     }
 }
 
+#[cfg(test)]
+impl Graph {
+    /// A graph of initializers only, for unit tests of what reads them.
+    pub(crate) fn for_tests(initializers: Vec<Initializer>) -> Graph {
+        let by_name = initializers
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        Graph {
+            nodes: Vec::new(),
+            initializers,
+            by_name,
+            producer: HashMap::new(),
+            consumers: HashMap::new(),
+        }
+    }
+}
+
 /// Largest rank accepted for an initializer.
 const MAX_RANK: usize = 8;
 

@@ -21,6 +21,7 @@ mod cpu_ops;
 mod custom_op;
 pub mod hip_arch;
 pub mod log;
+mod signal;
 
 use custom_op::{CustomOp, OpState, Operand};
 

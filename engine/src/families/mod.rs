@@ -13,6 +13,7 @@ compile_error!(
     "the test-only families (feature `test-families`) must not be in a deployment build"
 );
 
+pub mod kokoro;
 pub mod silero_vad;
 #[cfg(any(test, feature = "test-families"))]
 pub mod test_tone;
@@ -56,6 +57,7 @@ pub const LOADERS: &[LoaderInfo] = &[
         description:
             "OpenAI Whisper speech recognition (tiny.en tested), greedy decoding without timestamps",
     },
+    kokoro::INFO,
 ];
 
 /// The loader of a family, or an error listing the known ones.
@@ -115,7 +117,7 @@ pub fn tts_loader(family: &str) -> Option<TtsLoader> {
 }
 
 /// The shipped families that speak, with their loaders.
-const TTS_LOADERS: &[(&str, TtsLoader)] = &[];
+const TTS_LOADERS: &[(&str, TtsLoader)] = &[(kokoro::INFO.family, kokoro::load)];
 
 /// The test-only families that speak (test builds only).
 #[cfg(any(test, feature = "test-families"))]

@@ -1,0 +1,289 @@
+//! Kokoro's iSTFTNet generator (graph part): per upsampling stage a LeakyReLU 0.1, a
+//! transposed convolution, the harmonic source's STFT brought to the stage's rate by a
+//! strided convolution and an AdaIN residual block (added in), and the mean of three
+//! AdaIN residual blocks (kernels 3/7/11, dilations 1/3/5, Snake activations); then
+//! LeakyReLU 0.01 and `conv_post`, whose channels split into the magnitude (`exp`) and
+//! the phase (`sin`) of the inverse STFT ([`super::istft`]).
+
+use crate::error::{EngineError, Result};
+use crate::ggml::{Context, Tensor};
+
+use super::adain::{dims_of, expect_shape, AdaIn1d, Conv1d, WeightLookup};
+
+/// The generator's hyper-parameters that no weight shape tells (Kokoro v1.0's
+/// `istftnet` config: upsample rates [10, 6], dilations [1, 3, 5], iSTFT hop 5).
+#[derive(Debug, Clone)]
+pub struct GeneratorConfig {
+    /// Stride of each transposed convolution.
+    pub upsample_rates: Vec<i32>,
+    /// Dilations of the three convolution pairs of every AdaIN residual block.
+    pub resblock_dilations: Vec<i32>,
+    /// Hop of the inverse STFT in samples.
+    pub istft_hop: i32,
+}
+
+impl GeneratorConfig {
+    /// The values of Kokoro-82M v1.0 (its `config.json`, `istftnet`).
+    pub fn kokoro_v1() -> Self {
+        GeneratorConfig {
+            upsample_rates: vec![10, 6],
+            resblock_dilations: vec![1, 3, 5],
+            istft_hop: 5,
+        }
+    }
+}
+
+/// iSTFTNet's AdaINResBlock1: for each dilation, `x += conv2(snake(adain2(conv1(
+/// snake(adain1(x))))))` with Snake `x + sin^2(alpha x) / alpha` (alpha per channel).
+#[derive(Debug, Clone)]
+pub struct AdaInResBlock1 {
+    stages: Vec<SnakeStage>,
+}
+
+#[derive(Debug, Clone)]
+struct SnakeStage {
+    adain1: AdaIn1d,
+    alpha1: String,
+    conv1: Conv1d,
+    adain2: AdaIn1d,
+    alpha2: String,
+    conv2: Conv1d,
+}
+
+/// `x + sin(alpha * x)^2 / alpha` for `x` [T, C], `alpha` [1, C, 1] (ONNX shape).
+fn snake<'a>(
+    ctx: &'a Context,
+    w: &'a dyn WeightLookup,
+    x: Tensor<'a>,
+    alpha: &str,
+) -> Result<Tensor<'a>> {
+    let [_, c, _, _] = x.ne();
+    let a = ctx.reshape(ctx.to_f32(w.tensor(alpha)?), &[1, c]);
+    let s = ctx.sqr(ctx.sin(ctx.mul(x, a)));
+    Ok(ctx.add(x, ctx.div(s, a)))
+}
+
+impl AdaInResBlock1 {
+    /// Loads `{prefix}.{adain1,adain2}.{j}`, `{prefix}.{alpha1,alpha2}.{j}` and
+    /// `{prefix}.{convs1,convs2}.{j}` for each dilation `j`.
+    pub fn load(w: &dyn WeightLookup, prefix: &str, dilations: &[i32]) -> Result<Self> {
+        let mut stages = Vec::new();
+        for (j, &d) in dilations.iter().enumerate() {
+            let conv1 = Conv1d::load(w, prefix, &format!("convs1.{j}"), true, 1, d)?;
+            let conv2 = Conv1d::load(w, prefix, &format!("convs2.{j}"), true, 1, 1)?;
+            let c = conv1.out_channels;
+            stages.push(SnakeStage {
+                adain1: AdaIn1d::load(w, &format!("{prefix}.adain1.{j}"))?,
+                alpha1: expect_shape(w, &format!("{prefix}.alpha1.{j}"), &[1, c, 1])?,
+                conv1,
+                adain2: AdaIn1d::load(w, &format!("{prefix}.adain2.{j}"))?,
+                alpha2: expect_shape(w, &format!("{prefix}.alpha2.{j}"), &[1, c, 1])?,
+                conv2,
+            });
+        }
+        Ok(AdaInResBlock1 { stages })
+    }
+
+    /// The block for `x` [T, C] and `style`; returns [T, C].
+    pub fn build<'a>(
+        &self,
+        ctx: &'a Context,
+        w: &'a dyn WeightLookup,
+        mut x: Tensor<'a>,
+        style: Tensor<'a>,
+    ) -> Result<Tensor<'a>> {
+        for s in &self.stages {
+            let mut t = s.adain1.build(ctx, w, x, style)?;
+            t = snake(ctx, w, t, &s.alpha1)?;
+            t = s.conv1.build(ctx, w, t)?;
+            t = s.adain2.build(ctx, w, t, style)?;
+            t = snake(ctx, w, t, &s.alpha2)?;
+            t = s.conv2.build(ctx, w, t)?;
+            x = ctx.add(t, x);
+        }
+        Ok(x)
+    }
+}
+
+/// A transposed convolution with PyTorch's padding `(K - stride) / 2`: [L, IC] ->
+/// [L * stride, OC]. ggml's has no padding: the full result is cropped.
+#[derive(Debug, Clone)]
+struct ConvTranspose1d {
+    weight: String,
+    bias: String,
+    kernel: i64,
+    out_channels: i64,
+    stride: i32,
+}
+
+impl ConvTranspose1d {
+    fn load(w: &dyn WeightLookup, prefix: &str, stride: i32) -> Result<Self> {
+        let weight = format!("{prefix}.weight");
+        let [kernel, out_channels, _, _] = dims_of(w, &weight)?;
+        let bias = expect_shape(w, &format!("{prefix}.bias"), &[out_channels])?;
+        if kernel < stride as i64 || (kernel - stride as i64) % 2 != 0 {
+            return Err(EngineError::BadSpec {
+                origin: "kokoro".into(),
+                reason: format!("'{weight}': kernel {kernel} does not fit stride {stride}"),
+            });
+        }
+        Ok(ConvTranspose1d {
+            weight,
+            bias,
+            kernel,
+            out_channels,
+            stride,
+        })
+    }
+
+    fn build<'a>(
+        &self,
+        ctx: &'a Context,
+        w: &'a dyn WeightLookup,
+        x: Tensor<'a>,
+    ) -> Result<Tensor<'a>> {
+        let [l, _, _, _] = x.ne();
+        let s = self.stride as i64;
+        // An f16 kernel is widened: ggml's CUDA transposed convolution is f32 only.
+        let kernel = ctx.to_f32(w.tensor(&self.weight)?);
+        let full = ctx.conv_transpose_1d_f32(kernel, x, self.stride);
+        let full_len = (l - 1) * s + self.kernel;
+        let pad = ((self.kernel - s) / 2) as usize;
+        let y =
+            ctx.cont(ctx.view_2d_strided(full, [l * s, self.out_channels], full_len as usize, pad));
+        Ok(ctx.add(
+            y,
+            ctx.reshape(ctx.to_f32(w.tensor(&self.bias)?), &[1, self.out_channels]),
+        ))
+    }
+}
+
+/// The generator's graph from the decoder features to the iSTFT's magnitude and phase.
+#[derive(Debug, Clone)]
+pub struct Generator {
+    ups: Vec<ConvTranspose1d>,
+    noise_convs: Vec<Conv1d>,
+    noise_res: Vec<AdaInResBlock1>,
+    resblocks: Vec<Vec<AdaInResBlock1>>,
+    conv_post: Conv1d,
+    /// FFT bins of the iSTFT (`n_fft / 2 + 1`): conv_post gives magnitudes then phases.
+    pub bins: i64,
+    /// Channels of the source STFT the noise convolutions read (2 * bins).
+    pub source_channels: i64,
+}
+
+/// The magnitude and phase the generator gives, each [L, bins] (time fastest).
+pub struct Spectrum<'a> {
+    /// `exp` of the first half of conv_post's channels.
+    pub magnitude: Tensor<'a>,
+    /// `sin` of the second half.
+    pub phase: Tensor<'a>,
+}
+
+impl Generator {
+    /// Loads the generator under `prefix` (`decoder.decoder.generator`).
+    pub fn load(w: &dyn WeightLookup, prefix: &str, cfg: &GeneratorConfig) -> Result<Self> {
+        let stages = cfg.upsample_rates.len();
+        let mut ups = Vec::new();
+        let mut noise_convs = Vec::new();
+        let mut noise_res = Vec::new();
+        let mut resblocks = Vec::new();
+        let mut per_stage = 0;
+        while w
+            .tensor(&format!("{prefix}.resblocks.{per_stage}.convs1.0.weight"))
+            .is_ok()
+        {
+            per_stage += 1;
+        }
+        if stages == 0 || per_stage % stages != 0 || per_stage == 0 {
+            return Err(EngineError::BadSpec {
+                origin: "kokoro".into(),
+                reason: format!(
+                    "'{prefix}': {per_stage} residual blocks for {stages} upsampling stages"
+                ),
+            });
+        }
+        let per_stage = per_stage / stages;
+        for (i, &rate) in cfg.upsample_rates.iter().enumerate() {
+            ups.push(ConvTranspose1d::load(
+                w,
+                &format!("{prefix}.ups.{i}"),
+                rate,
+            )?);
+            // The source STFT runs at the last stage's rate; earlier stages get it
+            // through a strided convolution (stride = the later stages' upsampling).
+            let stride: i32 = cfg.upsample_rates[i + 1..].iter().product();
+            let conv = Conv1d::load(w, prefix, &format!("noise_convs.{i}"), true, stride, 1)?;
+            let pad = if i + 1 < stages { (stride + 1) / 2 } else { 0 };
+            noise_convs.push(conv.with_pad(pad));
+            noise_res.push(AdaInResBlock1::load(
+                w,
+                &format!("{prefix}.noise_res.{i}"),
+                &cfg.resblock_dilations,
+            )?);
+            let mut blocks = Vec::new();
+            for j in 0..per_stage {
+                blocks.push(AdaInResBlock1::load(
+                    w,
+                    &format!("{prefix}.resblocks.{}", i * per_stage + j),
+                    &cfg.resblock_dilations,
+                )?);
+            }
+            resblocks.push(blocks);
+        }
+        let conv_post = Conv1d::load(w, prefix, "conv_post", true, 1, 1)?;
+        let bins = conv_post.out_channels / 2;
+        let source_channels = noise_convs[0].in_channels;
+        Ok(Generator {
+            ups,
+            noise_convs,
+            noise_res,
+            resblocks,
+            conv_post,
+            bins,
+            source_channels,
+        })
+    }
+
+    /// The generator for decoder features `x` [T, C], the source STFT `source`
+    /// [frames, 2 * bins] (magnitudes then phases, frames = T * prod(rates) + 1) and
+    /// the decoder style [style_dim].
+    pub fn build<'a>(
+        &self,
+        ctx: &'a Context,
+        w: &'a dyn WeightLookup,
+        mut x: Tensor<'a>,
+        source: Tensor<'a>,
+        style: Tensor<'a>,
+    ) -> Result<Spectrum<'a>> {
+        let last = self.ups.len() - 1;
+        for (i, up) in self.ups.iter().enumerate() {
+            x = ctx.leaky_relu(x, 0.1);
+            let mut xs = self.noise_convs[i].build(ctx, w, source)?;
+            xs = self.noise_res[i].build(ctx, w, xs, style)?;
+            x = up.build(ctx, w, x)?;
+            if i == last {
+                x = ctx.pad_reflect_1d(x, 1, 0);
+            }
+            x = ctx.add(x, xs);
+            let mut sum: Option<Tensor<'a>> = None;
+            for block in &self.resblocks[i] {
+                let y = block.build(ctx, w, x, style)?;
+                sum = Some(match sum {
+                    Some(s) => ctx.add(s, y),
+                    None => y,
+                });
+            }
+            let n = self.resblocks[i].len() as f32;
+            x = ctx.scale(sum.expect("at least one block per stage"), 1.0 / n);
+        }
+        x = ctx.leaky_relu(x, 0.01);
+        let post = self.conv_post.build(ctx, w, x)?; // [L, 2 * bins]
+        let [l, _, _, _] = post.ne();
+        let half = |k: i64| ctx.view_2d_strided(post, [l, self.bins], l as usize, (k * l) as usize);
+        Ok(Spectrum {
+            magnitude: ctx.exp(ctx.cont(half(0))),
+            phase: ctx.sin(ctx.cont(half(self.bins))),
+        })
+    }
+}

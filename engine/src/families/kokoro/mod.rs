@@ -1,0 +1,649 @@
+//! Kokoro-82M (StyleTTS 2 with an iSTFTNet decoder) text to speech on ggml.
+//!
+//! The GGUF comes from the int8 ONNX release, dequantized by `--task convert --family
+//! kokoro`: weights under the ONNX/PyTorch names ([`weights`]), the voices as
+//! `voice.<name>` tensors [510, 256] (row = phoneme count - 1; the first 128 values
+//! style the decoder, the last 128 the prosody predictor), the symbol vocabulary as
+//! JSON in `kokoro.vocab`, and the hyper-parameters the shapes do not tell.
+//!
+//! [`Kokoro::run_ids`] is the pipeline, in two ggml graphs with a host step between:
+//! 1. PL-BERT ([`albert`]) -> `bert_encoder` -> duration encoder and duration head
+//!    ([`prosody`]), and the text encoder ([`text_encoder`]); the host turns the duration
+//!    probabilities into whole frames per token (or takes forced ones: the hook the
+//!    numeric checks against onnxruntime use);
+//! 2. frame expansion (a row gather), the shared BiLSTM and the F0/N branches; then
+//!    the decoder ([`decoder`]) turns the frame features, F0, N and the style into
+//!    samples (`frames x 600` at 24 kHz).
+
+pub mod adain;
+pub mod albert;
+pub mod convert;
+pub mod decoder;
+pub mod generator;
+pub mod istft;
+pub mod lstm;
+pub mod onnx;
+pub mod prosody;
+pub mod source;
+pub mod text_encoder;
+pub mod weights;
+
+use std::collections::HashMap;
+
+use crate::backend::Runtime;
+use crate::error::{EngineError, Result};
+use crate::families::LoaderInfo;
+use crate::ggml::{Context, DType, GgufValue};
+use crate::model_file::ModelFile;
+use crate::spec::ModelSpec;
+use crate::tasks::{SpeechInput, Synthesizer};
+use audiocpp_g2p::{Dialect, G2p, Lexicon};
+
+use weights::{Weights, VOICE_PREFIX};
+
+/// The family's registry entry.
+pub const INFO: LoaderInfo = LoaderInfo {
+    family: "kokoro",
+    tasks: &["tts", "convert"],
+    formats: &["gguf", "onnx (Kokoro-82M v1.0 int8 release; convert only)"],
+    description: "Kokoro-82M v1.0 text to speech (24 kHz, 54 voices), StyleTTS 2 + iSTFTNet",
+};
+
+/// GGUF key of the vocabulary's symbols (one character each).
+pub const VOCAB_SYMBOLS_KEY: &str = "kokoro.vocab.symbols";
+/// GGUF key of the vocabulary's ids, in the order of the symbols.
+pub const VOCAB_IDS_KEY: &str = "kokoro.vocab.ids";
+/// GGUF key of ALBERT's attention heads.
+pub const BERT_HEADS_KEY: &str = "kokoro.bert.num_heads";
+/// GGUF key of how many times ALBERT's shared layer runs.
+pub const BERT_LAYERS_KEY: &str = "kokoro.bert.num_layers";
+/// Most phoneme symbols one forward pass takes (ALBERT's positions minus the two pads).
+pub const MAX_PHONEMES: usize = 510;
+
+/// Model dimensions: from the GGUF metadata (heads, layers) and the tensor shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HParams {
+    /// Symbols of the vocabulary (embedding rows).
+    pub n_symbols: i64,
+    /// ALBERT's embedding width.
+    pub bert_embedding: i64,
+    /// ALBERT's hidden width.
+    pub bert_hidden: i64,
+    /// ALBERT's feed-forward width.
+    pub bert_ffn: i64,
+    /// ALBERT's positions.
+    pub bert_positions: i64,
+    /// ALBERT's attention heads.
+    pub bert_heads: i64,
+    /// How many times ALBERT's shared layer runs.
+    pub bert_layers: usize,
+    /// The text encoder's and the predictor's width.
+    pub hidden: i64,
+    /// Width of each style half.
+    pub style_dim: i64,
+    /// Conv blocks of the text encoder.
+    pub text_encoder_depth: usize,
+    /// Their kernel width.
+    pub text_encoder_kernel: i64,
+    /// BiLSTM + AdaLayerNorm layers of the duration encoder.
+    pub duration_layers: usize,
+    /// Outputs of the duration head (the longest duration in frames).
+    pub max_duration: i64,
+}
+
+impl HParams {
+    /// Reads the dimensions from `file`, with an error naming what is missing.
+    fn read(file: &ModelFile) -> Result<Self> {
+        let bad = |reason: String| EngineError::Model {
+            path: file.path.clone(),
+            reason: format!("{reason}; convert the ONNX again with --task convert --family kokoro"),
+        };
+        let dims = |name: &str| -> Result<Vec<i64>> {
+            file.tensor(name)
+                .map(|t| t.ne.clone())
+                .ok_or_else(|| bad(format!("tensor '{name}' is missing")))
+        };
+        let meta_u32 = |key: &str| -> Result<u32> {
+            file.metadata
+                .iter()
+                .find_map(|(k, v)| match v {
+                    GgufValue::U32(x) if k == key => Some(*x),
+                    _ => None,
+                })
+                .ok_or_else(|| bad(format!("metadata '{key}' (u32) is missing")))
+        };
+        let count = |f: &dyn Fn(usize) -> String| {
+            (0..).take_while(|i| file.tensor(&f(*i)).is_some()).count()
+        };
+        let word = dims("encoder.bert.embeddings.word_embeddings.weight")?;
+        let ffn = dims(&format!("{}.ffn.weight", albert::LAYER))?;
+        let pos = dims("encoder.bert.embeddings.position_embeddings.weight")?;
+        let hidden = dims("encoder.bert_encoder.bias")?[0];
+        let style_dim = dims("encoder.predictor.F0.0.norm1.fc.weight")?[1];
+        let conv0 = dims("encoder.text_encoder.cnn.0.0.weight")?;
+        let dur = dims("encoder.predictor.duration_proj.linear_layer.bias")?;
+        Ok(HParams {
+            n_symbols: word[1],
+            bert_embedding: word[0],
+            bert_hidden: ffn[1],
+            bert_ffn: ffn[0],
+            bert_positions: pos[1],
+            bert_heads: meta_u32(BERT_HEADS_KEY)? as i64,
+            bert_layers: meta_u32(BERT_LAYERS_KEY)? as usize,
+            hidden,
+            style_dim,
+            text_encoder_depth: count(&|i| format!("encoder.text_encoder.cnn.{i}.0.weight")),
+            text_encoder_kernel: conv0[0],
+            duration_layers: count(&|i| {
+                format!("encoder.predictor.text_encoder.lstms.{}.W", 2 * i)
+            }),
+            max_duration: dur[0],
+        })
+    }
+
+    /// Every tensor of the front half, with its dims after load.
+    fn tensor_shapes(&self) -> Vec<(String, Vec<i64>)> {
+        let mut v = albert::tensor_shapes(self);
+        v.push((
+            "encoder.bert_encoder.weight".into(),
+            vec![self.hidden, self.bert_hidden],
+        ));
+        v.push(("encoder.bert_encoder.bias".into(), vec![self.hidden]));
+        v.extend(text_encoder::tensor_shapes(self));
+        v.extend(prosody::tensor_shapes(self));
+        v
+    }
+}
+
+/// What one forward pass produced, intermediates included (for the numeric checks).
+/// Feature matrices are ggml [C, T] (channels fastest: one column per token or frame).
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// PL-BERT's output [bert_hidden, T].
+    pub bert_dur: Vec<f32>,
+    /// `bert_encoder`'s output [hidden, T].
+    pub d_en: Vec<f32>,
+    /// The duration encoder's output [hidden + style, T].
+    pub d: Vec<f32>,
+    /// Durations before rounding (`sum(sigmoid) / speed`), one per token.
+    pub duration: Vec<f32>,
+    /// Frames per token (the forced ones when given).
+    pub pred_dur: Vec<usize>,
+    /// The text encoder's output [hidden, T].
+    pub t_en: Vec<f32>,
+    /// F0 curve, two values per frame.
+    pub f0: Vec<f32>,
+    /// Energy curve, two values per frame.
+    pub n: Vec<f32>,
+    /// The text features per frame [F, hidden] (time fastest, as the decoder reads them).
+    pub asr: Vec<f32>,
+    /// The decoder's samples (`frames x 600`) and intermediates.
+    pub decoded: decoder::DecoderOutput,
+}
+
+/// A loaded Kokoro model.
+pub struct Kokoro {
+    hp: HParams,
+    weights: Weights,
+    decoder: decoder::Decoder,
+    vocab: HashMap<char, i32>,
+    /// Voices in the order listed, each [510 x 256] row-major.
+    voices: Vec<(String, Vec<f32>)>,
+    sample_rate: u32,
+    runtime: Runtime,
+    /// The English front end per dialect: the lexicon texts from the file, made into a
+    /// [`G2p`] on first use (that costs about a quarter second).
+    front_ends: Vec<FrontEnd>,
+}
+
+/// One dialect's text front end, built when first asked for.
+struct FrontEnd {
+    dialect: Dialect,
+    lexicon: Option<(String, String)>,
+    g2p: Option<G2p>,
+}
+
+/// Loads the model for the TTS registry.
+pub fn load(file: &ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Box<dyn Synthesizer>> {
+    Ok(Box::new(Kokoro::load(file, spec, runtime)?))
+}
+
+impl Kokoro {
+    /// Loads and checks the model in `file`: hyper-parameters, every tensor's name and
+    /// dims, the vocabulary and the voices.
+    pub fn load(file: &ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Self> {
+        let bad = |reason: String| EngineError::Model {
+            path: file.path.clone(),
+            reason,
+        };
+        let hp = HParams::read(file)?;
+        let symbols = file.metadata.iter().find_map(|(k, v)| match v {
+            GgufValue::StrArray(x) if k == VOCAB_SYMBOLS_KEY => Some(x),
+            _ => None,
+        });
+        let ids = file.metadata.iter().find_map(|(k, v)| match v {
+            GgufValue::U32Array(x) if k == VOCAB_IDS_KEY => Some(x),
+            _ => None,
+        });
+        let (Some(symbols), Some(ids)) = (symbols, ids) else {
+            return Err(bad(format!(
+                "metadata '{VOCAB_SYMBOLS_KEY}' and '{VOCAB_IDS_KEY}' (the symbol vocabulary) are missing"
+            )));
+        };
+        let vocab = parse_vocab(symbols, ids, hp.n_symbols).map_err(bad)?;
+        let mut voices = Vec::new();
+        for t in file
+            .tensors
+            .iter()
+            .filter(|t| t.name.starts_with(VOICE_PREFIX))
+        {
+            if t.dtype != DType::F32 || t.ne != [2 * hp.style_dim, 510] {
+                return Err(bad(format!(
+                    "voice tensor '{}' is {:?} {:?}, expected F32 [{}, 510]",
+                    t.name,
+                    t.dtype,
+                    t.ne,
+                    2 * hp.style_dim
+                )));
+            }
+            voices.push((t.name[VOICE_PREFIX.len()..].to_string(), t.to_f32()));
+        }
+        if voices.is_empty() {
+            return Err(bad("the file has no voice.<name> tensors".into()));
+        }
+        if let Some(default) = spec.defaults.get("voice").and_then(|v| v.as_str()) {
+            if let Some(i) = voices.iter().position(|(n, _)| n == default) {
+                let v = voices.remove(i);
+                voices.insert(0, v);
+            }
+        }
+        let front_ends = [Dialect::Us, Dialect::Gb]
+            .into_iter()
+            .map(|dialect| {
+                let (gold, silver) = dialect.gguf_keys();
+                FrontEnd {
+                    dialect,
+                    lexicon: file
+                        .meta_str(gold)
+                        .zip(file.meta_str(silver))
+                        .map(|(g, s)| (g.to_string(), s.to_string())),
+                    g2p: None,
+                }
+            })
+            .collect();
+        let weights = Weights::load(file, &runtime)?;
+        weights.check(&hp.tensor_shapes())?;
+        let decoder = decoder::Decoder::load(
+            &weights,
+            "decoder.decoder",
+            decoder::DecoderConfig::from_metadata(&file.metadata)?,
+        )?;
+        Ok(Kokoro {
+            hp,
+            weights,
+            decoder,
+            vocab,
+            voices,
+            sample_rate: spec.sample_rate,
+            runtime,
+            front_ends,
+        })
+    }
+
+    /// Reads and loads the Kokoro GGUF at `path` onto the device `opts` selects (what
+    /// the numeric checks call, with [`Kokoro::run_ids`]).
+    pub fn open(path: &std::path::Path, opts: &crate::backend::RuntimeOptions) -> Result<Self> {
+        let resolved = crate::tasks::resolve_model(INFO.family, path, None)?;
+        Kokoro::load(&resolved.file, &resolved.spec, Runtime::new(opts)?)
+    }
+
+    /// The model's dimensions.
+    pub fn hparams(&self) -> &HParams {
+        &self.hp
+    }
+
+    /// The token ids of a phoneme string, with the 0 (pad) at both ends; an error names
+    /// a symbol the vocabulary lacks.
+    pub fn phoneme_ids(&self, phonemes: &str) -> Result<Vec<i32>> {
+        let mut ids = vec![0];
+        for ch in phonemes.chars() {
+            let id = self.vocab.get(&ch).ok_or_else(|| {
+                EngineError::Usage(format!(
+                    "parameter 'input': phoneme '{ch}' (U+{:04X}) is not in Kokoro's vocabulary",
+                    ch as u32
+                ))
+            })?;
+            ids.push(*id);
+        }
+        ids.push(0);
+        Ok(ids)
+    }
+
+    /// The style row voice `voice` uses for `tokens` phoneme symbols (256 values).
+    pub fn style(&self, voice: &str, tokens: usize) -> Result<Vec<f32>> {
+        let (_, table) = self
+            .voices
+            .iter()
+            .find(|(n, _)| n == voice)
+            .ok_or_else(|| EngineError::Usage(format!("parameter 'voice': no voice '{voice}'")))?;
+        let width = 2 * self.hp.style_dim as usize;
+        let row = tokens.clamp(1, table.len() / width) - 1;
+        Ok(table[row * width..(row + 1) * width].to_vec())
+    }
+
+    /// The whole pipeline for `ids` (pads included, at most 512) with the 256-value
+    /// `style`, at `speed` (> 0); `forced` replaces the predicted frames per token.
+    pub fn run_ids(
+        &self,
+        ids: &[i32],
+        style: &[f32],
+        speed: f32,
+        forced: Option<&[usize]>,
+    ) -> Result<Run> {
+        let t = ids.len();
+        let s = self.hp.style_dim as usize;
+        if t < 3 || t > self.hp.bert_positions as usize || style.len() != 2 * s {
+            return Err(EngineError::Usage(format!(
+                "Kokoro takes 1 to {MAX_PHONEMES} phonemes and a {}-value style (got {} tokens, {} values)",
+                2 * s,
+                t.saturating_sub(2),
+                style.len()
+            )));
+        }
+        if let Some(f) = forced {
+            if f.len() != t || f.contains(&0) {
+                return Err(EngineError::Usage(format!(
+                    "forced durations: {} positive frame counts needed (one per token, pads included), got {}",
+                    t,
+                    f.len()
+                )));
+            }
+        }
+        let (dec_style, pred_style) = style.split_at(s);
+        let front = self.front(ids, pred_style)?;
+        let (duration, predicted) =
+            prosody::durations(&front.probs, self.hp.max_duration as usize, speed);
+        let pred_dur = forced.map_or(predicted, <[usize]>::to_vec);
+        let frames = prosody::frame_tokens(&pred_dur);
+        let (f0, n, asr) = self.frames(&front.d, &front.t_en, &frames, pred_style)?;
+        let input = decoder::DecoderInput {
+            asr: &asr,
+            frames: frames.len(),
+            f0: &f0,
+            n: &n,
+            style: dec_style,
+        };
+        let decoded = self
+            .decoder
+            .synthesize(&self.runtime, &self.weights, &input, None)?;
+        Ok(Run {
+            bert_dur: front.bert_dur,
+            d_en: front.d_en,
+            d: front.d,
+            duration,
+            pred_dur,
+            t_en: front.t_en,
+            f0,
+            n,
+            asr,
+            decoded,
+        })
+    }
+
+    /// Graph 1: PL-BERT, the duration encoder and head, the text encoder.
+    fn front(&self, ids: &[i32], style: &[f32]) -> Result<Front> {
+        let hp = &self.hp;
+        let t = ids.len();
+        let nodes = 5 * t * lstm::NODES_PER_STEP + 60 * hp.bert_layers + 2048;
+        let ctx = Context::new(nodes, nodes)?;
+        let ids_in = ctx.new_i32_tensor(&[t as i64], "ids");
+        let rev_in = ctx.new_i32_tensor(&[t as i64], "reverse");
+        let style_in = ctx.new_tensor(DType::F32, &[hp.style_dim, 1], "style");
+        let cols_in = ctx.new_tensor(DType::F32, &[hp.style_dim, t as i64], "style_cols");
+        for x in [ids_in, rev_in, style_in, cols_in] {
+            x.mark_input();
+        }
+        let w = &self.weights;
+        let bert = albert::build(&ctx, w, hp, ids_in)?;
+        let d_en = albert::linear(&ctx, w, bert, "encoder.bert_encoder")?;
+        let d = prosody::duration_encoder(&ctx, w, hp, d_en, style_in, cols_in, rev_in)?;
+        let probs = prosody::duration_probabilities(&ctx, w, d, rev_in)?;
+        let t_en = text_encoder::build(&ctx, w, hp, ids_in, rev_in)?;
+        let mut graph = ctx.new_graph(nodes);
+        for out in [bert, d_en, d, probs, t_en] {
+            out.mark_output();
+            graph.expand(out);
+        }
+        let reverse: Vec<i32> = (0..t as i32).rev().collect();
+        let cols: Vec<f32> = (0..t).flat_map(|_| style.iter().copied()).collect();
+        let mut sched = self.runtime.scheduler(nodes)?;
+        sched.compute_with(
+            &mut graph,
+            &[(style_in, style), (cols_in, &cols)],
+            &[(ids_in, ids), (rev_in, &reverse)],
+        )?;
+        Ok(Front {
+            bert_dur: bert.read_f32()?,
+            d_en: d_en.read_f32()?,
+            d: d.read_f32()?,
+            probs: probs.read_f32()?,
+            t_en: t_en.read_f32()?,
+        })
+    }
+
+    /// Graph 2: frame expansion, the shared BiLSTM and the F0/N branches; returns F0,
+    /// N (2 per frame) and the text encoder's features per frame [F, hidden].
+    fn frames(
+        &self,
+        d: &[f32],
+        t_en: &[f32],
+        frames: &[i32],
+        style: &[f32],
+    ) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+        let hp = &self.hp;
+        let f = frames.len();
+        let t = d.len() / (hp.hidden + hp.style_dim) as usize;
+        let nodes = f * lstm::NODES_PER_STEP + 4096;
+        let ctx = Context::new(nodes, nodes)?;
+        let d_in = ctx.new_tensor(DType::F32, &[hp.hidden + hp.style_dim, t as i64], "d");
+        let t_en_in = ctx.new_tensor(DType::F32, &[hp.hidden, t as i64], "t_en");
+        let style_in = ctx.new_tensor(DType::F32, &[hp.style_dim, 1], "style");
+        let idx_in = ctx.new_i32_tensor(&[f as i64], "frame_tokens");
+        let rev_in = ctx.new_i32_tensor(&[f as i64], "reverse");
+        for x in [d_in, t_en_in, style_in, idx_in, rev_in] {
+            x.mark_input();
+        }
+        let w = &self.weights;
+        let en = ctx.get_rows(d_in, idx_in);
+        let (f0, n) = prosody::f0_n(&ctx, w, en, style_in, rev_in)?;
+        let asr = ctx.cont(ctx.transpose(ctx.get_rows(t_en_in, idx_in)));
+        let mut graph = ctx.new_graph(nodes);
+        for out in [f0, n, asr] {
+            out.mark_output();
+            graph.expand(out);
+        }
+        let reverse: Vec<i32> = (0..f as i32).rev().collect();
+        let mut sched = self.runtime.scheduler(nodes)?;
+        sched.compute_with(
+            &mut graph,
+            &[(d_in, d), (t_en_in, t_en), (style_in, style)],
+            &[(idx_in, frames), (rev_in, &reverse)],
+        )?;
+        Ok((f0.read_f32()?, n.read_f32()?, asr.read_f32()?))
+    }
+
+    /// Speaks a phoneme string of any length: split at sentence (then clause, then
+    /// word) boundaries into pieces of at most [`MAX_PHONEMES`] symbols, each spoken
+    /// with its own style row, the samples joined.
+    pub fn speak_phonemes(&self, phonemes: &str, voice: &str, speed: f32) -> Result<Vec<f32>> {
+        let mut audio = Vec::new();
+        for piece in split_phonemes(phonemes, MAX_PHONEMES) {
+            let ids = self.phoneme_ids(&piece)?;
+            let style = self.style(voice, ids.len() - 2)?;
+            audio.extend(self.run_ids(&ids, &style, speed, None)?.decoded.samples);
+        }
+        Ok(audio)
+    }
+}
+
+/// Graph 1's outputs.
+struct Front {
+    bert_dur: Vec<f32>,
+    d_en: Vec<f32>,
+    d: Vec<f32>,
+    probs: Vec<f32>,
+    t_en: Vec<f32>,
+}
+
+/// The vocabulary from its symbols and ids (each symbol one character, each id below
+/// `n_symbols`).
+fn parse_vocab(
+    symbols: &[String],
+    ids: &[u32],
+    n_symbols: i64,
+) -> std::result::Result<HashMap<char, i32>, String> {
+    if symbols.len() != ids.len() {
+        return Err(format!(
+            "'{VOCAB_SYMBOLS_KEY}' has {} symbols but '{VOCAB_IDS_KEY}' {} ids",
+            symbols.len(),
+            ids.len()
+        ));
+    }
+    let mut vocab = HashMap::new();
+    for (sym, &id) in symbols.iter().zip(ids) {
+        let mut chars = sym.chars();
+        let (Some(ch), None) = (chars.next(), chars.next()) else {
+            return Err(format!("vocabulary symbol '{sym}' is not one character"));
+        };
+        if i64::from(id) >= n_symbols {
+            return Err(format!("vocabulary id {id} of '{sym}' is out of range"));
+        }
+        vocab.insert(ch, id as i32);
+    }
+    Ok(vocab)
+}
+
+/// Splits `phonemes` into pieces of at most `max` symbols, cutting after sentence
+/// punctuation when it can, else after a clause mark or at a space, else anywhere.
+pub fn split_phonemes(phonemes: &str, max: usize) -> Vec<String> {
+    let mut pieces = Vec::new();
+    let mut rest: Vec<char> = phonemes.trim().chars().collect();
+    while rest.len() > max {
+        let window = &rest[..=max];
+        let cut_after = |set: &[char]| {
+            window[..max]
+                .iter()
+                .rposition(|c| set.contains(c))
+                .filter(|&i| i > 0)
+                .map(|i| i + 1)
+        };
+        let cut = cut_after(&['.', '!', '?'])
+            .or_else(|| cut_after(&[',', ';', ':', '—', '…']))
+            .or_else(|| cut_after(&[' ']))
+            .unwrap_or(max);
+        let piece: String = rest[..cut].iter().collect();
+        if !piece.trim().is_empty() {
+            pieces.push(piece.trim().to_string());
+        }
+        rest.drain(..cut);
+    }
+    let last: String = rest.iter().collect();
+    if !last.trim().is_empty() {
+        pieces.push(last.trim().to_string());
+    }
+    pieces
+}
+
+impl Kokoro {
+    /// The phonemes of English `text`, sentence by sentence, in the dialect `voice`
+    /// speaks (US for `a*` voices, GB for `b*`), with the lexicons the file carries.
+    pub fn text_to_phonemes(&mut self, text: &str, voice: &str) -> Result<Vec<String>> {
+        let dialect = Dialect::for_voice(voice).ok_or_else(|| {
+            EngineError::Usage(format!(
+                "parameter 'voice': '{voice}' is not an English voice (a* or b*); text input is English only, pass phonemes for other voices"
+            ))
+        })?;
+        let front = self
+            .front_ends
+            .iter_mut()
+            .find(|f| f.dialect == dialect)
+            .expect("a front end per dialect");
+        if front.g2p.is_none() {
+            let (gold, silver) = front.lexicon.as_ref().ok_or_else(|| {
+                let (g, s) = dialect.gguf_keys();
+                EngineError::Usage(format!(
+                    "parameter 'input': the model file has no '{g}'/'{s}' lexicon for text input; convert it again with --task convert --family kokoro (which embeds misaki's lexicons), or pass phonemes"
+                ))
+            })?;
+            let lexicon = Lexicon::from_json(gold, silver)
+                .map_err(|e| EngineError::Usage(format!("parameter 'input': {e}")))?;
+            front.g2p = Some(G2p::new(lexicon, dialect).with_max_symbols(MAX_PHONEMES));
+        }
+        let g2p = front.g2p.as_ref().expect("made above");
+        let sentences = g2p
+            .phonemize(text)
+            .map_err(|e| EngineError::Usage(format!("parameter 'input': {e}")))?;
+        Ok(sentences.into_iter().map(|s| s.phonemes).collect())
+    }
+}
+
+impl Synthesizer for Kokoro {
+    fn sample_rate(&self) -> u32 {
+        self.sample_rate
+    }
+
+    fn voices(&self) -> Vec<String> {
+        self.voices.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    fn takes_phonemes(&self) -> bool {
+        true
+    }
+
+    fn device(&self) -> String {
+        self.runtime.device().name.clone()
+    }
+
+    fn synthesize(&mut self, input: &SpeechInput, voice: &str, speed: f32) -> Result<Vec<f32>> {
+        match input {
+            SpeechInput::Phonemes(p) => self.speak_phonemes(p, voice, speed),
+            SpeechInput::Text(text) => {
+                let mut audio = Vec::new();
+                for phonemes in self.text_to_phonemes(text, voice)? {
+                    audio.extend(self.speak_phonemes(&phonemes, voice, speed)?);
+                }
+                if audio.is_empty() {
+                    return Err(EngineError::Usage(
+                        "parameter 'input' has nothing to say (no words, only punctuation)".into(),
+                    ));
+                }
+                Ok(audio)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{prosody, split_phonemes};
+
+    #[test]
+    fn long_phoneme_strings_split_at_sentences_then_spaces() {
+        let s = "ab cd. ef gh! ij";
+        assert_eq!(split_phonemes(s, 100), ["ab cd. ef gh! ij"]);
+        assert_eq!(split_phonemes(s, 8), ["ab cd.", "ef gh!", "ij"]);
+        assert_eq!(split_phonemes("abcdefgh ij", 5), ["abcde", "fgh", "ij"]);
+        assert!(split_phonemes("   ", 5).is_empty());
+    }
+
+    #[test]
+    fn durations_round_the_sigmoid_sums_and_are_at_least_one_frame() {
+        let probs = [0.5, 0.6, 0.1, 0.1, 0.9, 0.95];
+        let (raw, frames) = prosody::durations(&probs, 2, 1.0);
+        assert_eq!(frames, [1, 1, 2]);
+        assert!((raw[2] - 1.85).abs() < 1e-6);
+        let (_, slow) = prosody::durations(&probs, 2, 0.25);
+        assert_eq!(slow, [4, 1, 7]);
+        assert_eq!(prosody::frame_tokens(&[2, 1, 3]), [0, 0, 1, 2, 2, 2]);
+    }
+}

@@ -1,0 +1,159 @@
+//! StyleTTS 2's prosody predictor: the duration encoder (BiLSTMs over the PL-BERT
+//! features with the style appended, each followed by an AdaLayerNorm), the duration
+//! LSTM and projection (durations are `round(sum(sigmoid(.)) / speed)`, at least 1,
+//! computed on the host by [`durations`]), and, over frames, the shared BiLSTM and the
+//! F0 and energy (N) branches of AdainResBlk1d blocks.
+
+use crate::error::Result;
+use crate::ggml::{Context, Tensor};
+
+use super::adain::{AdainResBlk1d, Conv1d};
+use super::albert::linear;
+use super::lstm::BiLstm;
+use super::weights::Weights;
+use super::HParams;
+
+/// Tensor-name prefix of the predictor.
+const PREFIX: &str = "encoder.predictor";
+/// Tensor-name scope of the shared BiLSTM (an anonymous ONNX node's scope).
+const SHARED: &str = "encoder.shared";
+/// AdaLayerNorm epsilon (the ONNX graph's).
+const LN_EPS: f32 = 1e-5;
+
+/// The duration encoder's LSTM of layer `l`.
+fn encoder_lstm(l: usize) -> BiLstm {
+    BiLstm::new(&format!("{PREFIX}.text_encoder.lstms.{}", 2 * l))
+}
+
+/// The name prefix of the duration encoder's AdaLayerNorm of layer `l`.
+fn ada_norm(l: usize) -> String {
+    format!("{PREFIX}.text_encoder.lstms.{}.fc", 2 * l + 1)
+}
+
+/// The F0 (`"F0"`) or energy (`"N"`) branch's blocks: the second upsamples x2.
+fn branch(w: &Weights, name: &str) -> Result<Vec<AdainResBlk1d>> {
+    (0..3)
+        .map(|i| AdainResBlk1d::load(w, &format!("{PREFIX}.{name}.{i}"), i == 1))
+        .collect()
+}
+
+/// Every tensor of the duration half and the shared BiLSTM (the F0/N blocks check
+/// their own when they are built).
+pub fn tensor_shapes(hp: &HParams) -> Vec<(String, Vec<i64>)> {
+    let (c, s) = (hp.hidden, hp.style_dim);
+    let mut v = Vec::new();
+    for l in 0..hp.duration_layers {
+        v.extend(encoder_lstm(l).tensor_shapes(c + s, c / 2));
+        v.push((format!("{}.weight", ada_norm(l)), vec![2 * c, s]));
+        v.push((format!("{}.bias", ada_norm(l)), vec![2 * c]));
+    }
+    v.extend(BiLstm::new(&format!("{PREFIX}.lstm")).tensor_shapes(c + s, c / 2));
+    v.extend(BiLstm::new(SHARED).tensor_shapes(c + s, c / 2));
+    v.push((
+        format!("{PREFIX}.duration_proj.linear_layer.weight"),
+        vec![hp.max_duration, c],
+    ));
+    v.push((
+        format!("{PREFIX}.duration_proj.linear_layer.bias"),
+        vec![hp.max_duration],
+    ));
+    v
+}
+
+/// AdaLayerNorm: `(1 + gamma(s)) norm(x) + beta(s)` over each column of `x` [C, T].
+fn ada_layer_norm<'a>(
+    ctx: &'a Context,
+    w: &'a Weights,
+    x: Tensor<'a>,
+    style: Tensor<'a>,
+    prefix: &str,
+) -> Result<Tensor<'a>> {
+    let c = x.ne()[0];
+    let h = linear(ctx, w, style, prefix)?; // [2C, 1]
+    let gamma = ctx.view_1d(h, c, 0);
+    let beta = ctx.view_1d(h, c, c as usize);
+    let n = ctx.norm(x, LN_EPS);
+    Ok(ctx.add(ctx.add(n, ctx.mul(n, gamma)), beta))
+}
+
+/// The duration encoder's output `d` [hidden + style, T] for the PL-BERT features
+/// `d_en` [hidden, T]; `style` is the predictor style [S, 1], `style_cols` it repeated
+/// T times [S, T].
+pub fn duration_encoder<'a>(
+    ctx: &'a Context,
+    w: &'a Weights,
+    hp: &HParams,
+    d_en: Tensor<'a>,
+    style: Tensor<'a>,
+    style_cols: Tensor<'a>,
+    reverse: Tensor<'a>,
+) -> Result<Tensor<'a>> {
+    let mut x = ctx.concat(d_en, style_cols, 0);
+    for l in 0..hp.duration_layers {
+        let y = encoder_lstm(l).build(ctx, w, x, reverse)?;
+        let y = ada_layer_norm(ctx, w, y, style, &ada_norm(l))?;
+        x = ctx.concat(y, style_cols, 0);
+    }
+    Ok(x)
+}
+
+/// The sigmoid of the duration logits [max_duration, T] for `d` [hidden + style, T].
+pub fn duration_probabilities<'a>(
+    ctx: &'a Context,
+    w: &'a Weights,
+    d: Tensor<'a>,
+    reverse: Tensor<'a>,
+) -> Result<Tensor<'a>> {
+    let x = BiLstm::new(&format!("{PREFIX}.lstm")).build(ctx, w, d, reverse)?;
+    let logits = linear(ctx, w, x, &format!("{PREFIX}.duration_proj.linear_layer"))?;
+    Ok(ctx.sigmoid(logits))
+}
+
+/// Each token's duration in frames before rounding (`sum / speed`) and rounded (at
+/// least 1), from the sigmoid probabilities (`max_duration` per token). `speed` must be
+/// positive (the task checks it is in 0.25..=4).
+pub fn durations(probabilities: &[f32], max_duration: usize, speed: f32) -> (Vec<f32>, Vec<usize>) {
+    assert!(speed > 0.0, "the speed is checked before synthesis");
+    let raw: Vec<f32> = probabilities
+        .chunks_exact(max_duration)
+        .map(|p| p.iter().sum::<f32>() / speed)
+        .collect();
+    let frames = raw.iter().map(|&d| (d.round() as usize).max(1)).collect();
+    (raw, frames)
+}
+
+/// The token index of every frame: token `i` repeated `frames[i]` times.
+pub fn frame_tokens(frames: &[usize]) -> Vec<i32> {
+    frames
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &n)| std::iter::repeat_n(i as i32, n))
+        .collect()
+}
+
+/// F0 and N [2F] each for the frame-level features `en` [hidden + style, F]:
+/// the shared BiLSTM, then each branch's blocks (time-fastest [T, C] activations, as
+/// [`AdainResBlk1d`] takes them) and its 1x1 projection.
+pub fn f0_n<'a>(
+    ctx: &'a Context,
+    w: &'a Weights,
+    en: Tensor<'a>,
+    style: Tensor<'a>,
+    reverse: Tensor<'a>,
+) -> Result<(Tensor<'a>, Tensor<'a>)> {
+    let x = BiLstm::new(SHARED).build(ctx, w, en, reverse)?;
+    let x = ctx.cont(ctx.transpose(x)); // [F, hidden]
+    let mut out = Vec::new();
+    for name in ["F0", "N"] {
+        let mut y = x;
+        for block in branch(w, name)? {
+            y = block.build(ctx, w, y, style)?;
+        }
+        let proj = Conv1d::load(w, PREFIX, &format!("{name}_proj"), true, 1, 1)?;
+        let y = proj.build(ctx, w, y)?; // [2F, 1]
+        out.push(ctx.reshape(y, &[y.ne()[0]]));
+    }
+    let n = out.pop().expect("two branches");
+    let f0 = out.pop().expect("two branches");
+    Ok((f0, n))
+}

@@ -1,0 +1,196 @@
+//! Wrapper ops for signal-processing model code (Kokoro's iSTFTNet decoder): element-wise
+//! maths (sin, exp, division), LeakyReLU with a slope, zero and reflection padding, a
+//! dilated f32 convolution and the f32 transposed convolution. Each is one ggml op (or a
+//! short ggml composition), so every backend the scheduler drives runs it.
+
+use llama_cpp_sys_2 as sys;
+
+use super::{f16_bytes_to_f32, Context, DType, GgmlError, Result, Tensor};
+
+impl Context {
+    /// `a` itself when it is f32, else a copy converted to f32 (an f16 weight that an
+    /// op without f16 support reads, such as a broadcast product's second operand).
+    pub fn to_f32<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        if a.dtype() == Some(DType::F32) {
+            return a;
+        }
+        // SAFETY: tensors belong to this context; ggml converts every float type.
+        self.wrap(unsafe { sys::ggml_cast(self.raw.as_ptr(), a.raw(), sys::GGML_TYPE_F32) })
+    }
+
+    /// Element-wise difference `a - b`, broadcasting `b` over `a`.
+    pub fn sub<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: tensors belong to this context; ggml checks the shapes broadcast.
+        self.wrap(unsafe { sys::ggml_sub(self.raw.as_ptr(), a.raw(), b.raw()) })
+    }
+
+    /// Element-wise quotient `a / b`, broadcasting `b` over `a`.
+    pub fn div<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_div(self.raw.as_ptr(), a.raw(), b.raw()) })
+    }
+
+    /// Element-wise square.
+    pub fn sqr<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_sqr(self.raw.as_ptr(), a.raw()) })
+    }
+
+    /// Element-wise sine.
+    pub fn sin<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_sin(self.raw.as_ptr(), a.raw()) })
+    }
+
+    /// Element-wise cosine.
+    pub fn cos<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_cos(self.raw.as_ptr(), a.raw()) })
+    }
+
+    /// Element-wise natural exponential.
+    pub fn exp<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_exp(self.raw.as_ptr(), a.raw()) })
+    }
+
+    /// Element-wise LeakyReLU: `x` where positive, `slope * x` elsewhere.
+    pub fn leaky_relu<'a>(&'a self, a: Tensor<'a>, slope: f32) -> Tensor<'a> {
+        // SAFETY: as above.
+        self.wrap(unsafe { sys::ggml_leaky_relu(self.raw.as_ptr(), a.raw(), slope, false) })
+    }
+
+    /// Zero padding: `before[i]` zeros before and `after[i]` zeros after the data along
+    /// axis `i` (ggml order).
+    pub fn pad_zeros<'a>(&'a self, a: Tensor<'a>, before: [i32; 2], after: [i32; 2]) -> Tensor<'a> {
+        // SAFETY: as above; ggml checks the paddings are non-negative.
+        self.wrap(unsafe {
+            sys::ggml_pad_ext(
+                self.raw.as_ptr(),
+                a.raw(),
+                before[0],
+                after[0],
+                before[1],
+                after[1],
+                0,
+                0,
+                0,
+                0,
+            )
+        })
+    }
+
+    /// Reflection padding along `ne[0]` (PyTorch's `ReflectionPad1d`, the edge sample not
+    /// repeated): `left` samples before, `right` after.
+    pub fn pad_reflect_1d<'a>(&'a self, a: Tensor<'a>, left: i32, right: i32) -> Tensor<'a> {
+        // SAFETY: as above; ggml checks the paddings are shorter than the row.
+        self.wrap(unsafe { sys::ggml_pad_reflect_1d(self.raw.as_ptr(), a.raw(), left, right) })
+    }
+
+    /// [`Context::conv_1d_f32`] with a dilation: `kernel` is [K, IC, OC], `input` is
+    /// [L, IC, N]; returns [OC, OL, N] (channels fastest), computed in f32.
+    pub fn conv_1d_f32_dilated<'a>(
+        &'a self,
+        kernel: Tensor<'a>,
+        input: Tensor<'a>,
+        stride: i32,
+        pad: i32,
+        dilation: i32,
+    ) -> Tensor<'a> {
+        let ctx = self.raw.as_ptr();
+        // SAFETY: tensors of this context; the reshapes keep element counts (im2col's
+        // result is contiguous, the kernel is a weight stored contiguous).
+        unsafe {
+            let cols = sys::ggml_im2col(
+                ctx,
+                kernel.raw(),
+                input.raw(),
+                stride,
+                0,
+                pad,
+                0,
+                dilation,
+                0,
+                false,
+                sys::GGML_TYPE_F32,
+            );
+            let (ick, ol, n) = ((*cols).ne[0], (*cols).ne[1], (*cols).ne[2]);
+            let oc = (*kernel.raw()).ne[2];
+            let k2 = sys::ggml_reshape_2d(ctx, kernel.raw(), ick, oc);
+            let c2 = sys::ggml_reshape_2d(ctx, cols, ick, ol * n);
+            let out = sys::ggml_mul_mat(ctx, k2, c2);
+            self.wrap(sys::ggml_reshape_3d(ctx, out, oc, ol, n))
+        }
+    }
+
+    /// Transposed 1-D convolution without padding (PyTorch `ConvTranspose1d`, groups 1,
+    /// padding 0, dilation 1), in f32: `kernel` is [K, OC, IC] (PyTorch's [IC, OC, K]),
+    /// `input` is [L, IC]; returns [(L - 1) * stride + K, OC] (time fastest). Callers
+    /// crop the result for PyTorch's `padding`.
+    pub fn conv_transpose_1d_f32<'a>(
+        &'a self,
+        kernel: Tensor<'a>,
+        input: Tensor<'a>,
+        stride: i32,
+    ) -> Tensor<'a> {
+        // SAFETY: as above; ggml asserts the channel counts match.
+        self.wrap(unsafe {
+            sys::ggml_conv_transpose_1d(self.raw.as_ptr(), kernel.raw(), input.raw(), stride, 0, 1)
+        })
+    }
+
+    /// A 2-D view [ne0, ne1] of `a` with a row stride of `row_stride` elements, starting
+    /// at element `offset_elems` (axis 0 contiguous).
+    pub fn view_2d_strided<'a>(
+        &'a self,
+        a: Tensor<'a>,
+        ne: [i64; 2],
+        row_stride: usize,
+        offset_elems: usize,
+    ) -> Tensor<'a> {
+        let esize = a.element_size().expect("views of unblocked types");
+        // SAFETY: ggml checks the view stays inside the tensor.
+        self.wrap(unsafe {
+            sys::ggml_view_2d(
+                self.raw.as_ptr(),
+                a.raw(),
+                ne[0],
+                ne[1],
+                row_stride * esize,
+                offset_elems * esize,
+            )
+        })
+    }
+}
+
+impl Tensor<'_> {
+    /// Copies an allocated f32 or f16 tensor to the host as f32 (a small weight the host
+    /// computes with, whichever of the two types the converter stored).
+    pub fn read_f32_converted(&self) -> Result<Vec<f32>> {
+        match self.dtype() {
+            Some(DType::F32) => self.read_f32(),
+            Some(DType::F16) => {
+                // SAFETY: the tensor is live while its context is.
+                let (nbytes, has_buffer) = unsafe {
+                    let t = &*self.raw();
+                    (
+                        sys::ggml_nbytes(self.raw()),
+                        !t.buffer.is_null() || !t.view_src.is_null(),
+                    )
+                };
+                if !has_buffer {
+                    return Err(GgmlError::Failed("read: tensor has no memory yet".into()));
+                }
+                let mut bytes = vec![0u8; nbytes];
+                // SAFETY: the buffer holds nbytes; the tensor has backend memory.
+                unsafe {
+                    sys::ggml_backend_tensor_get(self.raw(), bytes.as_mut_ptr().cast(), 0, nbytes)
+                };
+                Ok(f16_bytes_to_f32(&bytes))
+            }
+            other => Err(GgmlError::Failed(format!(
+                "read: expected an f32 or f16 tensor, got {other:?}"
+            ))),
+        }
+    }
+}

@@ -573,6 +573,7 @@ mod tests {
             "at least two reference cases in {}",
             dir.display()
         );
+        let mut checked_threads = false;
         for case in cases {
             let r = read_npz(&case);
             let get = |k: &str| &r.get(k).unwrap_or_else(|| panic!("{k} missing")).1;
@@ -597,6 +598,21 @@ mod tests {
                 runtime.threads()
             );
             assert_eq!(ours.samples.len(), frames * 600);
+            if !checked_threads {
+                // Deterministic at any thread count: one thread gives the same samples.
+                let one = Runtime::new(&RuntimeOptions {
+                    threads: 1,
+                    ..RuntimeOptions::default()
+                })
+                .unwrap();
+                let single = decoder.synthesize(&one, &weights, &input, None).unwrap();
+                assert!(
+                    single.samples == ours.samples,
+                    "1 and {} threads give different samples",
+                    runtime.threads()
+                );
+                checked_threads = true;
+            }
             let source_snr = snr_db(get("har_source"), &ours.source);
             let own_magnitude_snr = snr_db(get("gen_mag"), &ours.magnitude);
 

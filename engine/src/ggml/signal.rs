@@ -123,6 +123,41 @@ impl Context {
         }
     }
 
+    /// [`Context::conv_1d_f32_dilated`] for one sequence with the product the other way
+    /// round, so the result is [OL, OC] (time fastest) with no transpose: `kernel` is
+    /// [K, IC, OC] f32, `input` is [L, IC].
+    pub fn conv_1d_f32_time_major<'a>(
+        &'a self,
+        kernel: Tensor<'a>,
+        input: Tensor<'a>,
+        stride: i32,
+        pad: i32,
+        dilation: i32,
+    ) -> Tensor<'a> {
+        let ctx = self.raw.as_ptr();
+        // SAFETY: as in conv_1d_f32_dilated.
+        unsafe {
+            let cols = sys::ggml_im2col(
+                ctx,
+                kernel.raw(),
+                input.raw(),
+                stride,
+                0,
+                pad,
+                0,
+                dilation,
+                0,
+                false,
+                sys::GGML_TYPE_F32,
+            );
+            let (ick, ol) = ((*cols).ne[0], (*cols).ne[1] * (*cols).ne[2]);
+            let oc = (*kernel.raw()).ne[2];
+            let k2 = sys::ggml_reshape_2d(ctx, kernel.raw(), ick, oc);
+            let c2 = sys::ggml_reshape_2d(ctx, cols, ick, ol);
+            self.wrap(sys::ggml_mul_mat(ctx, c2, k2))
+        }
+    }
+
     /// Transposed 1-D convolution without padding (PyTorch `ConvTranspose1d`, groups 1,
     /// padding 0, dilation 1), in f32: `kernel` is [K, OC, IC] (PyTorch's [IC, OC, K]),
     /// `input` is [L, IC]; returns [(L - 1) * stride + K, OC] (time fastest). Callers

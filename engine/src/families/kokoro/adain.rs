@@ -9,7 +9,7 @@
 //! checks names and shapes once at load and only keeps the names.
 
 use crate::error::{EngineError, Result};
-use crate::ggml::{Context, Tensor};
+use crate::ggml::{Context, DType, Tensor};
 
 /// PyTorch's `InstanceNorm1d` epsilon, which the exported graph adds to the variance.
 const INSTANCE_NORM_EPS: f32 = 1e-5;
@@ -131,9 +131,15 @@ impl Conv1d {
         x: Tensor<'a>,
     ) -> Result<Tensor<'a>> {
         let kernel = w.tensor(&self.weight)?;
-        let y = ctx.conv_1d_f32_dilated(kernel, x, self.stride, self.pad, self.dilation);
-        let [oc, ol, _, _] = y.ne();
-        let y = ctx.cont(ctx.transpose(ctx.reshape(y, &[oc, ol])));
+        let oc = self.out_channels;
+        let y = if kernel.dtype() == Some(DType::F32) {
+            ctx.conv_1d_f32_time_major(kernel, x, self.stride, self.pad, self.dilation)
+        } else {
+            // ggml multiplies an f16 matrix only from the left: channels come out fastest.
+            let y = ctx.conv_1d_f32_dilated(kernel, x, self.stride, self.pad, self.dilation);
+            let ol = y.ne()[1];
+            ctx.cont(ctx.transpose(ctx.reshape(y, &[oc, ol])))
+        };
         Ok(match &self.bias {
             Some(b) => ctx.add(y, ctx.reshape(ctx.to_f32(w.tensor(b)?), &[1, oc])),
             None => y,

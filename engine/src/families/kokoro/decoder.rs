@@ -22,6 +22,11 @@ use super::source::{harmonic_source, source_stft, SourceParams};
 /// Upper bound of graph nodes for one utterance (the graph does not grow with length).
 const GRAPH_NODES: usize = 8192;
 
+/// The most frames one decoder pass takes (100 s of Kokoro's audio, 40 frames a second): the
+/// graph holds about 1 MB per frame at its widest (the last stage's kernel-11
+/// convolutions), so a longer utterance is refused rather than allocating without bound.
+pub const MAX_FRAMES: usize = 4000;
+
 /// The decoder's hyper-parameters beyond what its weight shapes tell.
 #[derive(Debug, Clone)]
 pub struct DecoderConfig {
@@ -309,6 +314,13 @@ impl Decoder {
         if frames == 0 {
             return Err(bad("no frames to decode".into()));
         }
+        if frames > MAX_FRAMES {
+            return Err(bad(format!(
+                "{frames} frames ({:.0} s of audio) are more than one pass decodes \
+                 ({MAX_FRAMES}); split the text into shorter sentences or raise the speed",
+                (frames * self.samples_per_frame()) as f64 / self.cfg.sample_rate as f64
+            )));
+        }
         if input.asr.len() != frames * self.asr_channels as usize
             || input.f0.len() != 2 * frames
             || input.n.len() != 2 * frames
@@ -573,6 +585,7 @@ mod tests {
             "at least two reference cases in {}",
             dir.display()
         );
+        let mut checked_threads = false;
         for case in cases {
             let r = read_npz(&case);
             let get = |k: &str| &r.get(k).unwrap_or_else(|| panic!("{k} missing")).1;
@@ -597,6 +610,21 @@ mod tests {
                 runtime.threads()
             );
             assert_eq!(ours.samples.len(), frames * 600);
+            if !checked_threads {
+                // Deterministic at any thread count: one thread gives the same samples.
+                let one = Runtime::new(&RuntimeOptions {
+                    threads: 1,
+                    ..RuntimeOptions::default()
+                })
+                .unwrap();
+                let single = decoder.synthesize(&one, &weights, &input, None).unwrap();
+                assert!(
+                    single.samples == ours.samples,
+                    "1 and {} threads give different samples",
+                    runtime.threads()
+                );
+                checked_threads = true;
+            }
             let source_snr = snr_db(get("har_source"), &ours.source);
             let own_magnitude_snr = snr_db(get("gen_mag"), &ours.magnitude);
 

@@ -3,8 +3,10 @@
 //! The GGUF comes from the int8 ONNX release, dequantized by `--task convert --family
 //! kokoro`: weights under the ONNX/PyTorch names ([`weights`]), the voices as
 //! `voice.<name>` tensors [510, 256] (row = phoneme count - 1; the first 128 values
-//! style the decoder, the last 128 the prosody predictor), the symbol vocabulary as
-//! JSON in `kokoro.vocab`, and the hyper-parameters the shapes do not tell.
+//! style the decoder, the last 128 the prosody predictor), the symbol vocabulary
+//! (`kokoro.vocab.symbols` / `kokoro.vocab.ids`), misaki's lexicons for the English
+//! front end (`g2p.lexicon.*`, used by [`audiocpp_g2p`]) and the hyper-parameters the
+//! shapes do not tell.
 //!
 //! [`Kokoro::run_ids`] is the pipeline, in two ggml graphs with a host step between:
 //! 1. PL-BERT ([`albert`]) -> `bert_encoder` -> duration encoder and duration head
@@ -183,6 +185,7 @@ pub struct Run {
 pub struct Kokoro {
     hp: HParams,
     weights: Weights,
+    f0n: prosody::F0N,
     decoder: decoder::Decoder,
     vocab: HashMap<char, i32>,
     /// Voices in the order listed, each [510 x 256] row-major.
@@ -271,6 +274,7 @@ impl Kokoro {
             .collect();
         let weights = Weights::load(file, &runtime)?;
         weights.check(&hp.tensor_shapes())?;
+        let f0n = prosody::F0N::load(&weights)?;
         let decoder = decoder::Decoder::load(
             &weights,
             "decoder.decoder",
@@ -279,6 +283,7 @@ impl Kokoro {
         Ok(Kokoro {
             hp,
             weights,
+            f0n,
             decoder,
             vocab,
             voices,
@@ -453,7 +458,7 @@ impl Kokoro {
         }
         let w = &self.weights;
         let en = ctx.get_rows(d_in, idx_in);
-        let (f0, n) = prosody::f0_n(&ctx, w, en, style_in, rev_in)?;
+        let (f0, n) = self.f0n.build(&ctx, w, en, style_in, rev_in)?;
         let asr = ctx.cont(ctx.transpose(ctx.get_rows(t_en_in, idx_in)));
         let mut graph = ctx.new_graph(nodes);
         for out in [f0, n, asr] {

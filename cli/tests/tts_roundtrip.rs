@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 /// The phrase every round trip of the project checks.
 const PHRASE: &str = "Speech recognition in Rust is working today.";
 /// The voice that says it.
-const PHRASE_VOICE: &str = "af_heart";
+const PHRASE_VOICE: &str = "af_nicole";
 /// Everyday sentences for the word error rate (lexicon words, no digits, so that
 /// Whisper's spelling of numbers does not count as an error).
 const SENTENCES: &[&str] = &[

@@ -65,6 +65,8 @@ fn kokoro_gguf() -> &'static Path {
             s(&dir.join("misaki")),
             "--out",
             s(&out),
+            "--model-spec-override",
+            s(&specs()),
         ]);
         assert_eq!(run.code, 0, "{}", run.stderr);
         out

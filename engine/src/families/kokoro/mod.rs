@@ -355,6 +355,11 @@ impl Kokoro {
                 style.len()
             )));
         }
+        if !(speed.is_finite() && speed > 0.0) {
+            return Err(EngineError::Usage(format!(
+                "parameter 'speed' is {speed}; it must be a positive number"
+            )));
+        }
         if let Some(f) = forced {
             if f.len() != t || f.contains(&0) {
                 return Err(EngineError::Usage(format!(

@@ -5,9 +5,19 @@
 
 use llama_cpp_sys_2 as sys;
 
-use super::{Context, Tensor};
+use super::{f16_bytes_to_f32, Context, DType, GgmlError, Result, Tensor};
 
 impl Context {
+    /// `a` itself when it is f32, else a copy converted to f32 (an f16 weight that an
+    /// op without f16 support reads, such as a broadcast product's second operand).
+    pub fn to_f32<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        if a.dtype() == Some(DType::F32) {
+            return a;
+        }
+        // SAFETY: tensors belong to this context; ggml converts every float type.
+        self.wrap(unsafe { sys::ggml_cast(self.raw.as_ptr(), a.raw(), sys::GGML_TYPE_F32) })
+    }
+
     /// Element-wise difference `a - b`, broadcasting `b` over `a`.
     pub fn sub<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         // SAFETY: tensors belong to this context; ggml checks the shapes broadcast.
@@ -113,6 +123,41 @@ impl Context {
         }
     }
 
+    /// [`Context::conv_1d_f32_dilated`] for one sequence with the product the other way
+    /// round, so the result is [OL, OC] (time fastest) with no transpose: `kernel` is
+    /// [K, IC, OC] f32, `input` is [L, IC].
+    pub fn conv_1d_f32_time_major<'a>(
+        &'a self,
+        kernel: Tensor<'a>,
+        input: Tensor<'a>,
+        stride: i32,
+        pad: i32,
+        dilation: i32,
+    ) -> Tensor<'a> {
+        let ctx = self.raw.as_ptr();
+        // SAFETY: as in conv_1d_f32_dilated.
+        unsafe {
+            let cols = sys::ggml_im2col(
+                ctx,
+                kernel.raw(),
+                input.raw(),
+                stride,
+                0,
+                pad,
+                0,
+                dilation,
+                0,
+                false,
+                sys::GGML_TYPE_F32,
+            );
+            let (ick, ol) = ((*cols).ne[0], (*cols).ne[1] * (*cols).ne[2]);
+            let oc = (*kernel.raw()).ne[2];
+            let k2 = sys::ggml_reshape_2d(ctx, kernel.raw(), ick, oc);
+            let c2 = sys::ggml_reshape_2d(ctx, cols, ick, ol);
+            self.wrap(sys::ggml_mul_mat(ctx, c2, k2))
+        }
+    }
+
     /// Transposed 1-D convolution without padding (PyTorch `ConvTranspose1d`, groups 1,
     /// padding 0, dilation 1), in f32: `kernel` is [K, OC, IC] (PyTorch's [IC, OC, K]),
     /// `input` is [L, IC]; returns [(L - 1) * stride + K, OC] (time fastest). Callers
@@ -150,5 +195,37 @@ impl Context {
                 offset_elems * esize,
             )
         })
+    }
+}
+
+impl Tensor<'_> {
+    /// Copies an allocated f32 or f16 tensor to the host as f32 (a small weight the host
+    /// computes with, whichever of the two types the converter stored).
+    pub fn read_f32_converted(&self) -> Result<Vec<f32>> {
+        match self.dtype() {
+            Some(DType::F32) => self.read_f32(),
+            Some(DType::F16) => {
+                // SAFETY: the tensor is live while its context is.
+                let (nbytes, has_buffer) = unsafe {
+                    let t = &*self.raw();
+                    (
+                        sys::ggml_nbytes(self.raw()),
+                        !t.buffer.is_null() || !t.view_src.is_null(),
+                    )
+                };
+                if !has_buffer {
+                    return Err(GgmlError::Failed("read: tensor has no memory yet".into()));
+                }
+                let mut bytes = vec![0u8; nbytes];
+                // SAFETY: the buffer holds nbytes; the tensor has backend memory.
+                unsafe {
+                    sys::ggml_backend_tensor_get(self.raw(), bytes.as_mut_ptr().cast(), 0, nbytes)
+                };
+                Ok(f16_bytes_to_f32(&bytes))
+            }
+            other => Err(GgmlError::Failed(format!(
+                "read: expected an f32 or f16 tensor, got {other:?}"
+            ))),
+        }
     }
 }

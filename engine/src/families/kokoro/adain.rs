@@ -9,7 +9,7 @@
 //! checks names and shapes once at load and only keeps the names.
 
 use crate::error::{EngineError, Result};
-use crate::ggml::{Context, Tensor};
+use crate::ggml::{Context, DType, Tensor};
 
 /// PyTorch's `InstanceNorm1d` epsilon, which the exported graph adds to the variance.
 const INSTANCE_NORM_EPS: f32 = 1e-5;
@@ -131,11 +131,17 @@ impl Conv1d {
         x: Tensor<'a>,
     ) -> Result<Tensor<'a>> {
         let kernel = w.tensor(&self.weight)?;
-        let y = ctx.conv_1d_f32_dilated(kernel, x, self.stride, self.pad, self.dilation);
-        let [oc, ol, _, _] = y.ne();
-        let y = ctx.cont(ctx.transpose(ctx.reshape(y, &[oc, ol])));
+        let oc = self.out_channels;
+        let y = if kernel.dtype() == Some(DType::F32) {
+            ctx.conv_1d_f32_time_major(kernel, x, self.stride, self.pad, self.dilation)
+        } else {
+            // ggml multiplies an f16 matrix only from the left: channels come out fastest.
+            let y = ctx.conv_1d_f32_dilated(kernel, x, self.stride, self.pad, self.dilation);
+            let ol = y.ne()[1];
+            ctx.cont(ctx.transpose(ctx.reshape(y, &[oc, ol])))
+        };
         Ok(match &self.bias {
-            Some(b) => ctx.add(y, ctx.reshape(w.tensor(b)?, &[1, oc])),
+            Some(b) => ctx.add(y, ctx.reshape(ctx.to_f32(w.tensor(b)?), &[1, oc])),
             None => y,
         })
     }
@@ -186,7 +192,7 @@ impl AdaIn1d {
         let fc = ctx.cont(ctx.transpose(w.tensor(&self.fc_weight)?)); // [style, 2C]
         let h = ctx.add(
             ctx.mul_mat(fc, ctx.reshape(style, &[self.style_dim, 1])),
-            ctx.reshape(w.tensor(&self.fc_bias)?, &[2 * c, 1]),
+            ctx.reshape(ctx.to_f32(w.tensor(&self.fc_bias)?), &[2 * c, 1]),
         ); // [2C, 1]
         let gamma = ctx.reshape(ctx.view_1d(h, c, 0), &[1, c]);
         let beta = ctx.reshape(ctx.view_1d(h, c, c as usize), &[1, c]);
@@ -236,7 +242,7 @@ impl DepthwiseUpsample {
         let c = self.channels;
         let [t, _, _, _] = x.ne();
         let x = ctx.cont(x);
-        let taps = ctx.reshape(w.tensor(&self.weight)?, &[3, c]);
+        let taps = ctx.reshape(ctx.to_f32(w.tensor(&self.weight)?), &[3, c]);
         let tap = |k: usize| ctx.cont(ctx.view_2d_rows(taps, 1, c, k));
         let even = ctx.mul(x, tap(1));
         let next = if t > 1 {
@@ -255,7 +261,7 @@ impl DepthwiseUpsample {
             0,
         );
         let up = ctx.reshape(pair, &[2 * t, c]);
-        Ok(ctx.add(up, ctx.reshape(w.tensor(&self.bias)?, &[1, c])))
+        Ok(ctx.add(up, ctx.reshape(ctx.to_f32(w.tensor(&self.bias)?), &[1, c])))
     }
 }
 

@@ -243,8 +243,8 @@ impl Decoder {
 
     /// The harmonic source's parameters, with the merge layer read from the weights.
     pub fn source_params(&self, w: &dyn WeightLookup) -> Result<SourceParams> {
-        let weights = w.tensor(&self.merge_weight)?.read_f32()?;
-        let bias = w.tensor(&self.merge_bias)?.read_f32()?;
+        let weights = w.tensor(&self.merge_weight)?.read_f32_converted()?;
+        let bias = w.tensor(&self.merge_bias)?.read_f32_converted()?;
         Ok(SourceParams {
             sample_rate: self.cfg.sample_rate as f64,
             upsample: self.cfg.samples_per_f0(),
@@ -409,10 +409,11 @@ mod tests {
     //! The decoder against onnxruntime on the dequantized f32 Kokoro graph (issue 17
     //! item 6, durations forced equal by feeding the reference's own `asr`, `F0_pred`,
     //! `N_pred` and style row): harmonic source SNR >= 40 dB; the generator's magnitude
-    //! SNR >= 35 dB when fed the reference's source STFT (whose phase in unvoiced
-    //! stretches is onnxruntime's rounding noise, which no other implementation
-    //! reproduces); the waveform's log-mel (n_fft 1024, hop 256, 80 HTK bands to 12 kHz,
-    //! natural log floored at 1e-5) MAE <= 0.03 and cosine >= 0.9998 from our own source.
+    //! SNR >= 35 dB, and >= 80 dB when fed the reference's own source STFT (which checks
+    //! the network alone: the source differs by rounding, and the phases of its empty
+    //! bins are rounding noise; >= 50 dB with f16 weights); the waveform's log-mel (n_fft 1024, hop 256, 80 HTK bands to 12 kHz,
+    //! natural log floored at 1e-5) MAE <= 0.03 and cosine >= 0.9998 from our own source
+    //! (f16 weights: 0.06 and 0.9995).
 
     use std::collections::HashMap;
     use std::io::Read;
@@ -549,6 +550,17 @@ mod tests {
         let (weights, _buffer) = load_weights(&env_path("AUDIOCPP_KOKORO_GGUF"), &runtime);
         let decoder = Decoder::load(&weights, "decoder.decoder", DecoderConfig::kokoro_v1())
             .expect("the decoder's weights load");
+        // f16 weights (issue 17): log-mel MAE <= 0.06, cosine >= 0.9995.
+        let f16 = weights
+            .tensor("decoder.decoder.encode.conv1.weight")
+            .unwrap()
+            .dtype()
+            == Some(DType::F16);
+        let (network_db, max_mae, min_cos) = if f16 {
+            (50.0, 0.06, 0.9995)
+        } else {
+            (80.0, 0.03, 0.9998)
+        };
         let dir = env_path("AUDIOCPP_KOKORO_REF");
         let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -574,11 +586,19 @@ mod tests {
                 n: get("N_pred"),
                 style,
             };
+            let started = std::time::Instant::now();
             let ours = decoder
                 .synthesize(&runtime, &weights, &input, None)
                 .unwrap();
+            eprintln!(
+                "decoded {:.2} s of audio in {:.2} s on {} threads",
+                ours.samples.len() as f64 / 24000.0,
+                started.elapsed().as_secs_f64(),
+                runtime.threads()
+            );
             assert_eq!(ours.samples.len(), frames * 600);
             let source_snr = snr_db(get("har_source"), &ours.source);
+            let own_magnitude_snr = snr_db(get("gen_mag"), &ours.magnitude);
 
             let mut reference_stft = get("har_spec").clone();
             reference_stft.extend_from_slice(get("har_phase"));
@@ -599,8 +619,8 @@ mod tests {
             let fed_mae =
                 fa.iter().zip(&fb).map(|(x, y)| (x - y).abs()).sum::<f64>() / fa.len() as f64;
             eprintln!(
-                "{}: frames {frames}, source {source_snr:.1} dB, magnitude (reference source) \
-                 {magnitude_snr:.1} dB, phase {fed_phase_snr:.1} dB, waveform {:.1} dB (fed {:.1} dB), \
+                "{}: frames {frames}, source {source_snr:.1} dB, magnitude {own_magnitude_snr:.1} dB \
+                 (reference source {magnitude_snr:.1} dB), phase {fed_phase_snr:.1} dB, waveform {:.1} dB (fed {:.1} dB), \
                  log-mel MAE {mae:.4} cos {cos:.6} (fed MAE {fed_mae:.4})",
                 case.display(),
                 snr_db(audio, &ours.samples),
@@ -611,11 +631,15 @@ mod tests {
                 "harmonic source {source_snr:.1} dB < 40"
             );
             assert!(
-                magnitude_snr >= 35.0,
-                "magnitude {magnitude_snr:.1} dB < 35"
+                own_magnitude_snr >= 35.0,
+                "magnitude {own_magnitude_snr:.1} dB < 35"
             );
-            assert!(mae <= 0.03, "log-mel MAE {mae:.4} > 0.03");
-            assert!(cos >= 0.9998, "log-mel cosine {cos:.6} < 0.9998");
+            assert!(
+                magnitude_snr >= network_db,
+                "magnitude from the reference source {magnitude_snr:.1} dB < {network_db}"
+            );
+            assert!(mae <= max_mae, "log-mel MAE {mae:.4} > {max_mae}");
+            assert!(cos >= min_cos, "log-mel cosine {cos:.6} < {min_cos}");
         }
     }
 }

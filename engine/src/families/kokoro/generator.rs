@@ -58,7 +58,7 @@ fn snake<'a>(
     alpha: &str,
 ) -> Result<Tensor<'a>> {
     let [_, c, _, _] = x.ne();
-    let a = ctx.reshape(w.tensor(alpha)?, &[1, c]);
+    let a = ctx.reshape(ctx.to_f32(w.tensor(alpha)?), &[1, c]);
     let s = ctx.sqr(ctx.sin(ctx.mul(x, a)));
     Ok(ctx.add(x, ctx.div(s, a)))
 }
@@ -144,14 +144,16 @@ impl ConvTranspose1d {
     ) -> Result<Tensor<'a>> {
         let [l, _, _, _] = x.ne();
         let s = self.stride as i64;
-        let full = ctx.conv_transpose_1d_f32(w.tensor(&self.weight)?, x, self.stride);
+        // An f16 kernel is widened: ggml's CUDA transposed convolution is f32 only.
+        let kernel = ctx.to_f32(w.tensor(&self.weight)?);
+        let full = ctx.conv_transpose_1d_f32(kernel, x, self.stride);
         let full_len = (l - 1) * s + self.kernel;
         let pad = ((self.kernel - s) / 2) as usize;
         let y =
             ctx.cont(ctx.view_2d_strided(full, [l * s, self.out_channels], full_len as usize, pad));
         Ok(ctx.add(
             y,
-            ctx.reshape(w.tensor(&self.bias)?, &[1, self.out_channels]),
+            ctx.reshape(ctx.to_f32(w.tensor(&self.bias)?), &[1, self.out_channels]),
         ))
     }
 }

@@ -48,13 +48,14 @@ impl InverseStft {
         let re = ctx.mul(mag, ctx.cos(phase));
         let im = ctx.mul(mag, ctx.sin(phase));
         let spec = ctx.concat(re, im, 1); // [L, 2 * bins]
-        let y = ctx.conv_transpose_1d_f32(w.tensor(&self.basis)?, spec, self.hop as i32);
+        let basis = ctx.to_f32(w.tensor(&self.basis)?);
+        let y = ctx.conv_transpose_1d_f32(basis, spec, self.hop as i32);
         Ok(ctx.scale(y, self.n_fft as f32 / self.hop as f32))
     }
 
     /// The stored window sum, read back from the weights.
     pub fn window_sum(&self, w: &dyn WeightLookup) -> Result<Vec<f32>> {
-        Ok(w.tensor(&self.window_sum)?.read_f32()?)
+        Ok(w.tensor(&self.window_sum)?.read_f32_converted()?)
     }
 
     /// The export's window-sum division of the first samples and the centre crop:

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use audiocpp_engine::backend::RuntimeOptions;
 use audiocpp_engine::families::kokoro::Kokoro;
-use common::{assets, cli, s, specs};
+use common::{assets, kokoro_gguf};
 
 /// One reference case: its arrays by name (values as f64, int arrays too) and shapes.
 struct Case {
@@ -82,47 +82,13 @@ fn cases() -> Vec<Case> {
     out
 }
 
-/// Converts the pinned sources with `--quantize quantize`.
-fn gguf(quantize: &str) -> PathBuf {
-    let src = assets().join("kokoro");
-    let out = tempfile::tempdir()
-        .unwrap()
-        .keep()
-        .join(format!("kokoro-{quantize}.gguf"));
-    let vocab = assets().join("kokoro-vocab.json");
-    let lexicons = assets().join("misaki");
-    let specs = specs();
-    let run = cli(&[
-        "--task",
-        "convert",
-        "--family",
-        "kokoro",
-        "--model",
-        s(&src.join("kokoro.onnx")),
-        "--voices",
-        s(&src.join("voices")),
-        "--vocab",
-        s(&vocab),
-        "--lexicons",
-        s(&lexicons),
-        "--quantize",
-        quantize,
-        "--out",
-        s(&out),
-        "--model-spec-override",
-        s(&specs),
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    out
-}
-
 /// The converted model loaded on the CPU (2 threads; the results do not depend on it).
 fn model(quantize: &str) -> Kokoro {
     let opts = RuntimeOptions {
         threads: 2,
         ..RuntimeOptions::default()
     };
-    Kokoro::open(&gguf(quantize), &opts).expect("the converted GGUF loads")
+    Kokoro::open(&kokoro_gguf(quantize), &opts).expect("the converted GGUF loads")
 }
 
 /// Signal-to-noise ratio of `x` against `reference`, in dB.

@@ -70,6 +70,7 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../model_specs/silero_vad.json"),
     ),
     ("whisper", include_str!("../../model_specs/whisper.json")),
+    ("kokoro", include_str!("../../model_specs/kokoro.json")),
 ];
 #[cfg(not(feature = "deployment"))]
 const EMBEDDED: &[(&str, &str)] = &[];

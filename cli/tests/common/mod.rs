@@ -140,3 +140,54 @@ pub fn assert_user_error(run: &Run, needle: &str) {
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// A Kokoro GGUF (`quantize`: `f32` or `f16`) converted from the pinned sources by this
+/// build's CLI, cached as `<assets>/kokoro/kokoro-<quantize>.gguf` and made again when
+/// the CLI binary or the spec changed (a stamp beside it records both).
+pub fn kokoro_gguf(quantize: &str) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let a = assets();
+    let src = a.join("kokoro");
+    assert!(
+        src.join("kokoro.onnx").is_file() && src.join("voices/af_heart.bin").is_file(),
+        "Kokoro assets are missing in {}: run `cargo xtask test`",
+        src.display()
+    );
+    let out = src.join(format!("kokoro-{quantize}.gguf"));
+    let stamp = src.join(format!("kokoro-{quantize}.gguf.stamp"));
+    let exe = Path::new(env!("CARGO_BIN_EXE_audiocpp_cli"));
+    let spec = specs().join("kokoro.json");
+    let mtime = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        format!("{:?} {}", m.modified().unwrap(), m.len())
+    };
+    let want = format!("{} | {}", mtime(exe), mtime(&spec));
+    if out.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return out;
+    }
+    let (vocab, lexicons, specs) = (a.join("kokoro-vocab.json"), a.join("misaki"), specs());
+    let run = cli(&[
+        "--task",
+        "convert",
+        "--family",
+        "kokoro",
+        "--model",
+        s(&src.join("kokoro.onnx")),
+        "--voices",
+        s(&src.join("voices")),
+        "--vocab",
+        s(&vocab),
+        "--lexicons",
+        s(&lexicons),
+        "--quantize",
+        quantize,
+        "--out",
+        s(&out),
+        "--model-spec-override",
+        s(&specs),
+    ]);
+    assert_eq!(run.code, 0, "converting Kokoro: {}", run.stderr);
+    std::fs::write(&stamp, want).unwrap();
+    out
+}

@@ -1,8 +1,8 @@
 //! Pronunciations for words the lexicon lacks (names, coinages), in misaki's phoneme set.
 //!
 //! misaki sends such words to espeak-ng, which is GPL-3; this is a rule-based replacement
-//! written for this crate. A word is tried, in order, as: an acronym (all capitals: letters
-//! spelled, the last one stressed), a lexicon word after case folding, a compound of two
+//! written for this crate. A word is tried, in order, as: an acronym (all capitals, or no
+//! vowel letter as in `www`: letters spelled, the last one stressed), a lexicon word after case folding, a compound of two
 //! lexicon words (`quibblewort` = `quibble` + `wort`), a lexicon stem with a suffix
 //! (`-s`, `-son`, `-ville`, ...), and finally English letter-to-sound rules: consonant and
 //! vowel digraphs, r-coloured vowels, the silent final `e` that lengthens the vowel before
@@ -116,7 +116,10 @@ impl LetterToSound {
         if letters.is_empty() {
             return String::new();
         }
-        if letters.chars().count() > 1 && letters.chars().all(|c| c.is_uppercase()) {
+        let no_vowel = !letters
+            .chars()
+            .any(|c| "aeiouyAEIOUY".contains(c) || !c.is_ascii());
+        if letters.chars().all(|c| c.is_uppercase()) || no_vowel {
             return self.spell(&letters);
         }
         let lower = ascii_fold(&letters.to_lowercase());
@@ -154,7 +157,7 @@ impl LetterToSound {
             } else {
                 "O"
             };
-            return Some(format!("{o}{}", self.letters(rest)));
+            return Some(format!("ˌ{o}{}", self.letters(rest)));
         }
         if let Some(rest) = lower.strip_prefix("d'") {
             return Some(format!("d{}", self.letters(rest)));
@@ -219,9 +222,64 @@ impl LetterToSound {
 
     /// Letter-to-sound rules on a lowercase ASCII word.
     pub fn rules(&self, word: &str) -> String {
+        for (prefix, us, gb) in STRESSLESS_PREFIXES {
+            if let Some(rest) = word.strip_prefix(prefix) {
+                if rest.len() >= 4 && rest.bytes().any(is_vowel_letter) {
+                    let head = if self.dialect == Dialect::Us { us } else { gb };
+                    return format!("{head}{}", self.rules(rest));
+                }
+            }
+        }
+        for (suffix, us, gb) in RULE_SUFFIXES {
+            if let Some(stem) = word.strip_suffix(suffix) {
+                if stem.len() >= 3 && stem.bytes().any(is_vowel_letter) {
+                    let tail = if self.dialect == Dialect::Us { us } else { gb };
+                    return format!("{}{tail}", self.rules(&restore_stem(stem, suffix)));
+                }
+            }
+        }
         let segments = segment(word);
         render(&segments, stressed_syllable(word, &segments), self.dialect)
     }
+}
+
+/// Prefixes read with secondary stress before a stem that carries its own.
+const STRESSLESS_PREFIXES: &[(&str, &str, &str)] = &[
+    ("un", "ˌʌn", "ˌʌn"),
+    ("dis", "dˌɪs", "dˌɪs"),
+    ("mis", "mˌɪs", "mˌɪs"),
+    ("non", "nˌɑn", "nˌɒn"),
+    ("over", "ˌOvəɹ", "ˌQvə"),
+    ("under", "ˌʌndəɹ", "ˌʌndə"),
+];
+
+/// Suffixes the rules strip, reading the stem alone and appending these phonemes.
+const RULE_SUFFIXES: &[(&str, &str, &str)] = &[
+    ("fully", "fᵊli", "fᵊli"),
+    ("ness", "nəs", "nəs"),
+    ("less", "ləs", "ləs"),
+    ("ful", "fᵊl", "fᵊl"),
+    ("ment", "mənt", "mənt"),
+    ("ly", "li", "li"),
+    ("ing", "ɪŋ", "ɪŋ"),
+];
+
+/// The stem's spelling before a suffix: `hopp-ing` → `hop`, `vap-ing` → `vape`.
+fn restore_stem(stem: &str, suffix: &str) -> String {
+    let b = stem.as_bytes();
+    let n = b.len();
+    if suffix != "ing" || n < 3 {
+        return stem.to_string();
+    }
+    let (c3, c2, c1) = (b[n - 3], b[n - 2], b[n - 1]);
+    if c1 == c2 && !is_vowel_letter(c1) && !matches!(c1, b'l' | b's' | b'z') {
+        return stem[..n - 1].to_string();
+    }
+    let cvc = !is_vowel_letter(c3) && is_vowel_letter(c2) && c2 != b'y' && !is_vowel_letter(c1);
+    if cvc && !matches!(c1, b'w' | b'x' | b'y' | b'r' | b'n' | b'l') {
+        return format!("{stem}e");
+    }
+    stem.to_string()
 }
 
 /// Letter runs (with inner apostrophes) and digit runs of `text`; anything else separates.
@@ -394,7 +452,10 @@ fn segment(word: &str) -> Vec<Segment> {
             Some((4, vec![C("ʧ"), vowel("əɹ", "əɹ")]))
         } else if r == "ous" {
             Some((3, vec![vowel("ə", "ə"), C("s")]))
-        } else if r == "le" && i > 0 && !is_vowel_letter(prev) && vowel_count > 1 {
+        } else if i > 0
+            && !is_vowel_letter(prev)
+            && ((r == "al" && vowel_count > 2) || (r == "le" && vowel_count > 1))
+        {
             Some((2, vec![vowel("ᵊl", "ᵊl")]))
         } else if (r == "ed") && i >= 2 && vowel_count > 1 {
             let seg = match prev {
@@ -409,6 +470,10 @@ fn segment(word: &str) -> Vec<Segment> {
             && vowel_count > 1
         {
             Some((2, vec![vowel("ᵻz", "ᵻz")]))
+        } else if r == "es" && i >= 2 && !is_vowel_letter(prev) && vowel_count > 2 {
+            // A silent e before the plural s (Hargreaves).
+            let voiceless = matches!(prev, b'p' | b't' | b'k' | b'f');
+            Some((2, vec![C(if voiceless { "s" } else { "z" })]))
         } else {
             None
         };
@@ -431,6 +496,7 @@ fn segment(word: &str) -> Vec<Segment> {
             (b'c', b'h') if at(i + 2) == b'r' => (2, "k"),
             (b'c', b'h') => (2, "ʧ"),
             (b'c', b'k') => (2, "k"),
+            (b'c', b'z') => (2, "ʧ"),
             (b'c', b'c') if soft(at(i + 2)) => (2, "ks"),
             (b'c', b'c') => (2, "k"),
             (b'c', x) if soft(x) => (1, "s"),
@@ -499,6 +565,13 @@ fn vowel_at(word: &str, i: usize, vowel_count: usize) -> (usize, Segment) {
     let last = i + 1 == n;
     let two = r.get(..2).unwrap_or("");
     let r_follows = |k: usize| at(k) == b'r' && !is_vowel_letter(at(k + 1)) && at(k + 1) != b'r';
+    // A long u after a lip or back consonant starts with j (cute, humid); after t, d, n, s,
+    // l, r it does not (tune, rule) in American English.
+    let yod = i > 0
+        && matches!(
+            at(i - 1),
+            b'p' | b'b' | b'f' | b'v' | b'm' | b'k' | b'c' | b'h' | b'g'
+        );
     // Magic e: vowel, one consonant, final e (or -es/-ed), and the e is not the only vowel.
     let magic = {
         let cons = at(i + 1);
@@ -566,6 +639,7 @@ fn vowel_at(word: &str, i: usize, vowel_count: usize) -> (usize, Segment) {
             b'e' => vowel("i", "i"),
             b'i' | b'y' => vowel("I", "I"),
             b'o' => vowel("O", "O"),
+            _ if yod => vowel("ju", "ju"),
             _ => vowel("u", "u"),
         };
         return (1, seg);
@@ -581,6 +655,28 @@ fn vowel_at(word: &str, i: usize, vowel_count: usize) -> (usize, Segment) {
             b'u' => vowel("u", "u"),
             _ if vowel_count <= 1 => vowel("I", "I"),
             _ => vowel("i", "i"),
+        };
+        return (1, seg);
+    }
+    // Open syllable: a, o or u, one consonant, then a vowel: long when stressed (vapor,
+    // total, humid), but short before -ic and -ity (dramatic, sanity); e and i there are
+    // as often short as long, so they stay short.
+    let open = {
+        let cons = at(i + 1);
+        cons != 0
+            && !is_vowel_letter(cons)
+            && !matches!(cons, b'x' | b'w' | b'h')
+            && is_vowel_letter(at(i + 2))
+            && at(i + 2) != b'y'
+            && matches!(c, b'o' | b'u')
+            && !["ic", "ics", "ical", "ity"].contains(&word.get(i + 2..).unwrap_or(""))
+    };
+    if open {
+        let seg = match c {
+            b'a' => vowel("A", "ə"),
+            b'o' => vowel("O", "ə"),
+            _ if yod => vowel("ju", "jə"),
+            _ => vowel("u", "ə"),
         };
         return (1, seg);
     }
@@ -608,7 +704,7 @@ const PRE_STRESSING: &[(&str, usize)] = &[
     ("tial", 1),
     ("ic", 1),
     ("ics", 1),
-    ("ical", 2),
+    ("ical", 1),
     ("ity", 2),
     ("ius", 2),
     ("ium", 2),
@@ -637,6 +733,19 @@ fn stressed_syllable(word: &str, segments: &[Segment]) -> usize {
             return syllables - count - 1;
         }
     }
+    let weak_start = [
+        "be", "de", "re", "con", "com", "ex", "in", "im", "pre", "pro", "ob", "ad",
+    ]
+    .iter()
+    .any(|p| word.starts_with(p) && word.len() > p.len() + 2);
+    if syllables == 2 && weak_start {
+        return 1;
+    }
+    // Words of three or more syllables ending in a or o (mostly names from Spanish,
+    // Italian, Japanese: Rivera, Okonkwo) stress the last syllable but one.
+    if syllables >= 3 && word.ends_with(['a', 'o']) {
+        return syllables - 2;
+    }
     0
 }
 
@@ -644,6 +753,10 @@ fn stressed_syllable(word: &str, segments: &[Segment]) -> usize {
 fn render(segments: &[Segment], stressed: usize, dialect: Dialect) -> String {
     let mut out = String::new();
     let mut syllable = 0;
+    let syllables = segments
+        .iter()
+        .filter(|s| matches!(s, Segment::Vowel { stressed, .. } if !stressed.starts_with('ᵊ') && !stressed.starts_with('ᵻ')))
+        .count();
     for seg in segments {
         match seg {
             Segment::Consonant(s) => out.push_str(s),
@@ -655,6 +768,9 @@ fn render(segments: &[Segment], stressed: usize, dialect: Dialect) -> String {
                 if syllabic && syllable == stressed {
                     out.push('ˈ');
                     out.push_str(full);
+                } else if *unstressed == "ɪ" && syllable + 1 < syllables {
+                    // An unstressed i before the last syllable is a schwa (matrimony).
+                    out.push('ə');
                 } else {
                     out.push_str(unstressed);
                 }
@@ -736,6 +852,8 @@ mod tests {
     #[test]
     fn acronyms_are_spelled_with_final_stress() {
         assert_eq!(lts(Dialect::Us).word("ABI"), "ˌAbˌiˈI");
+        assert_eq!(lts(Dialect::Us).word("bb"), "bˌibˈi");
+        assert_eq!(lts(Dialect::Us).word("B"), "bˈi");
     }
 
     #[test]

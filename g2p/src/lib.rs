@@ -13,10 +13,43 @@
 //! - a letter-to-sound fallback for words missing from the lexicon ([`fallback`]), where
 //!   `misaki-rs` without espeak emits `❓`;
 //! - text normalization misaki does not do ([`normalize`]): clock times, numeric dates,
-//!   abbreviations such as `St.` and `Jan.`, units after numbers, decades, fractions;
+//!   phone numbers, number ranges, arithmetic signs, Roman numerals after names, web
+//!   addresses, abbreviations such as `St.` and `Jan.`, units after numbers, decades,
+//!   fractions;
 //! - sentence splitting ([`sentences`]) so a long text is synthesized in pieces that fit
 //!   Kokoro's 510-token context;
-//! - an output restricted to symbols Kokoro's vocabulary holds ([`KOKORO_SYMBOLS`]).
+//! - an output restricted to symbols Kokoro's vocabulary holds ([`KOKORO_SYMBOLS`]);
+//! - bounded work on hostile input: tokens over 40 characters are cut (a 4,000-character
+//!   `AbAb…` took misaki-rs 125 s whole, 0.2 s cut), and a panic inside misaki-rs becomes
+//!   an error.
+//!
+//! # Accuracy (measured 2026-12-01 on this machine)
+//! - Against python misaki 0.9.4 itself (spaCy `en_core_web_sm` 3.8.0, `fallback=None`) on
+//!   in-lexicon text, 130 written sentences plus 150 of random gold-lexicon words per
+//!   dialect: 277 of 278 US and 276 of 277 GB texts match exactly (99.6%). The one
+//!   difference is deliberate: a sentence ending in `p.m.` keeps its period, which misaki
+//!   folds into the abbreviation. `tests/reference.rs` asserts at least 99%; the fixture and
+//!   the script that writes it are in `tests/fixtures/`.
+//! - The letter-to-sound rules alone against the US gold lexicon (every 20th plain word,
+//!   3,458 words): phoneme error rate 0.176, 29.2% of words exact without stress marks,
+//!   22.1% with them (`tests/letter_to_sound.rs`).
+//! - The 61 out-of-lexicon lines of `tests/fixtures/oov.txt` (names, coinages, acronyms,
+//!   numbers, money, dates, times, abbreviations, units), phonemized here, spoken by the f32
+//!   Kokoro ONNX in onnxruntime (voice `af_heart`) and transcribed by Whisper base
+//!   (faster-whisper, beam 5), scored by `tests/fixtures/oov_round_trip.py`: word error rate
+//!   0.079 overall; names 0.27 and coined words 0.12 (mostly spelling: `Branigan`,
+//!   `Thornberry`), abbreviations 0.10, acronyms 0.02, numbers 0.015, dates, times, money
+//!   and units 0. Bound for the engine's round trip on this list: 0.12 overall, 0.05 on the
+//!   number, money, date, time, unit and acronym lines.
+//! - Cost: [`G2p::new`] takes about 0.4 s of CPU and 145 MB peak memory (misaki-rs parses
+//!   its own lexicons and tagger before the given lexicon replaces its tables); a sentence
+//!   takes about 4 ms.
+//!
+//! # Licences
+//! misaki-rs is MIT (it embeds misaki's lexicons, Apache-2.0, and weights ported from
+//! spaCy's `en_core_web_sm`, MIT); misaki's lexicons given to [`Lexicon::from_json`] are
+//! Apache-2.0. Every dependency is permissive (MIT, Apache-2.0, BSD-3-Clause for
+//! `waken_snowball`, WTFPL for `language-tokenizer`); none is GPL.
 
 pub mod fallback;
 pub mod normalize;
@@ -319,6 +352,13 @@ mod tests {
         for piece in split_to_limit(&"wˈʌn, ".repeat(300), 510) {
             assert!(piece.chars().count() <= 510);
         }
+    }
+
+    #[test]
+    fn the_front_end_can_be_shared_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<G2p>();
+        shared::<Lexicon>();
     }
 
     #[test]

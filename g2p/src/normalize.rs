@@ -1,6 +1,7 @@
 //! Text rewrites for what misaki reads wrongly or not at all: clock times, numeric dates,
-//! fractions, decades, abbreviations (`St.`, `Prof.`, `Jan.`), `#` before a number and units
-//! after one. Each rewrite produces words or number forms misaki itself reads well (a date
+//! phone numbers, number ranges, arithmetic signs, fractions, decades, Roman numerals after
+//! a name (`Henry VIII`, `World War II`), web addresses, abbreviations (`St.`, `Prof.`,
+//! `Jan.`), `#` before a number and units after one. Each rewrite produces words or number forms misaki itself reads well (a date
 //! becomes `December 25th, 2024`), so misaki's own number reading does the rest.
 //!
 //! Cardinals, decimals, years, ordinals, currency (`$`, `£`, `€`) and `%` are left to misaki,
@@ -148,6 +149,19 @@ static MONTH_DAY: LazyLock<Regex> = LazyLock::new(|| {
         MONTHS.join("|")
     ))
 });
+static PHONE: LazyLock<Regex> =
+    LazyLock::new(|| regex(r"\b(?:1-)?\d{3}-\d{3}-\d{4}\b|\b\d{3}-\d{4}\b"));
+static RANGE: LazyLock<Regex> = LazyLock::new(|| regex(r"\b(\d+)\s?[-–]\s?(\d+)\b"));
+static PLUS: LazyLock<Regex> = LazyLock::new(|| regex(r"(\d)\s*\+\s*(\d)"));
+static EQUALS: LazyLock<Regex> = LazyLock::new(|| regex(r"\s*=\s*"));
+static TIMES: LazyLock<Regex> = LazyLock::new(|| regex(r"(\d)\s*[x×]\s*(\d)|\b(\d+)x\b"));
+static ROMAN: LazyLock<Regex> =
+    LazyLock::new(|| regex(r"\b([A-Z][a-z]+) (X{0,3}(?:IX|IV|VI{0,3}|I{2,3})|X{1,3}I{0,3})\b"));
+static DOMAIN: LazyLock<Regex> = LazyLock::new(|| {
+    regex(r"\b(www\.)?([A-Za-z0-9-]+)\.(com|org|net|edu|gov|io|ai|dev|uk|de|fr|us|ca)\b")
+});
+static SHARP: LazyLock<Regex> = LazyLock::new(|| regex(r"\b([CF])#"));
+static DOT_NET: LazyLock<Regex> = LazyLock::new(|| regex(r"(^|\s)\.NET\b"));
 static HASH_NUMBER: LazyLock<Regex> = LazyLock::new(|| regex(r"#(\d)"));
 static ABBREVIATION: LazyLock<Regex> = LazyLock::new(|| regex(r"\b([A-Za-z]+)\.(\s+|$)"));
 static UNIT: LazyLock<Regex> = LazyLock::new(|| {
@@ -160,7 +174,20 @@ static UNIT: LazyLock<Regex> = LazyLock::new(|| {
 
 /// The rewritten sentence (unchanged where no rule applies).
 pub fn normalize(text: &str, dialect: Dialect) -> String {
-    let text = TIME.replace_all(text, time);
+    let text = DOMAIN.replace_all(text, |c: &Captures| {
+        let www = if c.get(1).is_some() { "w w w dot " } else { "" };
+        format!("{www}{} dot {}", &c[2], &c[3])
+    });
+    let text = SHARP.replace_all(&text, "$1 sharp");
+    let text = DOT_NET.replace_all(&text, "${1}dot net");
+    let text = PHONE.replace_all(&text, |c: &Captures| {
+        let groups: Vec<String> = c[0]
+            .split('-')
+            .map(|g| g.chars().map(String::from).collect::<Vec<_>>().join(" "))
+            .collect();
+        groups.join(", ")
+    });
+    let text = TIME.replace_all(&text, time);
     let text = ISO_DATE.replace_all(&text, |c: &Captures| {
         date(dialect, &c[1], num(&c[2]), num(&c[3])).unwrap_or_else(|| c[0].to_string())
     });
@@ -169,8 +196,21 @@ pub fn normalize(text: &str, dialect: Dialect) -> String {
             Dialect::Us => (num(&c[1]), num(&c[2])),
             Dialect::Gb => (num(&c[2]), num(&c[1])),
         };
-        date(dialect, &c[3], month, day).unwrap_or_else(|| c[0].to_string())
+        // A date impossible in the dialect's order but valid in the other (12/25 in GB,
+        // 25/12 in the US) is read in the order that makes sense.
+        date(dialect, &c[3], month, day)
+            .or_else(|| date(dialect, &c[3], day, month))
+            .unwrap_or_else(|| c[0].to_string())
     });
+    let text = RANGE.replace_all(&text, "$1 to $2");
+    let text = PLUS.replace_all(&text, "$1 plus $2");
+    let text = EQUALS.replace_all(&text, " equals ");
+    let text = TIMES.replace_all(&text, |c: &Captures| match (c.get(1), c.get(2), c.get(3)) {
+        (Some(a), Some(b), _) => format!("{} times {}", a.as_str(), b.as_str()),
+        (_, _, Some(n)) => format!("{} times", n.as_str()),
+        _ => c[0].to_string(),
+    });
+    let text = ROMAN.replace_all(&text, roman);
     let text = FRACTION.replace_all(&text, |c: &Captures| {
         let m = c.get(0).expect("the whole match");
         let in_path = text[..m.start()].ends_with('/') || text[m.end()..].starts_with('/');
@@ -274,6 +314,48 @@ fn date(dialect: Dialect, year: &str, month: u32, day: u32) -> Option<String> {
         Dialect::Us => format!("{month} {day}, {year}"),
         Dialect::Gb => format!("the {day} of {month} {year}"),
     })
+}
+
+/// Words after which a Roman numeral is a cardinal (`World War II`); after a name it is an
+/// ordinal with `the` (`Henry VIII`).
+const CARDINAL_BEFORE_ROMAN: &[&str] = &[
+    "War", "Chapter", "Part", "Volume", "Act", "Book", "Phase", "Stage", "Level", "Type", "Class",
+    "Article", "Title", "Section", "Apollo", "Rocky", "Episode", "Season", "Vatican",
+];
+
+fn roman(c: &Captures) -> String {
+    let word = &c[1];
+    if c[2].len() < 2 {
+        return c[0].to_string();
+    }
+    let Some(value) = roman_value(&c[2]) else {
+        return c[0].to_string();
+    };
+    if CARDINAL_BEFORE_ROMAN.contains(&word) {
+        format!("{word} {}", cardinal_words(value))
+    } else {
+        format!("{word} the {}", ordinal_words(value))
+    }
+}
+
+/// The value of a Roman numeral made of I, V and X (1 to 39).
+fn roman_value(numeral: &str) -> Option<u64> {
+    let digit = |c: char| match c {
+        'I' => Some(1),
+        'V' => Some(5),
+        'X' => Some(10),
+        _ => None,
+    };
+    let values: Vec<u64> = numeral.chars().map(digit).collect::<Option<_>>()?;
+    let mut total = 0;
+    for (k, v) in values.iter().enumerate() {
+        if values.get(k + 1).is_some_and(|next| next > v) {
+            total -= *v as i64;
+        } else {
+            total += *v as i64;
+        }
+    }
+    u64::try_from(total).ok().filter(|v| *v > 0)
 }
 
 fn ordinal_suffix(n: u32) -> &'static str {
@@ -417,6 +499,11 @@ mod tests {
             "on the 25th of December 2024"
         );
         assert_eq!(us("on 13/45/2024"), "on 13/45/2024");
+        assert_eq!(us("on 25/12/2024"), "on December 25th, 2024");
+        assert_eq!(
+            normalize("on 12/25/2024", Dialect::Gb),
+            "on the 25th of December 2024"
+        );
         assert_eq!(
             us("Jan. 5, 2019 or May 22nd"),
             "January 5th, 2019 or May 22nd"
@@ -451,6 +538,33 @@ mod tests {
             "January 5th or March 3rd, not Mar. Monday ok"
         );
         assert_eq!(us("the end."), "the end.");
+    }
+
+    #[test]
+    fn phones_ranges_arithmetic_and_roman_numerals() {
+        assert_eq!(us("Call 555-1234 now"), "Call 5 5 5, 1 2 3 4 now");
+        assert_eq!(
+            us("pages 10-20 in 1990-1995"),
+            "pages 10 to 20 in 1990 to 1995"
+        );
+        assert_eq!(
+            us("2+2=4 and 3x faster, 3 x 4"),
+            "2 plus 2 equals 4 and 3 times faster, 3 times 4"
+        );
+        assert_eq!(
+            us("Henry VIII after World War II and Louis XIV"),
+            "Henry the eighth after World War two and Louis the fourteenth"
+        );
+        assert_eq!(us("I saw it with Malcolm X"), "I saw it with Malcolm X");
+    }
+
+    #[test]
+    fn web_addresses_and_languages() {
+        assert_eq!(
+            us("see www.example.com or a.org"),
+            "see w w w dot example dot com or a dot org"
+        );
+        assert_eq!(us("C# and .NET"), "C sharp and dot net");
     }
 
     #[test]

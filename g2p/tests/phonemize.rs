@@ -104,3 +104,34 @@ fn hostile_inputs_end_in_phonemes_or_nothing() {
         }
     }
 }
+
+#[test]
+fn normalized_forms_reach_misaki_as_words() {
+    let g2p = common::g2p(Dialect::Us);
+    for (text, expected) in [
+        ("The bus leaves at 10:30.", "tˈɛn θˈɜɹTi"),
+        (
+            "It is due 12/25/2024.",
+            "disˈɛmbəɹ twˈɛnti fˈɪfθ, twˈɛnti twˈɛnti fˈɔɹ",
+        ),
+        ("Henry VIII was king.", "hˈɛnɹi ði ˈAθ"),
+        ("Call 555-1234.", "fˈIv fˈIv fˈIv, wˈʌn tˈu θɹˈi fˈɔɹ"),
+        ("She lives on Baker St. now.", "bˈAkəɹ stɹˈit"),
+        ("The 1990s were loud.", "nˌIntˈin nˈIndiz"),
+        ("Use 3/4 cup.", "θɹˈi kwˈɔɹTəɹz"),
+        ("See www.example.com today.", "dˈɑt kˈɑm"),
+        ("Mister Quibblewort waved.", "kwˈɪbᵊlwˌɜɹt"),
+    ] {
+        let phonemes: Vec<String> = g2p
+            .phonemize(text)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.phonemes)
+            .collect();
+        let phonemes = phonemes.join(" ");
+        assert!(
+            phonemes.contains(expected),
+            "{text:?} gave {phonemes:?}, expected {expected:?} in it"
+        );
+    }
+}

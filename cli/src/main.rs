@@ -461,9 +461,10 @@ fn run_tts(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         )));
     }
     let max_speech_s = flags.max_speech_s.unwrap_or(tasks::DEFAULT_MAX_SPEECH_S);
-    if !(max_speech_s.is_finite() && max_speech_s > 0.0) {
+    if !(max_speech_s > 0.0 && max_speech_s <= tasks::MAX_SPEECH_LIMIT_S) {
         return Err(usage(format!(
-            "--max-speech-s {max_speech_s} must be a positive number of seconds"
+            "--max-speech-s {max_speech_s} must be a positive number of seconds, at most {}",
+            tasks::MAX_SPEECH_LIMIT_S
         )));
     }
     let out_path = flags

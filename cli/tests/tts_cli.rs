@@ -178,6 +178,18 @@ fn list_voices_names_the_models_voices() {
         ],
     );
     assert_user_error(&run, "--list-voices is for TTS models");
+    // --task info loads a TTS model as --task tts does.
+    let run = cli_in(
+        dir.path(),
+        &["--task", "info", "--family", "test_tone", "--model", s(&m)],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.value("loaded_for").as_deref(), Some("tts"));
+    let device = run.value("device").unwrap();
+    assert!(
+        !device.is_empty() && !device.starts_with("none"),
+        "{device}"
+    );
 }
 
 /// Every bad input: exit 2, the flag named, and no output file.
@@ -254,6 +266,10 @@ fn bad_inputs_exit_2_naming_the_flag_and_write_nothing() {
             &["--text", "hi", "--max-speech-s", "0", "--out", "o.wav"],
             "--max-speech-s 0 must be a positive number",
         ),
+        (
+            &["--text", "hi", "--max-speech-s", "36001", "--out", "o.wav"],
+            "--max-speech-s 36001 must be a positive number of seconds, at most 36000",
+        ),
     ];
     for (args, needle) in cases {
         let run = tts(dir.path(), args);
@@ -301,7 +317,6 @@ fn a_dist_build_resolves_without_the_test_families_and_a_test_build_with_them() 
             .current_dir(common::root())
             .args([
                 "tree",
-                "--offline",
                 "--locked",
                 "-p",
                 "audiocpp-cli",

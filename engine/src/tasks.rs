@@ -634,6 +634,9 @@ pub fn info(
             .device()
             .name
             .clone(),
+        "tts" => TtsModel::from_resolved(family, resolved, opts)?
+            .synth
+            .device(),
         _ => String::from("none (convert only)"),
     };
     Ok(info)
@@ -705,6 +708,10 @@ pub const SPEED_RANGE: std::ops::RangeInclusive<f32> = 0.25..=4.0;
 /// `--max-speech-s`, the server's `max_speech_s`): synthesis stops with an error once
 /// the audio passes it, so no input makes unbounded audio.
 pub const DEFAULT_MAX_SPEECH_S: f64 = 1800.0;
+
+/// The highest speech limit a front end accepts, in seconds (10 h): a 16-bit WAV at
+/// 48 kHz holds 12.4 h in its 32-bit sizes.
+pub const MAX_SPEECH_LIMIT_S: f64 = 36_000.0;
 
 /// What a streamed text-to-speech run produced, less the samples (which went to the
 /// caller sentence by sentence).
@@ -843,6 +850,11 @@ impl TtsModel {
         opts: &RuntimeOptions,
     ) -> Result<Self> {
         let resolved = resolve_for_task(family, "tts", model, spec_override)?;
+        Self::from_resolved(family, resolved, opts)
+    }
+
+    /// Loads a resolved TTS model.
+    fn from_resolved(family: &str, resolved: ResolvedModel, opts: &RuntimeOptions) -> Result<Self> {
         let loader = families::tts_loader(family).ok_or_else(|| EngineError::WrongTask {
             family: family.into(),
             task: "tts".into(),
@@ -946,9 +958,9 @@ impl TtsModel {
         on_audio: &mut dyn FnMut(&[f32]) -> Result<()>,
     ) -> Result<SpeechStats> {
         let voice = self.check(req)?;
-        if !(max_seconds.is_finite() && max_seconds > 0.0) {
+        if !(max_seconds > 0.0 && max_seconds <= MAX_SPEECH_LIMIT_S) {
             return Err(EngineError::Usage(format!(
-                "the speech limit {max_seconds} s must be a positive number of seconds"
+                "the speech limit {max_seconds} s must be from 0 to {MAX_SPEECH_LIMIT_S} seconds"
             )));
         }
         let (SpeechInput::Text(text) | SpeechInput::Phonemes(text)) = &req.input;

@@ -244,9 +244,10 @@ impl Config {
                 ));
             }
         }
-        if !(self.max_speech_s.is_finite() && self.max_speech_s > 0.0) {
+        let speech_limit = audiocpp_engine::tasks::MAX_SPEECH_LIMIT_S;
+        if !(self.max_speech_s > 0.0 && self.max_speech_s <= speech_limit) {
             return Err(format!(
-                "max_speech_s is {}; it must be a positive number of seconds",
+                "max_speech_s is {}; it must be a positive number of seconds, at most {speech_limit}",
                 self.max_speech_s
             ));
         }

@@ -9,7 +9,8 @@
 //! frames per sentence, not silent and not clipped.
 //!
 //! Needs the pinned Kokoro and Whisper base assets (`cargo xtask test` fetches them):
-//! the Kokoro GGUF is made from them by `--task convert --family kokoro` once per run.
+//! the Kokoro GGUF is made from them by `--task convert --family kokoro`
+//! ([`common::kokoro_gguf`]).
 
 mod common;
 use common::*;
@@ -38,39 +39,10 @@ const SENTENCES: &[&str] = &[
 /// The largest word error rate allowed over [`SENTENCES`].
 const MAX_WER: f64 = 0.05;
 
-/// Kokoro converted from the pinned assets once per test run (f32 weights).
-fn kokoro_gguf() -> &'static Path {
+/// Kokoro (f32 weights) converted from the pinned assets, cached across runs.
+fn kokoro() -> &'static Path {
     static GGUF: OnceLock<PathBuf> = OnceLock::new();
-    GGUF.get_or_init(|| {
-        let dir = assets();
-        let onnx = dir.join("kokoro/kokoro.onnx");
-        assert!(
-            onnx.is_file() && dir.join("kokoro/voices/af_heart.bin").is_file(),
-            "Kokoro assets are missing in {}: run `cargo xtask test`",
-            dir.display()
-        );
-        let out = tempfile::tempdir().unwrap().keep().join("kokoro.gguf");
-        let run = cli(&[
-            "--task",
-            "convert",
-            "--family",
-            "kokoro",
-            "--model",
-            s(&onnx),
-            "--voices",
-            s(&dir.join("kokoro/voices")),
-            "--vocab",
-            s(&dir.join("kokoro-vocab.json")),
-            "--lexicons",
-            s(&dir.join("misaki")),
-            "--out",
-            s(&out),
-            "--model-spec-override",
-            s(&specs()),
-        ]);
-        assert_eq!(run.code, 0, "{}", run.stderr);
-        out
-    })
+    GGUF.get_or_init(|| kokoro_gguf("f32"))
 }
 
 /// Whisper base converted from the pinned CTranslate2 model once per test run.
@@ -112,7 +84,7 @@ fn speak(text_file: &Path, voice: &str, wav: &Path) -> Run {
         "--family",
         "kokoro",
         "--model",
-        s(kokoro_gguf()),
+        s(kokoro()),
         "--text-file",
         s(text_file),
         "--voice",

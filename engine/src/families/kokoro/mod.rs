@@ -102,7 +102,7 @@ impl HParams {
         };
         let dims = |name: &str| -> Result<Vec<i64>> {
             file.tensor(name)
-                .map(|t| t.ne.clone())
+                .map(|t| (0..4).map(|i| t.ne.get(i).copied().unwrap_or(1)).collect())
                 .ok_or_else(|| bad(format!("tensor '{name}' is missing")))
         };
         let meta_u32 = |key: &str| -> Result<u32> {
@@ -124,14 +124,22 @@ impl HParams {
         let style_dim = dims("encoder.predictor.F0.0.norm1.fc.weight")?[1];
         let conv0 = dims("encoder.text_encoder.cnn.0.0.weight")?;
         let dur = dims("encoder.predictor.duration_proj.linear_layer.bias")?;
+        let heads = meta_u32(BERT_HEADS_KEY)? as i64;
+        let layers = meta_u32(BERT_LAYERS_KEY)? as usize;
+        if heads == 0 || ffn[1] % heads != 0 || !(1..=64).contains(&layers) {
+            return Err(bad(format!(
+                "'{BERT_HEADS_KEY}' = {heads} does not divide ALBERT's width {} or '{BERT_LAYERS_KEY}' = {layers} is not 1 to 64",
+                ffn[1]
+            )));
+        }
         Ok(HParams {
             n_symbols: word[1],
             bert_embedding: word[0],
             bert_hidden: ffn[1],
             bert_ffn: ffn[0],
             bert_positions: pos[1],
-            bert_heads: meta_u32(BERT_HEADS_KEY)? as i64,
-            bert_layers: meta_u32(BERT_LAYERS_KEY)? as usize,
+            bert_heads: heads,
+            bert_layers: layers,
             hidden,
             style_dim,
             text_encoder_depth: count(&|i| format!("encoder.text_encoder.cnn.{i}.0.weight")),

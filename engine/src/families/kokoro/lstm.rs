@@ -124,3 +124,144 @@ fn concat_all<'a>(ctx: &'a Context, mut parts: Vec<Tensor<'a>>) -> Tensor<'a> {
     }
     parts.pop().expect("an LSTM runs at least one step")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::BiLstm;
+    use crate::backend::{Runtime, RuntimeOptions};
+    use crate::families::kokoro::weights::Weights;
+    use crate::ggml::{Context, DType, HostTensor};
+    use crate::model_file::{ModelFile, ModelFormat};
+
+    /// Deterministic pseudo-random values in -scale..scale.
+    fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+
+    fn tensor(name: &str, ne: &[i64], data: &[f32]) -> HostTensor {
+        HostTensor {
+            name: name.into(),
+            dtype: DType::F32,
+            ne: ne.to_vec(),
+            data: data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
+    }
+
+    /// ONNX's LSTM (gates i, o, f, c) in f64 over `x` [T][I] for direction `d` of
+    /// DynamicQuantizeLSTM-layout weights (W [dirs][I][4H], R [dirs][H][4H], B [dirs][8H]).
+    #[allow(clippy::too_many_arguments)]
+    fn reference(
+        x: &[Vec<f32>],
+        w: &[f32],
+        r: &[f32],
+        b: &[f32],
+        d: usize,
+        input: usize,
+        hidden: usize,
+        reverse: bool,
+    ) -> Vec<Vec<f64>> {
+        let g = 4 * hidden;
+        let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
+        let (mut h, mut c) = (vec![0f64; hidden], vec![0f64; hidden]);
+        let mut out = vec![vec![]; x.len()];
+        let order: Vec<usize> = if reverse {
+            (0..x.len()).rev().collect()
+        } else {
+            (0..x.len()).collect()
+        };
+        for t in order {
+            let mut z = vec![0f64; g];
+            for (k, zk) in z.iter_mut().enumerate() {
+                let mut acc = (b[d * 2 * g + k] + b[d * 2 * g + g + k]) as f64;
+                for i in 0..input {
+                    acc += x[t][i] as f64 * w[(d * input + i) * g + k] as f64;
+                }
+                for (j, hj) in h.iter().enumerate() {
+                    acc += hj * r[(d * hidden + j) * g + k] as f64;
+                }
+                *zk = acc;
+            }
+            for j in 0..hidden {
+                let (i, o, f, cand) = (
+                    sig(z[j]),
+                    sig(z[hidden + j]),
+                    sig(z[2 * hidden + j]),
+                    z[3 * hidden + j].tanh(),
+                );
+                c[j] = f * c[j] + i * cand;
+                h[j] = o * c[j].tanh();
+            }
+            out[t] = h.clone();
+        }
+        out
+    }
+
+    /// Runs the graph BiLSTM on `x` with `threads` worker threads.
+    fn run_graph(file: &ModelFile, x: &[f32], input: i64, steps: i64, threads: usize) -> Vec<f32> {
+        let opts = RuntimeOptions {
+            threads,
+            ..RuntimeOptions::default()
+        };
+        let runtime = Runtime::new(&opts).unwrap();
+        let w = Weights::load(file, &runtime).unwrap();
+        let ctx = Context::new(4096, 4096).unwrap();
+        let x_in = ctx.new_tensor(DType::F32, &[input, steps], "x");
+        let rev = ctx.new_i32_tensor(&[steps], "reverse");
+        x_in.mark_input();
+        rev.mark_input();
+        let y = BiLstm::new("test.lstm").build(&ctx, &w, x_in, rev).unwrap();
+        y.mark_output();
+        let mut graph = ctx.new_graph(4096);
+        graph.expand(y);
+        let reverse: Vec<i32> = (0..steps as i32).rev().collect();
+        let mut sched = runtime.scheduler(4096).unwrap();
+        sched
+            .compute_with(&mut graph, &[(x_in, x)], &[(rev, &reverse)])
+            .unwrap();
+        y.read_f32().unwrap()
+    }
+
+    #[test]
+    fn the_graph_bilstm_matches_onnx_lstm_at_any_thread_count() {
+        let (input, hidden, steps) = (6usize, 4usize, 7usize);
+        let g = 4 * hidden;
+        let w = values(2 * input * g, 1, 0.5);
+        let r = values(2 * hidden * g, 2, 0.5);
+        let b = values(2 * 2 * g, 3, 0.3);
+        let x = values(steps * input, 4, 1.0);
+        let file = ModelFile {
+            path: "test.gguf".into(),
+            format: ModelFormat::Gguf,
+            family: None,
+            metadata: vec![],
+            tensors: vec![
+                tensor("test.lstm.W", &[g as i64, input as i64, 2], &w),
+                tensor("test.lstm.R", &[g as i64, hidden as i64, 2], &r),
+                tensor("test.lstm.B", &[2 * g as i64, 2], &b),
+            ],
+        };
+        let ours = run_graph(&file, &x, input as i64, steps as i64, 1);
+        let rows: Vec<Vec<f32>> = x.chunks(input).map(<[f32]>::to_vec).collect();
+        let fwd = reference(&rows, &w, &r, &b, 0, input, hidden, false);
+        let bwd = reference(&rows, &w, &r, &b, 1, input, hidden, true);
+        for t in 0..steps {
+            for j in 0..hidden {
+                let col = &ours[t * 2 * hidden..(t + 1) * 2 * hidden];
+                assert!((col[j] as f64 - fwd[t][j]).abs() < 1e-5, "fwd t{t} h{j}");
+                assert!(
+                    (col[hidden + j] as f64 - bwd[t][j]).abs() < 1e-5,
+                    "bwd t{t} h{j}"
+                );
+            }
+        }
+        assert_eq!(ours, run_graph(&file, &x, input as i64, steps as i64, 2));
+    }
+}

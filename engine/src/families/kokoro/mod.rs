@@ -3,8 +3,10 @@
 //! The GGUF comes from the int8 ONNX release, dequantized by `--task convert --family
 //! kokoro`: weights under the ONNX/PyTorch names ([`weights`]), the voices as
 //! `voice.<name>` tensors [510, 256] (row = phoneme count - 1; the first 128 values
-//! style the decoder, the last 128 the prosody predictor), the symbol vocabulary as
-//! JSON in `kokoro.vocab`, and the hyper-parameters the shapes do not tell.
+//! style the decoder, the last 128 the prosody predictor), the symbol vocabulary
+//! (`kokoro.vocab.symbols` / `kokoro.vocab.ids`), misaki's lexicons for the English
+//! front end (`g2p.lexicon.*`, used by [`audiocpp_g2p`]) and the hyper-parameters the
+//! shapes do not tell.
 //!
 //! [`Kokoro::run_ids`] is the pipeline, in two ggml graphs with a host step between:
 //! 1. PL-BERT ([`albert`]) -> `bert_encoder` -> duration encoder and duration head
@@ -100,7 +102,7 @@ impl HParams {
         };
         let dims = |name: &str| -> Result<Vec<i64>> {
             file.tensor(name)
-                .map(|t| t.ne.clone())
+                .map(|t| (0..4).map(|i| t.ne.get(i).copied().unwrap_or(1)).collect())
                 .ok_or_else(|| bad(format!("tensor '{name}' is missing")))
         };
         let meta_u32 = |key: &str| -> Result<u32> {
@@ -122,14 +124,22 @@ impl HParams {
         let style_dim = dims("encoder.predictor.F0.0.norm1.fc.weight")?[1];
         let conv0 = dims("encoder.text_encoder.cnn.0.0.weight")?;
         let dur = dims("encoder.predictor.duration_proj.linear_layer.bias")?;
+        let heads = meta_u32(BERT_HEADS_KEY)? as i64;
+        let layers = meta_u32(BERT_LAYERS_KEY)? as usize;
+        if heads == 0 || ffn[1] % heads != 0 || !(1..=64).contains(&layers) {
+            return Err(bad(format!(
+                "'{BERT_HEADS_KEY}' = {heads} does not divide ALBERT's width {} or '{BERT_LAYERS_KEY}' = {layers} is not 1 to 64",
+                ffn[1]
+            )));
+        }
         Ok(HParams {
             n_symbols: word[1],
             bert_embedding: word[0],
             bert_hidden: ffn[1],
             bert_ffn: ffn[0],
             bert_positions: pos[1],
-            bert_heads: meta_u32(BERT_HEADS_KEY)? as i64,
-            bert_layers: meta_u32(BERT_LAYERS_KEY)? as usize,
+            bert_heads: heads,
+            bert_layers: layers,
             hidden,
             style_dim,
             text_encoder_depth: count(&|i| format!("encoder.text_encoder.cnn.{i}.0.weight")),
@@ -185,6 +195,7 @@ pub struct Run {
 pub struct Kokoro {
     hp: HParams,
     weights: Weights,
+    f0n: prosody::F0N,
     decoder: decoder::Decoder,
     vocab: HashMap<char, i32>,
     /// Voices in the order listed, each [510 x 256] row-major.
@@ -273,6 +284,7 @@ impl Kokoro {
             .collect();
         let weights = Weights::load(file, &runtime)?;
         weights.check(&hp.tensor_shapes())?;
+        let f0n = prosody::F0N::load(&weights)?;
         let decoder = decoder::Decoder::load(
             &weights,
             "decoder.decoder",
@@ -281,6 +293,7 @@ impl Kokoro {
         Ok(Kokoro {
             hp,
             weights,
+            f0n,
             decoder,
             vocab,
             voices,
@@ -348,6 +361,11 @@ impl Kokoro {
                 2 * s,
                 t.saturating_sub(2),
                 style.len()
+            )));
+        }
+        if !(speed.is_finite() && speed > 0.0) {
+            return Err(EngineError::Usage(format!(
+                "parameter 'speed' is {speed}; it must be a positive number"
             )));
         }
         if let Some(f) = forced {
@@ -455,7 +473,7 @@ impl Kokoro {
         }
         let w = &self.weights;
         let en = ctx.get_rows(d_in, idx_in);
-        let (f0, n) = prosody::f0_n(&ctx, w, en, style_in, rev_in)?;
+        let (f0, n) = self.f0n.build(&ctx, w, en, style_in, rev_in)?;
         let asr = ctx.cont(ctx.transpose(ctx.get_rows(t_en_in, idx_in)));
         let mut graph = ctx.new_graph(nodes);
         for out in [f0, n, asr] {

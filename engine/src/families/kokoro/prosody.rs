@@ -30,13 +30,6 @@ fn ada_norm(l: usize) -> String {
     format!("{PREFIX}.text_encoder.lstms.{}.fc", 2 * l + 1)
 }
 
-/// The F0 (`"F0"`) or energy (`"N"`) branch's blocks: the second upsamples x2.
-fn branch(w: &Weights, name: &str) -> Result<Vec<AdainResBlk1d>> {
-    (0..3)
-        .map(|i| AdainResBlk1d::load(w, &format!("{PREFIX}.{name}.{i}"), i == 1))
-        .collect()
-}
-
 /// Every tensor of the duration half and the shared BiLSTM (the F0/N blocks check
 /// their own when they are built).
 pub fn tensor_shapes(hp: &HParams) -> Vec<(String, Vec<i64>)> {
@@ -131,29 +124,56 @@ pub fn frame_tokens(frames: &[usize]) -> Vec<i32> {
         .collect()
 }
 
-/// F0 and N [2F] each for the frame-level features `en` [hidden + style, F]:
-/// the shared BiLSTM, then each branch's blocks (time-fastest [T, C] activations, as
-/// [`AdainResBlk1d`] takes them) and its 1x1 projection.
-pub fn f0_n<'a>(
-    ctx: &'a Context,
-    w: &'a Weights,
-    en: Tensor<'a>,
-    style: Tensor<'a>,
-    reverse: Tensor<'a>,
-) -> Result<(Tensor<'a>, Tensor<'a>)> {
-    let x = BiLstm::new(SHARED).build(ctx, w, en, reverse)?;
-    let x = ctx.cont(ctx.transpose(x)); // [F, hidden]
-    let mut out = Vec::new();
-    for name in ["F0", "N"] {
-        let mut y = x;
-        for block in branch(w, name)? {
-            y = block.build(ctx, w, y, style)?;
-        }
-        let proj = Conv1d::load(w, PREFIX, &format!("{name}_proj"), true, 1, 1)?;
-        let y = proj.build(ctx, w, y)?; // [2F, 1]
-        out.push(ctx.reshape(y, &[y.ne()[0]]));
+/// The frame-level half: the shared BiLSTM, then the F0 and energy (N) branches,
+/// each three AdainResBlk1d blocks (the second upsamples x2) and a 1x1 projection.
+/// Loading checks every tensor's name and dims.
+pub struct F0N {
+    f0: Vec<AdainResBlk1d>,
+    n: Vec<AdainResBlk1d>,
+    f0_proj: Conv1d,
+    n_proj: Conv1d,
+}
+
+impl F0N {
+    /// Loads both branches.
+    pub fn load(w: &Weights) -> Result<Self> {
+        let branch = |name: &str| -> Result<Vec<AdainResBlk1d>> {
+            (0..3)
+                .map(|i| AdainResBlk1d::load(w, &format!("{PREFIX}.{name}.{i}"), i == 1))
+                .collect()
+        };
+        Ok(F0N {
+            f0: branch("F0")?,
+            n: branch("N")?,
+            f0_proj: Conv1d::load(w, PREFIX, "F0_proj", true, 1, 1)?,
+            n_proj: Conv1d::load(w, PREFIX, "N_proj", true, 1, 1)?,
+        })
     }
-    let n = out.pop().expect("two branches");
-    let f0 = out.pop().expect("two branches");
-    Ok((f0, n))
+
+    /// F0 and N [2F] each for the frame-level features `en` [hidden + style, F]
+    /// (the branches run on time-fastest [T, C] activations, as [`AdainResBlk1d`]
+    /// takes them).
+    pub fn build<'a>(
+        &self,
+        ctx: &'a Context,
+        w: &'a Weights,
+        en: Tensor<'a>,
+        style: Tensor<'a>,
+        reverse: Tensor<'a>,
+    ) -> Result<(Tensor<'a>, Tensor<'a>)> {
+        let x = BiLstm::new(SHARED).build(ctx, w, en, reverse)?;
+        let x = ctx.cont(ctx.transpose(x)); // [F, hidden]
+        let branch = |blocks: &[AdainResBlk1d], proj: &Conv1d| -> Result<Tensor<'a>> {
+            let mut y = x;
+            for block in blocks {
+                y = block.build(ctx, w, y, style)?;
+            }
+            let y = proj.build(ctx, w, y)?; // [2F, 1]
+            Ok(ctx.reshape(y, &[y.ne()[0]]))
+        };
+        Ok((
+            branch(&self.f0, &self.f0_proj)?,
+            branch(&self.n, &self.n_proj)?,
+        ))
+    }
 }

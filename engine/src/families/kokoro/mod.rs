@@ -378,24 +378,12 @@ impl Kokoro {
             }
         }
         let (dec_style, pred_style) = style.split_at(s);
-        // The first two graphs are mostly LSTM steps: hundreds of small nodes, each
-        // ending in a barrier of all CPU worker threads, which costs more than a second
-        // thread gains (measured: the bench phrase was slower at 2 threads than at 1).
-        // They run on one CPU thread; the decoder's large products get all of them.
-        // Each output is computed by one thread in a fixed order either way, so the
-        // result is the same.
-        let threads = self.runtime.threads();
-        self.runtime.set_threads(1);
-        let lstm_graphs = self.front(ids, pred_style).and_then(|front| {
-            let (duration, predicted) =
-                prosody::durations(&front.probs, self.hp.max_duration as usize, speed);
-            let pred_dur = forced.map_or(predicted, <[usize]>::to_vec);
-            let frames = prosody::frame_tokens(&pred_dur);
-            let f0n = self.frames(&front.d, &front.t_en, &frames, pred_style)?;
-            Ok((front, duration, pred_dur, frames, f0n))
-        });
-        self.runtime.set_threads(threads);
-        let (front, duration, pred_dur, frames, (f0, n, asr)) = lstm_graphs?;
+        let front = self.front(ids, pred_style)?;
+        let (duration, predicted) =
+            prosody::durations(&front.probs, self.hp.max_duration as usize, speed);
+        let pred_dur = forced.map_or(predicted, <[usize]>::to_vec);
+        let frames = prosody::frame_tokens(&pred_dur);
+        let (f0, n, asr) = self.frames(&front.d, &front.t_en, &frames, pred_style)?;
         let input = decoder::DecoderInput {
             asr: &asr,
             frames: frames.len(),

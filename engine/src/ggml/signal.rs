@@ -135,12 +135,27 @@ impl Context {
         dilation: i32,
     ) -> Tensor<'a> {
         let ctx = self.raw.as_ptr();
-        // SAFETY: as in conv_1d_f32_dilated.
+        // SAFETY: as in conv_1d_f32_dilated; the pad and the view stay inside tensors
+        // this function makes.
         unsafe {
+            // ggml's blocked CPU f32 product (tinyBLAS) takes only a first operand whose
+            // row count (here the output length) is a multiple of 4; any other falls
+            // back to one dot product per output, several times slower (it was half of
+            // Kokoro's decoder time). Zeros after the input add the missing outputs,
+            // which a view drops.
+            let (k, l) = ((*kernel.raw()).ne[0], (*input.raw()).ne[0]);
+            let (s, p, d) = (stride as i64, pad as i64, dilation as i64);
+            let ol = (l + 2 * p - d * (k - 1) - 1) / s + 1;
+            let extra = (PRODUCT_ROWS - ol % PRODUCT_ROWS) % PRODUCT_ROWS;
+            let input = if extra == 0 || ol <= 0 {
+                input.raw()
+            } else {
+                sys::ggml_pad(ctx, input.raw(), (extra * s) as i32, 0, 0, 0)
+            };
             let cols = sys::ggml_im2col(
                 ctx,
                 kernel.raw(),
-                input.raw(),
+                input,
                 stride,
                 0,
                 pad,
@@ -150,11 +165,16 @@ impl Context {
                 false,
                 sys::GGML_TYPE_F32,
             );
-            let (ick, ol) = ((*cols).ne[0], (*cols).ne[1] * (*cols).ne[2]);
+            let (ick, ol_padded) = ((*cols).ne[0], (*cols).ne[1] * (*cols).ne[2]);
             let oc = (*kernel.raw()).ne[2];
             let k2 = sys::ggml_reshape_2d(ctx, kernel.raw(), ick, oc);
-            let c2 = sys::ggml_reshape_2d(ctx, cols, ick, ol);
-            self.wrap(sys::ggml_mul_mat(ctx, c2, k2))
+            let c2 = sys::ggml_reshape_2d(ctx, cols, ick, ol_padded);
+            let out = sys::ggml_mul_mat(ctx, c2, k2); // [ol_padded, oc]
+            if ol_padded == ol {
+                return self.wrap(out);
+            }
+            let kept = sys::ggml_view_2d(ctx, out, ol, oc, (*out).nb[1], 0);
+            self.wrap(sys::ggml_cont(ctx, kept))
         }
     }
 
@@ -229,3 +249,6 @@ impl Tensor<'_> {
         }
     }
 }
+
+/// The row multiple ggml's blocked CPU f32 product needs of its first operand.
+const PRODUCT_ROWS: i64 = 4;

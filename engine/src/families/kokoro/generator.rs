@@ -146,7 +146,7 @@ impl ConvTranspose1d {
         let s = self.stride as i64;
         // An f16 kernel is widened: ggml's CUDA transposed convolution is f32 only.
         let kernel = ctx.to_f32(w.tensor(&self.weight)?);
-        let full = ctx.conv_transpose_1d_f32(kernel, x, self.stride);
+        let full = conv_transpose_by_product(ctx, kernel, x, self.stride);
         let full_len = (l - 1) * s + self.kernel;
         let pad = ((self.kernel - s) / 2) as usize;
         let y =
@@ -156,6 +156,45 @@ impl ConvTranspose1d {
             ctx.reshape(ctx.to_f32(w.tensor(&self.bias)?), &[1, self.out_channels]),
         ))
     }
+}
+
+/// A transposed convolution (padding 0) as one matrix product and an overlap-add:
+/// same operands and result as [`Context::conv_transpose_1d_f32`] (`kernel` [K, OC, IC],
+/// `input` [L, IC], result [(L - 1) * stride + K, OC]). ggml's CPU kernel for that op
+/// takes one short dot product per output tap and was half the decoder's time; the
+/// product goes through the blocked matrix kernels instead. The product gives every tap
+/// of every step, [K * OC, L]; with K = m * stride, tap block j of step t lands on output
+/// block t + j, so the output is the sum of m zero-padded, shifted copies. Any other K
+/// takes ggml's op.
+pub(super) fn conv_transpose_by_product<'a>(
+    ctx: &'a Context,
+    kernel: Tensor<'a>,
+    input: Tensor<'a>,
+    stride: i32,
+) -> Tensor<'a> {
+    let [k, oc, ic, _] = kernel.ne();
+    let [l, _, _, _] = input.ne();
+    let s = stride as i64;
+    if s <= 0 || k % s != 0 {
+        return ctx.conv_transpose_1d_f32(kernel, input, stride);
+    }
+    let m = k / s;
+    let w = ctx.cont(ctx.transpose(ctx.reshape(kernel, &[k * oc, ic]))); // [IC, K*OC]
+    let x = ctx.cont(ctx.transpose(input)); // [IC, L]
+    let taps = ctx.mul_mat(w, x); // [K*OC, L]
+    let (ku, ocu, su) = (k as usize, oc as usize, s as usize);
+    let mut out: Option<Tensor<'a>> = None;
+    for j in 0..m {
+        let block = ctx.view_3d(taps, [s, oc, l], ku, ku * ocu, j as usize * su);
+        let block = ctx.cont(ctx.permute(block, [0, 2, 1, 3])); // [s, L, OC]
+        let shifted = ctx.pad_zeros(block, [0, j as i32], [0, (m - 1 - j) as i32]);
+        out = Some(match out {
+            Some(acc) => ctx.add(acc, shifted),
+            None => shifted,
+        });
+    }
+    let out = out.expect("a kernel of at least one stride");
+    ctx.reshape(out, &[(l + m - 1) * s, oc])
 }
 
 /// The generator's graph from the decoder features to the iSTFT's magnitude and phase.

@@ -49,7 +49,7 @@ impl InverseStft {
         let im = ctx.mul(mag, ctx.sin(phase));
         let spec = ctx.concat(re, im, 1); // [L, 2 * bins]
         let basis = ctx.to_f32(w.tensor(&self.basis)?);
-        let y = ctx.conv_transpose_1d_f32(basis, spec, self.hop as i32);
+        let y = super::generator::conv_transpose_by_product(ctx, basis, spec, self.hop as i32);
         Ok(ctx.scale(y, self.n_fft as f32 / self.hop as f32))
     }
 

@@ -111,7 +111,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     if let (Some(rel), false, true) = (&cross, inside_chroot, args.bin_dir.is_empty()) {
         if !args.dry_run {
-            return enter_cross_chroot(rel);
+            return enter_cross_chroot(rel, &args);
         }
         // The plan lists the runtime files: fetch the pinned runtime (a cache) first.
         fetch_cross_runtime(&crate::winhip::CrossInputs::load(rel)?)?;
@@ -474,7 +474,7 @@ fn gather(
 /// A cross-built track (`build.cross`) is built and packaged inside its recipe's chroot:
 /// make the chroot (once), fetch the pinned runtime on the host (pip and the network are
 /// here), then run this same command in there.
-fn enter_cross_chroot(rel: &str) -> Result<ExitCode> {
+fn enter_cross_chroot(rel: &str, args: &Args) -> Result<ExitCode> {
     let inputs = crate::winhip::CrossInputs::load(rel)?;
     let suite = inputs.spec.chroot.clone();
     crate::sdk::make_chroot(&crate::sdk::DebianArgs {
@@ -497,7 +497,44 @@ fn enter_cross_chroot(rel: &str) -> Result<ExitCode> {
         );
     }
     eprintln!("dist: building in the {suite} chroot");
-    crate::sdk::reexec_in_chroot(&suite)
+    let exe = std::env::current_exe().context("finding this xtask's own binary")?;
+    let mut argv = vec![exe.display().to_string()];
+    argv.extend(cross_argv(args));
+    crate::sdk::run_in_chroot(&suite, &argv)
+}
+
+/// The `dist` command line that repeats `args` inside the chroot (the caller may be
+/// another verb, such as `test --winhip`, so the process's own arguments will not do).
+pub fn cross_argv(args: &Args) -> Vec<String> {
+    let mut v = vec!["dist".to_string()];
+    let mut push = |flag: &str, value: Option<String>| {
+        if let Some(value) = value {
+            v.push(flag.to_string());
+            v.push(value);
+        }
+    };
+    push("--track", args.track.clone());
+    push(
+        "--rocm-path",
+        args.rocm_path.as_ref().map(|p| p.display().to_string()),
+    );
+    push(
+        "--crt-dir",
+        args.crt_dir.as_ref().map(|p| p.display().to_string()),
+    );
+    push(
+        "--out-dir",
+        args.out_dir.as_ref().map(|p| p.display().to_string()),
+    );
+    push("--gpu-targets", args.gpu_targets.clone());
+    push(
+        "--tracks-file",
+        args.tracks_file.as_ref().map(|p| p.display().to_string()),
+    );
+    if args.allow_uncovered {
+        v.push("--allow-uncovered".into());
+    }
+    v
 }
 
 fn fetch_cross_runtime(inputs: &crate::winhip::CrossInputs) -> Result<()> {
@@ -573,6 +610,30 @@ fn msvc_redist_dir(crt: &crate::tracks::Crt, build: &crate::build::BuildPlan) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_chroot_run_repeats_the_dist_flags() {
+        let args = Args {
+            track: Some("windows-hip-rocm7-gnu".into()),
+            out_dir: Some("/t/out".into()),
+            gpu_targets: Some("gfx1100".into()),
+            allow_uncovered: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            cross_argv(&args),
+            [
+                "dist",
+                "--track",
+                "windows-hip-rocm7-gnu",
+                "--out-dir",
+                "/t/out",
+                "--gpu-targets",
+                "gfx1100",
+                "--allow-uncovered"
+            ]
+        );
+    }
 
     #[test]
     fn gpu_targets_narrow_the_track_and_its_known_gaps() {

@@ -366,6 +366,55 @@ mod tests {
     }
 
     #[test]
+    fn the_cross_built_hip_package_records_what_only_a_real_sdk_has() {
+        let t = tracks();
+        let track = t.track("windows-hip-rocm7-gnu").unwrap();
+        let mut facts = DistFacts {
+            binaries: [
+                found("audiocpp_cli.exe", 10),
+                found("audiocpp_server.exe", 11),
+                found("ggml-base.dll", 5),
+                found("ggml.dll", 4),
+                found("ggml-cpu-haswell.dll", 3),
+                found("ggml-hip.dll", 80),
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        // The runtime as the wheel ships it: the glob takes amd_comgr0701.dll by its name.
+        facts.runtime.extend([found("amdhip64_7.dll", 18)]);
+        facts
+            .runtime
+            .insert("amd_comgr*.dll".into(), found("amd_comgr0701.dll", 115).1);
+        for n in [
+            "libstdc++-6.dll",
+            "libgcc_s_seh-1.dll",
+            "libwinpthread-1.dll",
+        ] {
+            facts.crt.extend([found(n, 1)]);
+        }
+        let p = plan("windows-hip-rocm7-gnu", track, &facts).unwrap();
+        let dests: Vec<&str> = p.files.iter().map(|f| f.dest.as_str()).collect();
+        assert!(
+            dests.contains(&"amd_comgr0701.dll") && dests.contains(&"ggml-hip.dll"),
+            "{dests:?}"
+        );
+        assert!(!dests.iter().any(|d| d.contains("hipblaslt")), "{dests:?}");
+        assert_eq!(
+            p.absent_sdk_only,
+            vec!["libhipblaslt.dll", "hipblaslt/library/"]
+        );
+        // A track file that is not SDK-only is still required.
+        let mut strict = track.clone();
+        strict.runtime.iter_mut().for_each(|r| r.sdk_only = false);
+        let e = plan("windows-hip-rocm7-gnu", &strict, &facts)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("runtime file libhipblaslt.dll"), "{e}");
+    }
+
+    #[test]
     fn linux_cpu_takes_executables_and_ggml_libraries_only() {
         let t = tracks();
         let track = t.track("linux-cpu").unwrap();

@@ -73,7 +73,7 @@ pub fn run(assets: &Assets) -> Result<()> {
         );
     }
     let chroot = crate::sdk::chroot_dir(&crate::project::target_dir(), "winhip");
-    let def = chroot.join("opt/winhip/implibs/libhipblaslt.def");
+    let def = chroot.join("opt/winhip/implibs/libhipblaslt.dll.def");
     let stand_in = root.join("libhipblaslt.dll");
     build_stand_in(&def, &stand_in)?;
     let wine = crate::wine::Wine::prepare()?;

@@ -21,6 +21,10 @@ set(CMAKE_SYSROOT /opt/winhip/mingw-sysroot)
 set(CMAKE_EXE_LINKER_FLAGS_INIT "-fuse-ld=lld")
 set(CMAKE_SHARED_LINKER_FLAGS_INIT "-fuse-ld=lld")
 set(CMAKE_MODULE_LINKER_FLAGS_INIT "-fuse-ld=lld")
+# libstdc++ of the posix-thread MinGW needs winpthread; gcc's posix driver adds it by
+# itself, clang does not (ggml-hip.dll then misses pthread_mutex_*).
+set(CMAKE_C_STANDARD_LIBRARIES "-lpthread" CACHE STRING "winpthread for the posix-thread runtime" FORCE)
+set(CMAKE_CXX_STANDARD_LIBRARIES "-lpthread" CACHE STRING "winpthread for the posix-thread runtime" FORCE)
 
 # find_package(hip|hipblas|rocblas|hipblaslt) must land on the Windows-host configs.
 set(hip_DIR /opt/winhip/cmake/hip CACHE PATH "Windows-host HIP config" FORCE)

@@ -81,8 +81,16 @@ impl BackendKind {
     /// The backend a device belongs to, told apart by ggml registry name (HIP devices
     /// come from the `ROCm` registry, CUDA ones from `CUDA`).
     pub fn of_device(dev: &DeviceInfo) -> Option<BackendKind> {
-        let reg = dev.registry.to_ascii_lowercase();
-        if dev.device_type == DeviceType::Cpu || reg == "cpu" {
+        if dev.device_type == DeviceType::Cpu {
+            return Some(BackendKind::Cpu);
+        }
+        BackendKind::of_registry(&dev.registry)
+    }
+
+    /// The backend a ggml registry name belongs to (`ROCm` is HIP).
+    pub fn of_registry(name: &str) -> Option<BackendKind> {
+        let reg = name.to_ascii_lowercase();
+        if reg == "cpu" {
             Some(BackendKind::Cpu)
         } else if reg.starts_with("rocm") || reg.starts_with("hip") {
             Some(BackendKind::Hip)
@@ -273,7 +281,15 @@ impl Runtime {
                 .map(BackendKind::flag_name)
                 .collect();
             present.dedup();
-            if dynamic && !present.contains(&wanted.flag_name()) && !wanted.compiled_in() {
+            // A backend library that loaded but found no device (ggml-hip on a machine
+            // without an AMD GPU) still has its registry: that is "no device", not "not in
+            // this build".
+            let loaded = dynamic
+                && ggml::registry_names()
+                    .iter()
+                    .any(|r| BackendKind::of_registry(r) == Some(wanted));
+            if dynamic && !present.contains(&wanted.flag_name()) && !wanted.compiled_in() && !loaded
+            {
                 return Err(EngineError::BackendUnavailable {
                     requested: wanted.display_name().to_string(),
                     available: present.join(", "),
@@ -377,6 +393,15 @@ impl Runtime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn registries_map_to_backends_and_the_cpu_one_is_always_there() {
+        assert_eq!(BackendKind::of_registry("ROCm"), Some(BackendKind::Hip));
+        assert_eq!(BackendKind::of_registry("CUDA"), Some(BackendKind::Cuda));
+        assert_eq!(BackendKind::of_registry("CPU"), Some(BackendKind::Cpu));
+        assert_eq!(BackendKind::of_registry("BLAS"), None);
+        assert!(ggml::registry_names().iter().any(|r| r == "CPU"));
+    }
 
     #[test]
     fn threads_are_clamped_to_the_machine_with_a_warning() {

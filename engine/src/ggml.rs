@@ -273,6 +273,18 @@ fn cstr(ptr: *const std::os::raw::c_char) -> String {
         .into_owned()
 }
 
+/// The names of ggml's backend registries (after loading dynamic backends): a GPU
+/// backend library that loaded but found no device still has its registry (`ROCm`).
+pub fn registry_names() -> Vec<String> {
+    init();
+    // SAFETY: registry queries on valid indices; the names are owned by ggml.
+    unsafe {
+        (0..sys::ggml_backend_reg_count())
+            .map(|i| cstr(sys::ggml_backend_reg_name(sys::ggml_backend_reg_get(i))))
+            .collect()
+    }
+}
+
 /// Lists every device ggml knows in this build (after loading dynamic backends).
 pub fn devices() -> Vec<DeviceInfo> {
     init();

@@ -21,3 +21,4 @@ pub mod tracks;
 pub mod verify_deps;
 pub mod verify_package;
 pub mod wine;
+pub mod winhip;

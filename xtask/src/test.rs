@@ -27,6 +27,12 @@ pub struct Args {
     /// it there. Builds gfx1100 only (all targets take hours on 2 cores); CI does not run it.
     #[arg(long)]
     pub hip: bool,
+    /// Instead of the suite above: cross-build the Windows HIP package
+    /// (windows-hip-rocm7-gnu: ggml-hip.dll for gfx1100 in the winhip chroot, made when
+    /// missing; needs root), verify it, and run it under Wine against AMD's real HIP
+    /// runtime. The ggml-hip build is cached in the chroot; CI does not run it.
+    #[arg(long, conflicts_with = "hip")]
+    pub winhip: bool,
     /// Extra arguments passed to `cargo test` (after `--`).
     #[arg(last = true)]
     pub cargo_args: Vec<String>,
@@ -75,6 +81,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!("test: HIP package test passed");
         return Ok(ExitCode::SUCCESS);
     }
+    if args.winhip {
+        return crate::winhip::wine_test::run_verb(&assets);
+    }
     let status = cargo()
         .current_dir(project_root())
         .args(["test", "--workspace", "--release", "--no-fail-fast"])
@@ -106,7 +115,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
 }
 
 /// Runs `dist` for `track` into `out` and `verify-package` on the zip; returns the zip.
-fn dist_track(track: &str, out: &Path) -> Result<PathBuf> {
+pub(crate) fn dist_track(track: &str, out: &Path) -> Result<PathBuf> {
     let code = crate::dist::run(crate::dist::Args {
         track: Some(track.to_string()),
         bin_dir: Vec::new(),
@@ -227,7 +236,7 @@ fn hip_end_to_end(assets: &assets::Assets) -> Result<()> {
     Ok(())
 }
 
-fn unzip(zip: &Path, into: &Path) -> Result<PathBuf> {
+pub(crate) fn unzip(zip: &Path, into: &Path) -> Result<PathBuf> {
     let _ = std::fs::remove_dir_all(into);
     zip::ZipArchive::new(std::fs::File::open(zip)?)?.extract(into)?;
     Ok(into.join(zip.file_stem().unwrap_or_default()))
@@ -256,7 +265,7 @@ fn vad_args(assets: &assets::Assets) -> [String; 8] {
 
 /// The phrase the espeak-ng clip `phrase_en_us.wav` says, which Whisper tiny.en must
 /// transcribe exactly.
-const PHRASE: &str = "Speech recognition in Rust is working today.";
+pub(crate) const PHRASE: &str = "Speech recognition in Rust is working today.";
 
 /// Runs a packaged CLI with arguments and extra environment variables; its stdout.
 type RunPackaged<'a> = dyn Fn(&[&str], &[(&str, &str)]) -> Result<String> + 'a;

@@ -178,7 +178,9 @@ pub enum Load {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeFile {
-    /// File name as shipped (`amdhip64_6.dll`, `libamdhip64.so.6`).
+    /// File name as shipped (`amdhip64_6.dll`, `libamdhip64.so.6`). A runtime-loaded file
+    /// may be a glob (`amd_comgr*.dll`): its name differs between AMD's builds, so `dist`
+    /// takes the one file the SDK (or runtime source) ships under it.
     pub name: String,
     /// Folder holding it, relative to the SDK root (`bin`, `lib`).
     pub source: String,
@@ -192,6 +194,11 @@ pub struct RuntimeFile {
     /// follows the same rules as a required file.
     #[serde(default)]
     pub optional: bool,
+    /// Comes only from a real SDK (`--rocm-path`): a package built from a runtime source
+    /// without it (the Windows HIP cross-build) records it as absent in its manifest and
+    /// README, and `verify-package` checks exactly that.
+    #[serde(default)]
+    pub sdk_only: bool,
 }
 
 /// A GPU kernel library folder (rocBLAS / hipBLASLt `library/`), filtered by GPU target.
@@ -209,6 +216,9 @@ pub struct KernelLibrary {
     /// Shipped only when [`KernelLibrary::used_by`] is shipped.
     #[serde(default)]
     pub optional: bool,
+    /// Comes only from a real SDK, as [`RuntimeFile::sdk_only`].
+    #[serde(default)]
+    pub sdk_only: bool,
 }
 
 /// The C/C++ runtime DLLs bundled with a Windows track.
@@ -291,6 +301,11 @@ pub struct BuildSpec {
     /// The GEMM route of the GPU backend (`upstream` unless the track says `hipblaslt`).
     #[serde(default)]
     pub gemm: GemmRoute,
+    /// The cross-build recipe (a file under packaging/, e.g.
+    /// `windows-hip/cross.toml`): ggml's GPU backend is built by xtask's own CMake run in
+    /// that recipe's Debian chroot ([`crate::winhip`]), the executables there too.
+    #[serde(default)]
+    pub cross: Option<String>,
 }
 
 /// One package: everything `dist` builds and `verify-deps` checks for it.
@@ -577,6 +592,12 @@ impl TracksFile {
             for (i, r) in t.runtime.iter().enumerate() {
                 let rk = format!("tracks.{name}.runtime[{i}]");
                 check_file_name(t.os, &r.name).map_err(|m| err(format!("{rk}.name"), m))?;
+                if r.name.contains(['*', '?']) && r.load != Load::RuntimeLoaded {
+                    return Err(err(
+                        format!("{rk}.name"),
+                        format!("'{}' is a glob: only a runtime-loaded file (whose name no import fixes) may be one", r.name),
+                    ));
+                }
                 if !runtime_names.insert(fold(&r.name)) {
                     return Err(err(
                         format!("{rk}.name"),

@@ -92,6 +92,12 @@ pub fn verify(
             .read_to_string(&mut text)?;
         serde_json::from_str(&text).with_context(|| format!("parsing {manifest_name}"))?
     };
+    let readme_text: Option<String> =
+        zip.by_name(&format!("{root}/README.md")).ok().map(|mut f| {
+            let mut text = String::new();
+            let _ = f.read_to_string(&mut text);
+            text
+        });
     if manifest.package != root {
         problems.push(format!(
             "manifest names package {} but the root folder is {root}",
@@ -132,9 +138,42 @@ pub fn verify(
             problems.push(format!("{exe} is not at the package root"));
         }
     }
+    // What the track declares as coming only from a real SDK is either in the package, or
+    // recorded as absent in manifest.json (and named in the README): exactly that list.
+    let mut absent: Vec<String> = Vec::new();
+    for r in t.runtime.iter().filter(|r| r.sdk_only) {
+        if !entries.contains_key(&format!("{root}/{}", r.name)) {
+            absent.push(r.name.clone());
+        }
+    }
+    for k in t.kernel_libraries.iter().filter(|k| k.sdk_only) {
+        let prefix = format!("{}/", k.dest.trim_end_matches('/'));
+        if !entries
+            .keys()
+            .any(|n| n.starts_with(&format!("{root}/{prefix}")))
+        {
+            absent.push(prefix);
+        }
+    }
+    if absent != manifest.absent_sdk_only {
+        problems.push(format!(
+            "manifest.json records {:?} as absent (from a real SDK only), but the track's sdk_only files missing from the zip are {absent:?}",
+            manifest.absent_sdk_only
+        ));
+    }
+    if !absent.is_empty() {
+        let readme = readme_text.as_deref().unwrap_or("");
+        for a in &absent {
+            if !readme.contains(a.as_str()) {
+                problems.push(format!(
+                    "README.md does not say that {a} is not in the package"
+                ));
+            }
+        }
+    }
     for k in &t.kernel_libraries {
         let prefix = format!("{root}/{}/", k.dest.trim_end_matches('/'));
-        if !k.optional && !entries.keys().any(|n| n.starts_with(&prefix)) {
+        if !k.optional && !k.sdk_only && !entries.keys().any(|n| n.starts_with(&prefix)) {
             problems.push(format!(
                 "{} is missing: {} must sit next to the executables",
                 k.dest, k.name

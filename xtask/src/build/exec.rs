@@ -74,6 +74,10 @@ pub fn execute(plan: &BuildPlan) -> Result<Built> {
             remove_dangling_links(profile)?;
         }
     }
+    if let Some(prep) = &plan.cross {
+        crate::winhip::prepare(prep)
+            .with_context(|| format!("preparing the cross-build of {}", plan.label))?;
+    }
     let mut binding_out_dir: Option<String> = None;
     for c in &plan.commands {
         eprintln!("build: {}", c.display());

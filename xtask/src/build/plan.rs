@@ -191,6 +191,10 @@ pub struct BuildPlan {
     pub binding_globs: Vec<String>,
     /// Remarks worth reading (decisions taken, risks handled).
     pub notes: Vec<String>,
+    /// The cross-build preparation the executor does before the commands (tracks with
+    /// `build.cross`: the Windows HIP cross-build, [`crate::winhip`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross: Option<crate::winhip::CrossPrep>,
 }
 
 impl BuildPlan {
@@ -402,6 +406,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
     let mut gpu_targets: Vec<String> = Vec::new();
     let mut sdk_record = None;
     let mut files_pending: Option<String> = None;
+    let mut library_globs_extra: Vec<String> = Vec::new();
 
     if msvc_target {
         env.set(
@@ -434,7 +439,38 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         );
     }
 
+    let cross = req.track.as_ref().and_then(|t| t.cross.as_ref());
+    let mut cross_prep = None;
+    let mut cross_commands = Vec::new();
     match req.backend {
+        Backend::Hip if cross.is_some() => {
+            let inputs = cross.expect("checked by the match guard");
+            gpu_targets = hip_targets(req, host)?;
+            let c = crate::winhip::plan(
+                inputs,
+                &gpu_targets,
+                &host.workspace,
+                &host.target_root,
+                req.jobs,
+            )?;
+            let runtime = crate::winhip::runtime_root(&host.target_root, &inputs.spec.chroot);
+            sdk_record = Some(SdkRecord {
+                kind: "rocm".into(),
+                version: inputs.spec.runtime.hip_version.clone(),
+                root: runtime,
+                version_source: format!(
+                    "{}=={} (sha256 {})",
+                    inputs.spec.runtime.name,
+                    inputs.spec.runtime.version,
+                    inputs.spec.runtime.sha256
+                ),
+            });
+            notes.extend(c.notes);
+            notes.push("the executables are built for the CPU with dynamic backends (no `hip` feature): they load ggml-hip.dll at start like any backend".into());
+            cross_prep = Some(c.prep.clone());
+            library_globs_extra.push(c.prep.output.clone());
+            cross_commands = c.commands;
+        }
         Backend::Hip => {
             let sdk = select_rocm(req, host)?;
             let v = &sdk.version;
@@ -633,6 +669,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
     };
     let mut feats: Vec<&str> = Vec::new();
     match req.backend {
+        Backend::Hip if cross.is_some() => {}
         Backend::Hip => feats.push("hip"),
         Backend::Cuda => feats.push("cuda"),
         _ => {}
@@ -713,12 +750,13 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         args.push("--jobs".into());
         args.push(j.to_string());
     }
-    let commands = vec![PlannedCommand {
+    let mut commands = cross_commands;
+    commands.push(PlannedCommand {
         program: "cargo".into(),
         args,
         cwd: host.workspace.clone(),
         why: "builds ggml (CMake, through llama-cpp-sys-2) and the executables".into(),
-    }];
+    });
 
     let profile_dir = match &triple {
         Some(t) => join(&target_dir, &format!("{t}/release"), os),
@@ -732,7 +770,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
     // Where the binding leaves ggml's libraries: links (or copies) in the profile folder,
     // the libraries in its OUT_DIR's `lib/` (`bin/` for DLLs), the backends in `backends/`.
     // The OUT_DIR is the one cargo reports for this build (`build-script-executed`).
-    let (library_globs, binding_globs) = if dynamic {
+    let (mut library_globs, binding_globs) = if dynamic {
         let (lib, plugin) = match target_os {
             Os::Windows => ("ggml*.dll", "*.dll"),
             Os::Linux => ("libggml*.so*", "*.so*"),
@@ -749,6 +787,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         (Vec::new(), Vec::new())
     };
 
+    library_globs.extend(library_globs_extra);
     Ok(BuildPlan {
         label,
         backend: req.backend,
@@ -770,6 +809,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         library_globs,
         binding_globs,
         notes,
+        cross: cross_prep,
     })
 }
 

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::tracks::CpuVariants;
 use serde::{Deserialize, Serialize};
@@ -71,6 +71,8 @@ pub struct TrackRef {
     pub name: String,
     /// Its table from packaging/tracks.toml.
     pub track: Track,
+    /// Its cross-build recipe (`build.cross`), loaded.
+    pub cross: Option<crate::winhip::CrossInputs>,
 }
 
 /// What to build.
@@ -133,9 +135,16 @@ impl BuildRequest {
             );
         };
         let mut req = BuildRequest::new(track.backend);
+        let cross = match &track.build.cross {
+            Some(rel) => Some(crate::winhip::CrossInputs::load(rel).with_context(|| {
+                format!("{}: tracks.{name}.build.cross", tracks_path.display())
+            })?),
+            None => None,
+        };
         req.track = Some(TrackRef {
             name: name.to_string(),
             track: track.clone(),
+            cross,
         });
         req.link = match cpu {
             CpuVariants::All => Link::Dynamic,

@@ -96,14 +96,26 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(suite) = &args.chroot {
         return crate::sdk::reexec_in_chroot(suite);
     }
-    if args.bin_dir.is_empty() && !args.dry_run {
-        crate::setup::ensure("dist", args.track.as_deref())?;
-    }
     let tracks_path = args
         .tracks_file
         .clone()
         .unwrap_or_else(TracksFile::default_path);
     let tracks = TracksFile::load(&tracks_path)?;
+    let cross = match &args.track {
+        Some(t) => tracks.track(t)?.build.cross.clone(),
+        None => None,
+    };
+    let inside_chroot = std::env::var_os("AUDIOCPP_CHROOT").is_some();
+    if args.bin_dir.is_empty() && !args.dry_run && !(cross.is_some() && inside_chroot) {
+        crate::setup::ensure("dist", args.track.as_deref())?;
+    }
+    if let (Some(rel), false, true) = (&cross, inside_chroot, args.bin_dir.is_empty()) {
+        if !args.dry_run {
+            return enter_cross_chroot(rel, &args);
+        }
+        // The plan lists the runtime files: fetch the pinned runtime (a cache) first.
+        fetch_cross_runtime(&crate::winhip::CrossInputs::load(rel)?)?;
+    }
     let track_name = args
         .track
         .clone()
@@ -392,7 +404,7 @@ fn gather(
             .map(|s| s.root.as_str());
         let root = sdk_root(track_name, track, args, planned_root)?;
         for r in &track.runtime {
-            let Some(p) = crate::toolset::rocm::find_runtime_file(&root, &r.source, &r.name) else {
+            let Some(p) = resolve_runtime_file(&root, &r.source, &r.name)? else {
                 continue;
             };
             if let Ok(m) = std::fs::metadata(&p) {
@@ -405,7 +417,13 @@ fn gather(
                 );
             }
         }
-        if !track.kernel_libraries.is_empty() {
+        // Kernel folders that come only from a real SDK are left to the absence record
+        // when the runtime source has none of them.
+        let scanned = track
+            .kernel_libraries
+            .iter()
+            .any(|k| !k.sdk_only || root.join(&k.source).is_dir());
+        if scanned {
             let targets = kfilter::parse_targets(&track.gpu_targets)?;
             // Only the libraries the track ships count for coverage: a hipBLASLt the SDK
             // also has is no use to binaries that never load it.
@@ -439,10 +457,139 @@ fn gather(
                     &format!("{}{sep}{name}", dir.trim_end_matches(sep)),
                     &mut facts.crt,
                 );
+            } else if let (true, Some(_), Some(dir)) =
+                (args.dry_run, &track.build.cross, crt.search.first())
+            {
+                // A cross-built track's toolchain runtime lives in its chroot.
+                add_planned(
+                    &format!("{}/{name}", dir.trim_end_matches('/')),
+                    &mut facts.crt,
+                );
             }
         }
     }
     Ok(facts)
+}
+
+/// A cross-built track (`build.cross`) is built and packaged inside its recipe's chroot:
+/// make the chroot (once), fetch the pinned runtime on the host (pip and the network are
+/// here), then run this same command in there.
+fn enter_cross_chroot(rel: &str, args: &Args) -> Result<ExitCode> {
+    let inputs = crate::winhip::CrossInputs::load(rel)?;
+    let suite = inputs.spec.chroot.clone();
+    crate::sdk::make_chroot(&crate::sdk::DebianArgs {
+        suite: suite.clone(),
+        mirror: None,
+        dry_run: false,
+    })?;
+    fetch_cross_runtime(&inputs)?;
+    // Cargo runs offline in the chroot: every crate of Cargo.lock (the windows-gnu ones
+    // included) must be in the registry cache first.
+    eprintln!("dist: cargo fetch --locked (the chroot builds offline)");
+    let st = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["fetch", "--locked"])
+        .current_dir(crate::project::project_root())
+        .status()
+        .context("running cargo fetch")?;
+    if !st.success() {
+        bail!(
+            "cargo fetch --locked failed ({st}); the chroot build needs every crate of Cargo.lock"
+        );
+    }
+    eprintln!("dist: building in the {suite} chroot");
+    let exe = std::env::current_exe().context("finding this xtask's own binary")?;
+    let mut argv = vec![exe.display().to_string()];
+    argv.extend(cross_argv(args));
+    crate::sdk::run_in_chroot(&suite, &argv)
+}
+
+/// The `dist` command line that repeats `args` inside the chroot (the caller may be
+/// another verb, such as `test --winhip`, so the process's own arguments will not do).
+pub fn cross_argv(args: &Args) -> Vec<String> {
+    let mut v = vec!["dist".to_string()];
+    let mut push = |flag: &str, value: Option<String>| {
+        if let Some(value) = value {
+            v.push(flag.to_string());
+            v.push(value);
+        }
+    };
+    push("--track", args.track.clone());
+    push(
+        "--rocm-path",
+        args.rocm_path.as_ref().map(|p| p.display().to_string()),
+    );
+    push(
+        "--crt-dir",
+        args.crt_dir.as_ref().map(|p| p.display().to_string()),
+    );
+    push(
+        "--out-dir",
+        args.out_dir.as_ref().map(|p| p.display().to_string()),
+    );
+    push("--gpu-targets", args.gpu_targets.clone());
+    push(
+        "--tracks-file",
+        args.tracks_file.as_ref().map(|p| p.display().to_string()),
+    );
+    if args.allow_uncovered {
+        v.push("--allow-uncovered".into());
+    }
+    v
+}
+
+fn fetch_cross_runtime(inputs: &crate::winhip::CrossInputs) -> Result<()> {
+    let root = PathBuf::from(crate::winhip::runtime_root(
+        &target_dir().display().to_string(),
+        &inputs.spec.chroot,
+    ));
+    crate::winhip::runtime::fetch(&inputs.spec.runtime, &root)
+}
+
+/// The runtime file `name` of a track in the SDK's `source` folder (or its `*-linux-gnu`
+/// subfolder). A glob name (`amd_comgr*.dll`, whose name differs between AMD's builds)
+/// takes the one file the SDK ships under it; two are an error naming both.
+pub fn resolve_runtime_file(root: &Path, source: &str, name: &str) -> Result<Option<PathBuf>> {
+    if !name.contains(['*', '?']) {
+        return Ok(crate::toolset::rocm::find_runtime_file(root, source, name));
+    }
+    let glob = crate::tracks::Glob::new(name)?;
+    let dir = root.join(source);
+    let mut dirs = vec![dir.clone()];
+    dirs.extend(
+        std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir() && p.to_string_lossy().ends_with("-linux-gnu")),
+    );
+    for d in dirs {
+        let mut hits: Vec<PathBuf> = std::fs::read_dir(&d)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| glob.matches(&e.file_name().to_string_lossy()))
+            .map(|e| e.path())
+            .filter(|p| p.is_file())
+            .collect();
+        hits.sort();
+        match hits.len() {
+            0 => continue,
+            1 => return Ok(hits.pop()),
+            _ => {
+                bail!(
+                "{} holds {} files matching the track's {name}: {}; keep the one the runtime loads",
+                d.display(),
+                hits.len(),
+                hits.iter()
+                    .map(|h| h.file_name().unwrap_or_default().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The folder of the MSVC redistributable the build's captured toolset ships with:
@@ -463,6 +610,30 @@ fn msvc_redist_dir(crt: &crate::tracks::Crt, build: &crate::build::BuildPlan) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_chroot_run_repeats_the_dist_flags() {
+        let args = Args {
+            track: Some("windows-hip-rocm7-gnu".into()),
+            out_dir: Some("/t/out".into()),
+            gpu_targets: Some("gfx1100".into()),
+            allow_uncovered: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            cross_argv(&args),
+            [
+                "dist",
+                "--track",
+                "windows-hip-rocm7-gnu",
+                "--out-dir",
+                "/t/out",
+                "--gpu-targets",
+                "gfx1100",
+                "--allow-uncovered"
+            ]
+        );
+    }
 
     #[test]
     fn gpu_targets_narrow_the_track_and_its_known_gaps() {

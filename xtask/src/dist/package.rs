@@ -94,6 +94,10 @@ pub struct Manifest {
     /// The guard's advice for an uncovered GPU (tracks.toml `uncovered_advice`).
     #[serde(default)]
     pub uncovered_advice: Option<String>,
+    /// What the track declares as coming only from a real SDK and this package lacks
+    /// (runtime file names, kernel folders ending in `/`); verify-package checks it.
+    #[serde(default)]
+    pub absent_sdk_only: Vec<String>,
     /// Every file but the manifest itself.
     pub files: Vec<ManifestFile>,
     /// The verified dependency report (tree and findings).
@@ -170,15 +174,21 @@ pub fn render_readme(track: &Track, plan: &DistPlan, commit: &str) -> Result<Str
             track.gpu_targets.join(", ")
         )
     };
-    let notes = if track.readme_notes.is_empty() {
+    let mut lines: Vec<String> = track
+        .readme_notes
+        .iter()
+        .map(|n| format!("- {n}"))
+        .collect();
+    if !plan.absent_sdk_only.is_empty() {
+        lines.push(format!(
+            "- Not in this package, because they come only from a real ROCm SDK (a package built with `--rocm-path` carries them): {}.",
+            plan.absent_sdk_only.join(", ")
+        ));
+    }
+    let notes = if lines.is_empty() {
         "- None.".to_string()
     } else {
-        track
-            .readme_notes
-            .iter()
-            .map(|n| format!("- {n}"))
-            .collect::<Vec<_>>()
-            .join("\n")
+        lines.join("\n")
     };
     let rows = plan
         .bytes_by_role()
@@ -354,6 +364,7 @@ fn stage_verify_zip(
         allow_uncovered: ctx.allow_uncovered,
         gemm_kernels: gemm_kernels(ctx),
         uncovered_advice: ctx.track.uncovered_advice.clone(),
+        absent_sdk_only: plan.absent_sdk_only.clone(),
         files,
         dependencies: serde_json::to_value(report)?,
     };

@@ -96,6 +96,10 @@ pub struct DistPlan {
     pub files: Vec<PlannedFile>,
     /// Kernel files left out (count and bytes), when kernels are filtered.
     pub kernels_dropped: (usize, u64),
+    /// What the track declares as coming only from a real SDK (`sdk_only`) and the
+    /// runtime source had not: runtime file names and kernel folders (package paths).
+    /// The manifest and README record them; verify-package checks exactly this list.
+    pub absent_sdk_only: Vec<String>,
 }
 
 impl DistPlan {
@@ -128,6 +132,9 @@ impl DistPlan {
                 self.kernels_dropped.0,
                 self.kernels_dropped.1 as f64 / 1e6
             ));
+        }
+        for a in &self.absent_sdk_only {
+            out.push_str(&format!("  (absent, comes only from a real SDK: {a})\n"));
         }
         out
     }
@@ -182,11 +189,18 @@ pub fn plan(track_name: &str, track: &Track, facts: &DistFacts) -> Result<DistPl
     // starts there; on Linux ggml's libraries and the bundled runtime libraries reach each
     // other through an `$ORIGIN` run path, which is not inherited, so one folder is the
     // layout in which every library's own run path works.
+    let mut absent_sdk_only = Vec::new();
     for r in &track.runtime {
         match facts.runtime.get(&r.name) {
             Some(f) => files.push(PlannedFile {
                 src: f.path.clone(),
-                dest: r.name.clone(),
+                // A glob name (`amd_comgr*.dll`) ships as the file the SDK has.
+                dest: f
+                    .path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .filter(|_| r.name.contains(['*', '?']))
+                    .unwrap_or_else(|| r.name.clone()),
                 role: if r.load == Load::RuntimeLoaded {
                     Role::RuntimeLoaded
                 } else {
@@ -195,6 +209,7 @@ pub fn plan(track_name: &str, track: &Track, facts: &DistFacts) -> Result<DistPl
                 size: f.size,
             }),
             None if r.optional => {}
+            None if r.sdk_only => absent_sdk_only.push(r.name.clone()),
             None => missing.push(format!(
                 "runtime file {} (from the SDK's {}/)",
                 r.name, r.source
@@ -229,6 +244,7 @@ pub fn plan(track_name: &str, track: &Track, facts: &DistFacts) -> Result<DistPl
     if !track.kernel_libraries.is_empty() {
         let libraries = match &facts.kernels {
             Some(k) => k.libraries.as_slice(),
+            None if track.kernel_libraries.iter().all(|k| k.sdk_only) => &[],
             None => {
                 missing.push(
                     "the kernel libraries (no SDK to take them from: pass --rocm-path)".into(),
@@ -290,12 +306,18 @@ pub fn plan(track_name: &str, track: &Track, facts: &DistFacts) -> Result<DistPl
                 f.dest
                     .starts_with(&format!("{}/", declared.dest.trim_end_matches('/')))
             });
-            if !present && !declared.optional {
+            if !present && !declared.optional && !declared.sdk_only {
                 missing.push(format!(
                     "kernel library {} (SDK folder {})",
                     declared.name, declared.source
                 ));
             }
+        }
+    }
+    for declared in track.kernel_libraries.iter().filter(|k| k.sdk_only) {
+        let prefix = format!("{}/", declared.dest.trim_end_matches('/'));
+        if !files.iter().any(|f| f.dest.starts_with(&prefix)) {
+            absent_sdk_only.push(prefix);
         }
     }
     if !missing.is_empty() {
@@ -313,6 +335,7 @@ pub fn plan(track_name: &str, track: &Track, facts: &DistFacts) -> Result<DistPl
         package: track.package.clone(),
         files,
         kernels_dropped,
+        absent_sdk_only,
     })
 }
 
@@ -340,6 +363,55 @@ mod tests {
 
     fn tracks() -> TracksFile {
         TracksFile::load(&TracksFile::default_path()).unwrap()
+    }
+
+    #[test]
+    fn the_cross_built_hip_package_records_what_only_a_real_sdk_has() {
+        let t = tracks();
+        let track = t.track("windows-hip-rocm7-gnu").unwrap();
+        let mut facts = DistFacts {
+            binaries: [
+                found("audiocpp_cli.exe", 10),
+                found("audiocpp_server.exe", 11),
+                found("ggml-base.dll", 5),
+                found("ggml.dll", 4),
+                found("ggml-cpu-haswell.dll", 3),
+                found("ggml-hip.dll", 80),
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        // The runtime as the wheel ships it: the glob takes amd_comgr0701.dll by its name.
+        facts.runtime.extend([found("amdhip64_7.dll", 18)]);
+        facts
+            .runtime
+            .insert("amd_comgr*.dll".into(), found("amd_comgr0701.dll", 115).1);
+        for n in [
+            "libstdc++-6.dll",
+            "libgcc_s_seh-1.dll",
+            "libwinpthread-1.dll",
+        ] {
+            facts.crt.extend([found(n, 1)]);
+        }
+        let p = plan("windows-hip-rocm7-gnu", track, &facts).unwrap();
+        let dests: Vec<&str> = p.files.iter().map(|f| f.dest.as_str()).collect();
+        assert!(
+            dests.contains(&"amd_comgr0701.dll") && dests.contains(&"ggml-hip.dll"),
+            "{dests:?}"
+        );
+        assert!(!dests.iter().any(|d| d.contains("hipblaslt")), "{dests:?}");
+        assert_eq!(
+            p.absent_sdk_only,
+            vec!["libhipblaslt.dll", "hipblaslt/library/"]
+        );
+        // A track file that is not SDK-only is still required.
+        let mut strict = track.clone();
+        strict.runtime.iter_mut().for_each(|r| r.sdk_only = false);
+        let e = plan("windows-hip-rocm7-gnu", &strict, &facts)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("runtime file libhipblaslt.dll"), "{e}");
     }
 
     #[test]

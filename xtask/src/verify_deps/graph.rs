@@ -12,7 +12,7 @@ use super::binary::{BinaryInfo, Format, Kind};
 use super::input::{normalize, Content, Package, PackageFile};
 use super::policy::Policy;
 use super::report::{Class, Edge, Finding, Node, Report, Role, Rule};
-use crate::tracks::Load;
+use crate::tracks::{Glob, Load};
 
 /// Package files indexed for lookups, and the resolved edges once walked.
 #[derive(Debug)]
@@ -246,8 +246,15 @@ impl<'p> ImportGraph<'p> {
                 (Class::Bundled, Some(t))
             }
             Err(hint) => {
+                let sdk_only = self.policy.track.as_ref().is_some_and(|t| {
+                    t.declared
+                        .iter()
+                        .any(|d| d.sdk_only && d.name.eq_ignore_ascii_case(name))
+                });
                 if self.policy.is_system(info.format, name) {
                     (Class::System, None)
+                } else if sdk_only {
+                    (Class::SdkOnly, None)
                 } else {
                     self.fail(Rule::Missing, chain.to_vec(), format!("missing ({hint})"));
                     (Class::Missing, None)
@@ -449,16 +456,21 @@ impl<'p> ImportGraph<'p> {
             return;
         };
         let files = self.files;
-        let declared: BTreeSet<String> = track
+        // Declared names may be globs (`amd_comgr*.dll`: the name differs between AMD's
+        // builds); a file matches a name case-insensitively.
+        let declared: Vec<Glob> = track
             .declared
             .iter()
-            .map(|d| d.name.to_ascii_lowercase())
-            .chain(track.executables.iter().map(|e| e.to_ascii_lowercase()))
+            .map(|d| d.name.as_str())
+            .chain(track.executables.iter().map(String::as_str))
+            .filter_map(|n| Glob::new(n).ok())
             .collect();
         let find = |name: &str| -> Vec<usize> {
+            let glob = Glob::new(name).ok();
             (0..files.len())
                 .filter(|&i| {
-                    files[i].binary().is_some() && files[i].name().eq_ignore_ascii_case(name)
+                    files[i].binary().is_some()
+                        && glob.as_ref().is_some_and(|g| g.matches(files[i].name()))
                 })
                 .collect()
         };
@@ -467,7 +479,7 @@ impl<'p> ImportGraph<'p> {
                 continue;
             }
             let name = f.name();
-            let known = declared.contains(&name.to_ascii_lowercase())
+            let known = declared.iter().any(|g| g.matches(name))
                 || track.libraries.iter().any(|g| g.matches(name))
                 || self.policy.is_plugin(name);
             if !known {
@@ -496,7 +508,7 @@ impl<'p> ImportGraph<'p> {
         for d in &track.declared {
             let present = find(&d.name);
             if present.is_empty() {
-                if !d.optional {
+                if !d.optional && !d.sdk_only {
                     self.fail(
                         Rule::DeclaredAbsent,
                         vec![d.name.clone()],

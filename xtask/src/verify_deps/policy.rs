@@ -41,6 +41,9 @@ pub struct DeclaredFile {
     pub loaded_by: Option<String>,
     /// May be absent.
     pub optional: bool,
+    /// Comes only from a real SDK: an import of it that the package lacks is recorded,
+    /// not a failure (tracks.toml `sdk_only`).
+    pub sdk_only: bool,
     /// `runtime` or `crt`, for messages.
     pub origin: &'static str,
 }
@@ -240,6 +243,7 @@ fn track_rules(name: &str, t: &Track) -> anyhow::Result<TrackRules> {
             load: r.load,
             loaded_by: r.loaded_by.clone(),
             optional: r.optional,
+            sdk_only: r.sdk_only,
             origin: "runtime",
         })
         .collect();
@@ -249,6 +253,7 @@ fn track_rules(name: &str, t: &Track) -> anyhow::Result<TrackRules> {
             load: Load::Imported,
             loaded_by: None,
             optional: false,
+            sdk_only: false,
             origin: "crt",
         }));
     }

@@ -72,6 +72,9 @@ pub enum Class {
     Missing,
     /// On the forbidden list.
     Forbidden,
+    /// Declared by the track as coming only from a real SDK (`sdk_only`) and not in this
+    /// package: the package says so in its manifest (verify-package checks that).
+    SdkOnly,
 }
 
 impl fmt::Display for Class {
@@ -82,6 +85,7 @@ impl fmt::Display for Class {
             Class::ApiSet => "api set",
             Class::Missing => "MISSING",
             Class::Forbidden => "FORBIDDEN",
+            Class::SdkOnly => "absent, from a real SDK only",
         })
     }
 }

@@ -26,6 +26,7 @@ pub fn track(name: &str) -> TrackRef {
     TrackRef {
         name: name.into(),
         track: tracks.track(name).unwrap().clone(),
+        cross: None,
     }
 }
 

@@ -385,11 +385,14 @@ fn the_speech_limit_refuses_whole_answers_and_cuts_streams() {
         msg.contains("the speech passed the limit of 1 s of audio at sentence 2 of 5"),
         "{msg}"
     );
-    // Streamed: the first sentence went out, then the stream is cut (no clean end).
+    // Streamed: the first sentence went out, then the stream is cut (no clean end). The
+    // slow model takes 20 ms a character, so the first chunk has left before the second
+    // sentence passes the limit; with the instant one, the cut can come before the
+    // response head is on the wire.
     let r = ureq::post(&format!("{}/v1/audio/speech", server.base))
         .set("Content-Type", "application/json")
         .send_string(
-            &serde_json::json!({ "model": "tone", "input": text, "response_format": "pcm", "stream_format": "audio" })
+            &serde_json::json!({ "model": "slow", "input": text, "response_format": "pcm", "stream_format": "audio" })
                 .to_string(),
         )
         .unwrap();

@@ -107,6 +107,12 @@ pub fn verify(
     if !entries.contains_key(&format!("{root}/README.md")) {
         problems.push("README.md is missing".into());
     }
+    let notices = crate::dist::notices::FILE_NAME;
+    if !entries.contains_key(&format!("{root}/{notices}")) {
+        problems.push(format!(
+            "{notices} is missing (the licences of what the executables link ask for it)"
+        ));
+    }
     let mut listed = std::collections::BTreeSet::new();
     for f in &manifest.files {
         let name = format!("{root}/{}", f.path);

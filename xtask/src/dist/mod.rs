@@ -10,6 +10,7 @@
 
 pub mod archive;
 pub mod fixtures;
+pub mod notices;
 pub mod package;
 pub mod plan;
 

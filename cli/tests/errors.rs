@@ -528,3 +528,53 @@ fn last_tensor_dim_offset(b: &[u8]) -> usize {
     }
     last
 }
+
+#[test]
+fn engine_parameter_errors_name_the_cli_flag() {
+    let specs = specs();
+    let spec = ["--model-spec-override", s(&specs)];
+    let silence = clip("silence.wav");
+    let run = vad_run(
+        s(&silero_bin()),
+        s(&silence),
+        &[&spec[..], &["--vad-threshold", "2"]].concat(),
+    );
+    assert_user_error(&run, "--vad-threshold 2 is outside 0..1");
+    let run = vad_run(
+        s(&silero_bin()),
+        s(&silence),
+        &[&spec[..], &["--vad-max-speech-s=-1"]].concat(),
+    );
+    assert_user_error(&run, "--vad-max-speech-s -1 must be positive");
+    let run = vad_run(
+        s(&silero_bin()),
+        s(&silence),
+        &["--model-spec-override", "/nonexistent/specs"],
+    );
+    assert_user_error(
+        &run,
+        "--model-spec-override '/nonexistent/specs' does not exist",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("vad.gguf");
+    let run = cli(&[
+        "--task",
+        "convert",
+        "--family",
+        "silero_vad",
+        "--model",
+        s(&silero_bin()),
+        "--model-spec-override",
+        s(&specs),
+        "--quantize",
+        "q8_0",
+        "--out",
+        s(&out),
+    ]);
+    assert_user_error(
+        &run,
+        "--quantize 'q8_0' is not offered for family 'silero_vad'",
+    );
+    assert!(!out.exists(), "nothing written");
+    assert!(!run.stderr.contains("parameter '"), "{}", run.stderr);
+}

@@ -64,13 +64,13 @@ impl AudioLimits {
     pub fn validate(&self) -> std::result::Result<(), String> {
         if !(self.max_duration_s.is_finite() && self.max_duration_s > 0.0) {
             return Err(format!(
-                "max audio duration {} s must be a positive number of seconds",
+                "parameter 'max_audio_s' {} must be a positive number of seconds",
                 self.max_duration_s
             ));
         }
         if self.min_sample_rate_hz == 0 || self.min_sample_rate_hz > MAX_SAMPLE_RATE_HZ {
             return Err(format!(
-                "minimum sample rate {} Hz must be between 1 and {MAX_SAMPLE_RATE_HZ}",
+                "parameter 'min_sample_rate_hz' {} must be between 1 and {MAX_SAMPLE_RATE_HZ}",
                 self.min_sample_rate_hz
             ));
         }
@@ -82,7 +82,7 @@ impl AudioLimits {
         if sample_rate < self.min_sample_rate_hz {
             return Err(format!(
                 "sample rate {sample_rate} Hz is below the limit of {} Hz (min_sample_rate_hz); \
-                 if the file is real, lower it with --min-sample-rate-hz (server.json: min_sample_rate_hz)",
+                 if the file is real, lower parameter 'min_sample_rate_hz'",
                 self.min_sample_rate_hz
             ));
         }
@@ -96,7 +96,7 @@ impl AudioLimits {
             if seconds > self.max_duration_s {
                 return Err(format!(
                     "the audio is {seconds:.0} s long, over the limit of {:.0} s (max_audio_s); \
-                     raise it with --max-audio-s (server.json: max_audio_s) or split the file",
+                     raise parameter 'max_audio_s' or split the file",
                     self.max_duration_s
                 ));
             }
@@ -456,7 +456,7 @@ mod tests {
             err.contains("sample rate 1 Hz is below the limit of 4000 Hz"),
             "{err}"
         );
-        assert!(err.contains("--min-sample-rate-hz"), "{err}");
+        assert!(err.contains("parameter 'min_sample_rate_hz'"), "{err}");
         let lowered = AudioLimits {
             min_sample_rate_hz: 1,
             max_duration_s: 10.0,
@@ -466,7 +466,7 @@ mod tests {
             err.contains("over the limit of 10 s (max_audio_s)"),
             "{err}"
         );
-        assert!(err.contains("--max-audio-s"), "{err}");
+        assert!(err.contains("parameter 'max_audio_s'"), "{err}");
     }
 
     #[test]

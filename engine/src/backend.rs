@@ -210,7 +210,7 @@ pub fn clamp_threads(requested: usize, cores: usize) -> (usize, Option<String>) 
         n if n > cores => (
             cores,
             Some(format!(
-                "--threads {n} is more than the {cores} cores of this machine; using {cores}"
+                "parameter 'threads' {n} is more than the {cores} cores of this machine; using {cores}"
             )),
         ),
         n => (n, None),
@@ -303,7 +303,7 @@ impl Runtime {
         let index = opts.device.unwrap_or(0);
         let dev = candidates.get(index).ok_or_else(|| {
             EngineError::Usage(format!(
-                "--device {index} does not exist: this machine has {} {} device(s) (see --list-devices)",
+                "parameter 'device' {index} does not exist: this machine has {} {} device(s), counted from 0 (the device list shows them)",
                 candidates.len(),
                 wanted.display_name()
             ))
@@ -315,7 +315,9 @@ impl Runtime {
         match guard_outcome(opts.backend, refusal) {
             GuardOutcome::Proceed => {}
             GuardOutcome::UseCpu(line) => {
-                eprintln!("warning: {line}; --backend best runs on the CPU instead");
+                crate::error::warn(&format!(
+                    "{line}; parameter 'backend' best runs on the CPU instead"
+                ));
                 let cpu = RuntimeOptions {
                     backend: BackendKind::Cpu,
                     device: None,
@@ -331,7 +333,7 @@ impl Runtime {
             .unwrap_or(1);
         let (threads, warning) = clamp_threads(opts.threads, cores);
         if let Some(w) = warning {
-            eprintln!("warning: {w}");
+            crate::error::warn(&w);
         }
         main.set_threads(threads);
         let cpu = if wanted == BackendKind::Cpu {
@@ -411,7 +413,7 @@ mod tests {
         assert_eq!(n, 8);
         assert!(warning
             .unwrap()
-            .contains("--threads 100000 is more than the 8 cores"));
+            .contains("parameter 'threads' 100000 is more than the 8 cores"));
         assert_eq!(clamp_threads(usize::MAX, 0).0, 1);
     }
 

@@ -188,7 +188,7 @@ pub fn check_file(path: &std::path::Path) -> Result<(), String> {
 pub fn fits_in_memory(bytes: u64, available: Option<u64>) -> Result<(), String> {
     match available {
         Some(avail) if bytes > avail => Err(format!(
-            "its {} MiB of tensor data do not fit in the {} MiB of memory available (MemAvailable); free memory, or use a smaller or quantized model (--task convert --quantize q8_0)",
+            "its {} MiB of tensor data do not fit in the {} MiB of memory available (MemAvailable); free memory, or use a smaller or quantized model (convert it with parameter 'quantize' q8_0)",
             bytes >> 20,
             avail >> 20
         )),
@@ -568,7 +568,7 @@ mod tests {
         assert!(
             err.contains("3 MiB of tensor data do not fit in the 2 MiB")
                 && err.contains("MemAvailable")
-                && err.contains("--quantize q8_0"),
+                && err.contains("parameter 'quantize' q8_0"),
             "{err}"
         );
         // On this machine the real reading exists and a small model fits.

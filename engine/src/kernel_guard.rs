@@ -94,7 +94,7 @@ pub fn refusal(
     let advice = pkg
         .uncovered_advice
         .as_deref()
-        .unwrap_or("run with --backend cpu");
+        .unwrap_or("set parameter 'backend' to cpu");
     let Some(arch) = arch.map(base_arch).filter(|a| a.starts_with("gfx")) else {
         return Some(format!(
             "{device}: HIP did not report the GPU architecture, so package {} cannot tell \

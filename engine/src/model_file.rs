@@ -136,11 +136,11 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<ModelFile> {
             gguf_model(path, ggml::read_gguf(bytes))
         }
         magic => match crate::families::legacy_format(magic) {
-            Some(legacy) => (legacy.read)(bytes)
+            Some((family, legacy)) => (legacy.read)(bytes)
                 .map(|m| ModelFile {
                     path: path.to_path_buf(),
                     format: m.format,
-                    family: Some(legacy.family.into()),
+                    family: Some(family.into()),
                     metadata: m.metadata,
                     tensors: m.tensors,
                 })
@@ -153,7 +153,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<ModelFile> {
     }
 }
 
-/// What a family's legacy reader ([`crate::families::LEGACY_FORMATS`]) found in a file.
+/// What a family's legacy reader ([`crate::families::LegacyFormat`]) found in a file.
 pub struct LegacyContents {
     /// Format with model type and version.
     pub format: ModelFormat,

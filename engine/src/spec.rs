@@ -172,13 +172,13 @@ pub fn resolve(q: &SpecQuery<'_>) -> Result<(ModelSpec, SpecSource)> {
         };
         if !file.is_file() {
             return Err(EngineError::Usage(format!(
-                "--model-spec-override '{}' does not exist (expected a spec file or a folder holding {file_name})",
+                "parameter 'model_spec_override' '{}' does not exist (expected a spec file or a folder holding {file_name})",
                 p.display()
             )));
         }
         return check_family(read_spec(&file)?, SpecSource::Override(file));
     }
-    searched.push("--model-spec-override (not given)".to_string());
+    searched.push("parameter 'model_spec_override' (not given)".to_string());
 
     if let Some(json) = q.embedded_in_model {
         let spec = ModelSpec::parse(json, "GGUF metadata")?;
@@ -317,7 +317,7 @@ mod tests {
             "{err}"
         );
         for remedy in [
-            "--model-spec-override",
+            "parameter 'model_spec_override'",
             "GGUF",
             "deployment",
             "model_specs/nope.json",

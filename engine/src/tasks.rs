@@ -1,4 +1,9 @@
 //! Task entry points the front ends call: resolve family and spec, load the model, run.
+//!
+//! Every task runs through the family registry ([`crate::families::FAMILIES`]): a task
+//! asks the family's entry for its loader (VAD, ASR, TTS) or converter and runs the
+//! trait object it returns ([`SpeechDetector`], [`Recognizer`], [`Synthesizer`]); no
+//! code here names a family.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -7,15 +12,13 @@ use serde::Serialize;
 
 use crate::backend::{Runtime, RuntimeOptions};
 use crate::error::{EngineError, Result};
-use crate::families::{
-    self, kokoro,
-    silero_vad::SileroVad,
-    whisper::{self, DecodeOptions, Whisper},
-};
+use crate::families::{self, ConvertOptions, Family};
 use crate::ggml::GgufValue;
 use crate::model_file::{self, ModelFile, GGUF_FAMILY_KEY};
 use crate::spec::{self, ModelSpec, SpecQuery, SpecSource, GGUF_SPEC_KEY};
 use crate::vad::{self, Segment, VadParams};
+
+pub use crate::families::whisper::{DecodeOptions, Segment as AsrSegment, Transcript};
 
 /// A model file with its resolved spec.
 pub struct ResolvedModel {
@@ -38,7 +41,7 @@ pub fn resolve_model(
     if let Some(f) = &file.family {
         if f != family {
             return Err(EngineError::Usage(format!(
-                "'{}' is a '{f}' model, not '{family}' (use --family {f})",
+                "'{}' is a '{f}' model, not '{family}' (set parameter 'family' to {f})",
                 model.display()
             )));
         }
@@ -58,22 +61,34 @@ pub fn resolve_model(
     })
 }
 
+/// The spec for converting a source model that carries none (a CTranslate2 or ONNX
+/// model): the override, else the spec beside the model or compiled in.
+pub fn resolve_source_spec(
+    family: &str,
+    model: &Path,
+    spec_override: Option<&Path>,
+) -> Result<ModelSpec> {
+    let cwd = std::env::current_dir().ok();
+    let (spec, _) = spec::resolve(&SpecQuery {
+        family,
+        override_path: spec_override,
+        embedded_in_model: None,
+        model_path: Some(model),
+        cwd: cwd.as_deref(),
+    })?;
+    Ok(spec)
+}
+
 /// Checks that `family` does `task`, then reads the model and resolves its spec.
 fn resolve_for_task(
     family: &str,
     task: &str,
     model: &Path,
     spec_override: Option<&Path>,
-) -> Result<ResolvedModel> {
-    let info = families::find(family)?;
-    if !info.tasks.contains(&task) {
-        return Err(EngineError::WrongTask {
-            family: family.into(),
-            task: task.into(),
-            supported: info.tasks.join(", "),
-        });
-    }
-    resolve_model(family, model, spec_override)
+) -> Result<(&'static Family, ResolvedModel)> {
+    let entry = families::find(family)?;
+    entry.check_task(task)?;
+    Ok((entry, resolve_model(family, model, spec_override)?))
 }
 
 /// What a VAD run produced.
@@ -99,13 +114,27 @@ pub struct VadOutput {
     pub inference_ms: f64,
 }
 
+/// A voice-activity family's model as [`VadModel`] runs it: a family implements it and
+/// registers its loader ([`families::Family::vad`]).
+pub trait SpeechDetector: Send {
+    /// The sample rate it takes.
+    fn sample_rate(&self) -> u32;
+    /// Samples per probability.
+    fn window(&self) -> usize;
+    /// The device it runs on.
+    fn device(&self) -> String;
+    /// The segmentation defaults of its spec.
+    fn default_params(&self) -> VadParams;
+    /// One speech probability per window of mono audio at [`SpeechDetector::sample_rate`],
+    /// with fresh state.
+    fn probabilities(&mut self, samples: &[f32]) -> Result<Vec<f32>>;
+}
+
 /// A loaded VAD model, reusable across requests.
 pub struct VadModel {
-    model: SileroVad,
+    model: Box<dyn SpeechDetector>,
     family: String,
     spec_source: SpecSource,
-    sample_rate: u32,
-    defaults: VadParams,
 }
 
 impl VadModel {
@@ -116,32 +145,34 @@ impl VadModel {
         spec_override: Option<&Path>,
         opts: &RuntimeOptions,
     ) -> Result<Self> {
-        let resolved = resolve_for_task(family, "vad", model, spec_override)?;
-        Self::from_resolved(family, resolved, opts)
+        let (entry, resolved) = resolve_for_task(family, "vad", model, spec_override)?;
+        Self::from_resolved(entry, resolved, opts)
     }
 
-    /// Loads a resolved VAD model.
-    fn from_resolved(family: &str, resolved: ResolvedModel, opts: &RuntimeOptions) -> Result<Self> {
+    /// Loads a resolved VAD model with its family's loader.
+    fn from_resolved(
+        entry: &Family,
+        resolved: ResolvedModel,
+        opts: &RuntimeOptions,
+    ) -> Result<Self> {
+        let load = entry.vad.ok_or_else(|| wrong_task(entry, "vad"))?;
         let runtime = Runtime::new(opts)?;
-        let defaults = vad_defaults(&resolved.spec);
-        let model = SileroVad::load(&resolved.file, &resolved.spec, runtime)?;
+        let model = load(&resolved.file, &resolved.spec, runtime)?;
         Ok(VadModel {
             model,
-            family: family.to_string(),
+            family: entry.info.family.to_string(),
             spec_source: resolved.spec_source,
-            sample_rate: resolved.spec.sample_rate,
-            defaults,
         })
     }
 
     /// The spec's default segmentation parameters.
     pub fn default_params(&self) -> VadParams {
-        self.defaults.clone()
+        self.model.default_params()
     }
 
     /// The model's sample rate.
     pub fn sample_rate(&self) -> u32 {
-        self.sample_rate
+        self.model.sample_rate()
     }
 
     /// Segmentation parameters for cutting audio before ASR
@@ -150,7 +181,7 @@ impl VadModel {
     pub fn asr_chunking_params(&self) -> VadParams {
         VadParams {
             speech_pad_ms: 400,
-            ..self.defaults.clone()
+            ..self.model.default_params()
         }
     }
 
@@ -158,21 +189,17 @@ impl VadModel {
     pub fn run_samples(&mut self, samples: &[f32], params: &VadParams) -> Result<VadOutput> {
         params.validate().map_err(EngineError::Usage)?;
         let t0 = Instant::now();
+        let sample_rate = self.model.sample_rate();
         let probabilities = self.model.probabilities(samples)?;
         let window = self.model.window();
-        let segments = vad::speech_segments(
-            &probabilities,
-            window,
-            samples.len(),
-            self.sample_rate,
-            params,
-        );
+        let segments =
+            vad::speech_segments(&probabilities, window, samples.len(), sample_rate, params);
         Ok(VadOutput {
             family: self.family.clone(),
-            device: self.model.runtime().device().name.clone(),
+            device: self.model.device(),
             spec_source: self.spec_source.to_string(),
-            audio_seconds: samples.len() as f64 / self.sample_rate as f64,
-            sample_rate: self.sample_rate,
+            audio_seconds: samples.len() as f64 / sample_rate as f64,
+            sample_rate,
             window_samples: window,
             probabilities,
             segments,
@@ -182,32 +209,17 @@ impl VadModel {
 
     /// Decodes an audio file and runs on it.
     pub fn run_file(&mut self, audio: &Path, params: &VadParams) -> Result<VadOutput> {
-        let a = crate::audio::load(audio, self.sample_rate)?;
+        let a = crate::audio::load(audio, self.sample_rate())?;
         self.run_samples(&a.samples, params)
     }
 }
 
-fn vad_defaults(spec: &ModelSpec) -> VadParams {
-    let d = VadParams::default();
-    VadParams {
-        threshold: spec
-            .default_f64("threshold")
-            .map(|v| v as f32)
-            .unwrap_or(d.threshold),
-        neg_threshold: spec.default_f64("neg_threshold").map(|v| v as f32),
-        min_speech_duration_ms: spec
-            .default_f64("min_speech_duration_ms")
-            .map(|v| v as u32)
-            .unwrap_or(d.min_speech_duration_ms),
-        min_silence_duration_ms: spec
-            .default_f64("min_silence_duration_ms")
-            .map(|v| v as u32)
-            .unwrap_or(d.min_silence_duration_ms),
-        speech_pad_ms: spec
-            .default_f64("speech_pad_ms")
-            .map(|v| v as u32)
-            .unwrap_or(d.speech_pad_ms),
-        max_speech_duration_s: spec.default_f64("max_speech_duration_s").map(|v| v as f32),
+/// The error for a family asked for a task it has no loader for.
+fn wrong_task(entry: &Family, task: &str) -> EngineError {
+    EngineError::WrongTask {
+        family: entry.info.family.into(),
+        task: task.into(),
+        supported: entry.info.tasks.join(", "),
     }
 }
 
@@ -223,122 +235,38 @@ pub struct ConvertOutput {
 }
 
 /// Converts a model of a family to GGUF with the spec embedded, written through
-/// [`crate::output`] (atomically for a regular file; nothing is left on failure).
-/// Silero VAD reads ggml `.bin`/GGUF files; Whisper reads CTranslate2 models (the
-/// `model.bin` or its folder, with `tokenizer.json` and `config.json` beside it);
-/// `weights` chooses how Whisper's matrix weights are stored (other families accept
-/// only [`whisper::WeightType::Keep`]).
+/// [`crate::output`] (atomically for a regular file; nothing is left on failure). The
+/// family's converter ([`families::Family::convert`]) reads the source (Silero VAD: a
+/// ggml `.bin` or GGUF; Whisper: a CTranslate2 model; Kokoro: its ONNX with
+/// `options.sources` voices, vocab, lexicons) and applies `options.quantize`.
 pub fn convert(
     family: &str,
     model: &Path,
     spec_override: Option<&Path>,
     out: &Path,
-    weights: whisper::WeightType,
+    options: &ConvertOptions,
 ) -> Result<ConvertOutput> {
-    let info = families::find(family)?;
-    if !info.tasks.contains(&"convert") {
-        return Err(EngineError::WrongTask {
-            family: family.into(),
-            task: "convert".into(),
-            supported: info.tasks.join(", "),
-        });
-    }
-    if family == "kokoro" {
-        return Err(EngineError::Usage(
-            "kokoro converts from its ONNX plus voices, vocabulary and lexicons: \
-             pass --voices DIR (and --vocab FILE, --lexicons DIR unless they sit beside the model)"
-                .into(),
-        ));
-    }
-    if family != "whisper" && weights != whisper::WeightType::Keep {
-        return Err(EngineError::Usage(format!(
-            "--quantize is available for the whisper family only, not '{family}'"
-        )));
-    }
-    let (spec, source_format, source_metadata, tensors) = if family == "whisper" {
-        let cwd = std::env::current_dir().ok();
-        let (spec, _) = spec::resolve(&SpecQuery {
-            family,
-            override_path: spec_override,
-            embedded_in_model: None,
-            model_path: Some(model),
-            cwd: cwd.as_deref(),
-        })?;
-        let c = whisper::convert_ct2(model, &spec, weights)?;
-        (spec, c.source_format, c.metadata, c.tensors)
-    } else {
-        let resolved = resolve_model(family, model, spec_override)?;
-        families::silero_vad::check_tensors(&resolved.file, &resolved.spec)?;
-        let format = resolved.file.format.to_string();
-        (
-            resolved.spec,
-            format,
-            resolved.file.metadata,
-            resolved.file.tensors,
-        )
-    };
+    let entry = families::find(family)?;
+    entry.check_task("convert")?;
+    let converter = entry.convert.ok_or_else(|| wrong_task(entry, "convert"))?;
+    let c = converter(model, spec_override, options)?;
     let mut metadata: Vec<(String, GgufValue)> = vec![
         (
             GGUF_FAMILY_KEY.to_string(),
             GgufValue::Str(family.to_string()),
         ),
-        (GGUF_SPEC_KEY.to_string(), GgufValue::Str(spec.to_json())),
+        (GGUF_SPEC_KEY.to_string(), GgufValue::Str(c.spec.to_json())),
         (
             "audiocpp.source_format".to_string(),
-            GgufValue::Str(source_format),
+            GgufValue::Str(c.source_format),
         ),
     ];
     metadata.extend(
-        source_metadata
+        c.metadata
             .into_iter()
             .filter(|(k, _)| !k.starts_with("audiocpp.") && !k.starts_with("general.alignment")),
     );
-    let bytes = crate::output::write_via_path(out, |tmp| {
-        crate::ggml::write_gguf(tmp, &metadata, &tensors).map_err(|e| EngineError::Write {
-            path: out.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
-        })
-    })?;
-    Ok(ConvertOutput {
-        out: out.to_path_buf(),
-        bytes,
-        tensors: tensors.len(),
-    })
-}
-
-/// Converts Kokoro-82M (its int8 ONNX, voices, vocabulary and misaki lexicons) to one
-/// GGUF with the spec embedded, written through [`crate::output`] (nothing is left on
-/// failure). `weights` chooses f32 or f16 for the matrix and conv weights.
-pub fn convert_kokoro(
-    sources: &kokoro::convert::Sources,
-    spec_override: Option<&Path>,
-    out: &Path,
-    weights: kokoro::convert::WeightType,
-) -> Result<ConvertOutput> {
-    let family = "kokoro";
-    families::find(family)?;
-    let cwd = std::env::current_dir().ok();
-    let (spec, _) = spec::resolve(&SpecQuery {
-        family,
-        override_path: spec_override,
-        embedded_in_model: None,
-        model_path: Some(&sources.onnx),
-        cwd: cwd.as_deref(),
-    })?;
-    let converted = kokoro::convert::convert(sources, &spec, weights)?;
-    let mut metadata: Vec<(String, GgufValue)> = vec![
-        (
-            GGUF_FAMILY_KEY.to_string(),
-            GgufValue::Str(family.to_string()),
-        ),
-        (GGUF_SPEC_KEY.to_string(), GgufValue::Str(spec.to_json())),
-        (
-            "audiocpp.source_format".to_string(),
-            GgufValue::Str("onnx".to_string()),
-        ),
-    ];
-    metadata.extend(converted.metadata);
-    let tensors = converted.tensors;
+    let tensors = c.tensors;
     let bytes = crate::output::write_via_path(out, |tmp| {
         crate::ggml::write_gguf(tmp, &metadata, &tensors).map_err(|e| EngineError::Write {
             path: out.to_path_buf(),
@@ -372,21 +300,45 @@ pub struct AsrOutput {
     pub text: String,
     /// The segments that held speech: one per timed piece (one per 30 s window when
     /// decoding ran without timestamp tokens).
-    pub segments: Vec<whisper::Segment>,
-    /// Decoder passes, each sampled draw counted (see [`whisper::Transcript`]): more than
+    pub segments: Vec<AsrSegment>,
+    /// Decoder passes, each sampled draw counted (see [`Transcript`]): more than
     /// one per window means temperature fallback ran.
     pub decode_passes: usize,
     /// Inference wall time in milliseconds (model load and audio decoding excluded).
     pub inference_ms: f64,
 }
 
+/// A speech-recognition family's model as [`AsrModel`] runs it: a family implements it
+/// and registers its loader ([`families::Family::asr`]).
+pub trait Recognizer: Send {
+    /// The sample rate it takes.
+    fn sample_rate(&self) -> u32;
+    /// The device it runs on.
+    fn device(&self) -> String;
+    /// The decoding defaults of its spec.
+    fn default_options(&self) -> DecodeOptions;
+    /// Samples in one input window (what one encoder pass reads).
+    fn window_samples(&self) -> usize;
+    /// The feature frame at sample `sample` (the unit of a segment's `seek`).
+    fn frames_at(&self, sample: usize) -> usize;
+    /// The model's input features of mono audio (rows of the returned frame count).
+    fn features(&self, samples: &[f32]) -> (Vec<f32>, usize);
+    /// Resolves the parameter `language` (a code or `auto`) on `samples`: the language
+    /// and, when it was detected, its probability.
+    fn resolve_language(
+        &mut self,
+        samples: &[f32],
+        language: &str,
+    ) -> Result<(String, Option<f32>)>;
+    /// Transcribes mono samples (segment times relative to their start).
+    fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript>;
+}
+
 /// A loaded speech-recognition model, reusable across requests.
 pub struct AsrModel {
-    model: Whisper,
+    model: Box<dyn Recognizer>,
     family: String,
     spec_source: SpecSource,
-    sample_rate: u32,
-    defaults: DecodeOptions,
 }
 
 impl AsrModel {
@@ -398,66 +350,40 @@ impl AsrModel {
         spec_override: Option<&Path>,
         opts: &RuntimeOptions,
     ) -> Result<Self> {
-        let resolved = resolve_for_task(family, "asr", model, spec_override)?;
-        Self::from_resolved(family, resolved, opts)
+        let (entry, resolved) = resolve_for_task(family, "asr", model, spec_override)?;
+        Self::from_resolved(entry, resolved, opts)
     }
 
-    /// Loads a resolved ASR model.
-    fn from_resolved(family: &str, resolved: ResolvedModel, opts: &RuntimeOptions) -> Result<Self> {
+    /// Loads a resolved ASR model with its family's loader.
+    fn from_resolved(
+        entry: &Family,
+        resolved: ResolvedModel,
+        opts: &RuntimeOptions,
+    ) -> Result<Self> {
+        let load = entry.asr.ok_or_else(|| wrong_task(entry, "asr"))?;
         let runtime = Runtime::new(opts)?;
-        let spec = &resolved.spec;
-        let defaults = DecodeOptions {
-            language: spec
-                .defaults
-                .get("language")
-                .and_then(|v| v.as_str())
-                .unwrap_or("auto")
-                .to_string(),
-            no_speech_threshold: spec.default_f64("no_speech_threshold").unwrap_or(0.6) as f32,
-            log_prob_threshold: spec.default_f64("log_prob_threshold").unwrap_or(-1.0) as f32,
-            without_timestamps: false,
-            max_initial_timestamp: 1.0,
-            temperatures: spec
-                .defaults
-                .get("temperatures")
-                .and_then(|v| v.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|t| t.as_f64())
-                        .map(|t| t as f32)
-                        .collect()
-                })
-                .unwrap_or_else(|| whisper::FALLBACK_TEMPERATURES.to_vec()),
-            compression_ratio_threshold: Some(
-                spec.default_f64("compression_ratio_threshold")
-                    .unwrap_or(2.4) as f32,
-            ),
-            best_of: spec.default_f64("best_of").unwrap_or(5.0) as usize,
-            seed: 0,
-        };
-        let model = Whisper::load(resolved.file, spec, runtime)?;
+        let model = load(resolved.file, &resolved.spec, runtime)?;
         Ok(AsrModel {
             model,
-            family: family.to_string(),
+            family: entry.info.family.to_string(),
             spec_source: resolved.spec_source,
-            sample_rate: spec.sample_rate,
-            defaults,
         })
     }
 
     /// The spec's default decoding options.
     pub fn default_options(&self) -> DecodeOptions {
-        self.defaults.clone()
+        self.model.default_options()
     }
 
     /// The model's sample rate.
     pub fn sample_rate(&self) -> u32 {
-        self.sample_rate
+        self.model.sample_rate()
     }
 
-    /// Log-mel features of mono audio at the model's rate (rows of the frame count).
+    /// The model's input features (Whisper: log-mel) of mono audio at the model's rate
+    /// (rows of the frame count).
     pub fn log_mel(&self, samples: &[f32]) -> (Vec<f32>, usize) {
-        self.model.log_mel(samples)
+        self.model.features(samples)
     }
 
     /// Transcribes mono samples at the model's rate.
@@ -484,12 +410,11 @@ impl AsrModel {
         vad: &mut VadModel,
         params: &VadParams,
     ) -> Result<AsrOutput> {
-        if vad.sample_rate() != self.sample_rate {
+        let rate = self.sample_rate();
+        if vad.sample_rate() != rate {
             return Err(EngineError::Usage(format!(
-                "the VAD model runs at {} Hz and the ASR model at {} Hz; use a VAD model at {} Hz",
+                "the VAD model runs at {} Hz and the ASR model at {rate} Hz; use a VAD model at {rate} Hz",
                 vad.sample_rate(),
-                self.sample_rate,
-                self.sample_rate
             )));
         }
         let t0 = Instant::now();
@@ -509,6 +434,7 @@ impl AsrModel {
         opts: &DecodeOptions,
     ) -> Result<AsrOutput> {
         let t0 = Instant::now();
+        let rate = self.sample_rate();
         let first = chunks
             .first()
             .map_or(&samples[..0], |c| &samples[c.start..c.end]);
@@ -522,9 +448,9 @@ impl AsrModel {
         let mut decode_passes = 0;
         for c in chunks {
             let part = self.model.transcribe(&samples[c.start..c.end], &opts)?;
-            let offset = c.start as f64 / self.sample_rate as f64;
+            let offset = c.start as f64 / rate as f64;
             let frame_offset = self.model.frames_at(c.start);
-            segments.extend(part.segments.into_iter().map(|s| whisper::Segment {
+            segments.extend(part.segments.into_iter().map(|s| AsrSegment {
                 start: s.start + offset,
                 end: s.end + offset,
                 seek: s.seek + frame_offset,
@@ -540,9 +466,9 @@ impl AsrModel {
             .to_string();
         Ok(AsrOutput {
             family: self.family.clone(),
-            device: self.model.runtime().device().name.clone(),
+            device: self.model.device(),
             spec_source: self.spec_source.to_string(),
-            audio_seconds: samples.len() as f64 / self.sample_rate as f64,
+            audio_seconds: samples.len() as f64 / rate as f64,
             language,
             language_probability,
             text,
@@ -554,7 +480,7 @@ impl AsrModel {
 
     /// Decodes an audio file and transcribes it.
     pub fn run_file(&mut self, audio: &Path, opts: &DecodeOptions) -> Result<AsrOutput> {
-        let a = crate::audio::load(audio, self.sample_rate)?;
+        let a = crate::audio::load(audio, self.sample_rate())?;
         self.run_samples(&a.samples, opts)
     }
 }
@@ -592,14 +518,15 @@ pub fn info(
     spec_override: Option<&Path>,
     opts: &RuntimeOptions,
 ) -> Result<ModelInfo> {
-    let loader = families::find(family)?;
-    let task = loader
+    let entry = families::find(family)?;
+    let task = entry
+        .info
         .tasks
         .iter()
         .copied()
         .find(|t| *t != "convert")
         .unwrap_or("convert");
-    let resolved = resolve_for_task(family, task, model, spec_override)?;
+    let (entry, resolved) = resolve_for_task(family, task, model, spec_override)?;
     let file = &resolved.file;
     let hyper_parameters = file
         .metadata
@@ -622,19 +549,13 @@ pub fn info(
         hyper_parameters,
     };
     info.device = match task {
-        "vad" => VadModel::from_resolved(family, resolved, opts)?
+        "vad" => VadModel::from_resolved(entry, resolved, opts)?
             .model
-            .runtime()
-            .device()
-            .name
-            .clone(),
-        "asr" => AsrModel::from_resolved(family, resolved, opts)?
+            .device(),
+        "asr" => AsrModel::from_resolved(entry, resolved, opts)?
             .model
-            .runtime()
-            .device()
-            .name
-            .clone(),
-        "tts" => TtsModel::from_resolved(family, resolved, opts)?
+            .device(),
+        "tts" => TtsModel::from_resolved(entry, resolved, opts)?
             .synth
             .device(),
         _ => String::from("none (convert only)"),
@@ -686,7 +607,7 @@ pub struct SpeechOutput {
 }
 
 /// A text-to-speech family's model as [`TtsModel`] runs it: a family implements it
-/// and registers its loader ([`families::tts_loader`]).
+/// and registers its loader ([`families::Family::tts`]).
 pub trait Synthesizer: Send {
     /// The rate of the samples it makes.
     fn sample_rate(&self) -> u32;
@@ -849,24 +770,22 @@ impl TtsModel {
         spec_override: Option<&Path>,
         opts: &RuntimeOptions,
     ) -> Result<Self> {
-        let resolved = resolve_for_task(family, "tts", model, spec_override)?;
-        Self::from_resolved(family, resolved, opts)
+        let (entry, resolved) = resolve_for_task(family, "tts", model, spec_override)?;
+        Self::from_resolved(entry, resolved, opts)
     }
 
-    /// Loads a resolved TTS model.
-    fn from_resolved(family: &str, resolved: ResolvedModel, opts: &RuntimeOptions) -> Result<Self> {
-        let loader = families::tts_loader(family).ok_or_else(|| EngineError::WrongTask {
-            family: family.into(),
-            task: "tts".into(),
-            supported: families::find(family)
-                .map(|l| l.tasks.join(", "))
-                .unwrap_or_default(),
-        })?;
+    /// Loads a resolved TTS model with its family's loader.
+    fn from_resolved(
+        entry: &Family,
+        resolved: ResolvedModel,
+        opts: &RuntimeOptions,
+    ) -> Result<Self> {
+        let load = entry.tts.ok_or_else(|| wrong_task(entry, "tts"))?;
         let runtime = Runtime::new(opts)?;
-        let synth = loader(&resolved.file, &resolved.spec, runtime)?;
+        let synth = load(&resolved.file, &resolved.spec, runtime)?;
         Ok(TtsModel {
             synth,
-            family: family.to_string(),
+            family: entry.info.family.to_string(),
             spec_source: resolved.spec_source,
         })
     }
@@ -960,7 +879,7 @@ impl TtsModel {
         let voice = self.check(req)?;
         if !(max_seconds > 0.0 && max_seconds <= MAX_SPEECH_LIMIT_S) {
             return Err(EngineError::Usage(format!(
-                "the speech limit {max_seconds} s must be from 0 to {MAX_SPEECH_LIMIT_S} seconds"
+                "parameter 'max_speech_s' {max_seconds} must be from 0 to {MAX_SPEECH_LIMIT_S} seconds"
             )));
         }
         let (SpeechInput::Text(text) | SpeechInput::Phonemes(text)) = &req.input;
@@ -980,7 +899,7 @@ impl TtsModel {
             if total > max_samples {
                 return Err(EngineError::Usage(format!(
                     "the speech passed the limit of {max_seconds} s of audio at sentence {} of {}; \
-                     give a shorter input, or raise it with --max-speech-s (server.json: max_speech_s)",
+                     give a shorter input, or raise parameter 'max_speech_s'",
                     i + 1,
                     pieces.len()
                 )));

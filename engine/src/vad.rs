@@ -41,7 +41,7 @@ impl VadParams {
     pub fn validate(&self) -> Result<(), String> {
         if !(0.0..=1.0).contains(&self.threshold) {
             return Err(format!(
-                "--vad-threshold {} is outside 0..1",
+                "parameter 'threshold' {} is outside 0..1",
                 self.threshold
             ));
         }
@@ -54,7 +54,9 @@ impl VadParams {
         }
         if let Some(m) = self.max_speech_duration_s {
             if m <= 0.0 || m.is_nan() {
-                return Err(format!("--vad-max-speech-s {m} must be positive"));
+                return Err(format!(
+                    "parameter 'max_speech_duration_s' {m} must be positive"
+                ));
             }
         }
         Ok(())

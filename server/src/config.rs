@@ -178,13 +178,13 @@ impl Config {
                     m.id, m.task
                 ));
             }
-            if !loader.tasks.contains(&m.task.as_str()) {
+            if !loader.does(&m.task) {
                 return Err(format!(
                     "model '{}': family '{}' does not do task '{}' (it does: {})",
                     m.id,
                     m.family,
                     m.task,
-                    loader.tasks.join(", ")
+                    loader.info.tasks.join(", ")
                 ));
             }
             if !m.path.is_file() {
@@ -253,7 +253,7 @@ impl Config {
         }
         self.audio_limits()
             .validate()
-            .map_err(|e| format!("max_audio_s / min_sample_rate_hz: {e}"))?;
+            .map_err(|e| audiocpp_engine::error::spell_parameters(&e, &crate::field_of))?;
         Ok(())
     }
 

@@ -138,6 +138,7 @@ impl IntoResponse for ApiError {
 
 fn main() -> ExitCode {
     let flags = Flags::parse();
+    audiocpp_engine::error::set_warning_spelling(field_of);
     let mut cfg = match Config::load(&flags.config) {
         Ok(c) => c,
         Err(e) => {
@@ -285,7 +286,7 @@ async fn load(entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<Loaded, St
             _ => VadModel::load(&entry.family, &entry.path, spec, &runtime)
                 .map(|m| Loaded::Vad(Box::new(m))),
         };
-        loaded.map_err(|e| format!("model '{}': {e}", entry.id))
+        loaded.map_err(|e| format!("model '{}': {}", entry.id, e.message_in(&field_of)))
     })
     .await
     .map_err(|e| format!("model '{id}': loading it panicked: {e}"))?
@@ -663,9 +664,53 @@ fn slot_by_id<'a>(state: &'a AppState, id: Option<&str>, task: &str) -> Result<&
     Ok(slot)
 }
 
+/// How the server's errors name an engine parameter
+/// ([`audiocpp_engine::error::PARAMETERS`]): a request's JSON (or form) field, or a
+/// server.json key; never a CLI flag.
+pub(crate) fn field_of(parameter: &str) -> Option<String> {
+    Some(match parameter {
+        p if REQUEST_FIELDS.contains(&p) => format!("field '{p}'"),
+        "audio" => "field 'file' (or 'audio_base64')".to_string(),
+        "family"
+        | "backend"
+        | "device"
+        | "threads"
+        | "model_spec_override"
+        | "max_audio_s"
+        | "min_sample_rate_hz"
+        | "max_speech_s" => format!("server.json key '{parameter}'"),
+        _ => return None,
+    })
+}
+
+/// The engine parameters that are request fields (the rest are server.json keys).
+const REQUEST_FIELDS: &[&str] = &[
+    "model",
+    "language",
+    "temperatures",
+    "input",
+    "voice",
+    "speed",
+    "threshold",
+    "min_speech_duration_ms",
+    "min_silence_duration_ms",
+    "speech_pad_ms",
+    "max_speech_duration_s",
+];
+
+/// An engine error as the server answers it: a user error is a 400 in the server's
+/// terms (fields, server.json keys), its `param` the first request field it names; any
+/// other is logged and answered 500 without details.
 fn engine_error(e: audiocpp_engine::EngineError) -> ApiError {
     if e.is_user_error() {
-        ApiError::bad_request(e.to_string())
+        let message = e.message_in(&field_of);
+        let param = audiocpp_engine::error::parameters_named(&e.to_string())
+            .into_iter()
+            .find(|p| REQUEST_FIELDS.contains(p));
+        ApiError {
+            param,
+            ..ApiError::bad_request(message)
+        }
     } else {
         eprintln!("error: inference failed: {e}");
         ApiError::new(
@@ -687,7 +732,10 @@ fn decode_upload(
             ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_audio",
-                format!("cannot decode audio: {e}"),
+                format!(
+                    "cannot decode audio: {}",
+                    audiocpp_engine::error::spell_parameters(&e, &field_of)
+                ),
             )
         })
 }
@@ -993,4 +1041,33 @@ fn subtitles(out: &AsrOutput, vtt: bool) -> String {
         ));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use audiocpp_engine::EngineError;
+
+    #[test]
+    fn engine_errors_name_fields_and_keys_never_flags() {
+        let e = engine_error(EngineError::Usage(
+            "unknown parameter 'language' 'xx': this model knows 99 language codes".into(),
+        ));
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.param, Some("language"));
+        assert_eq!(
+            e.message,
+            "unknown field 'language' 'xx': this model knows 99 language codes"
+        );
+        let e = engine_error(EngineError::Usage(
+            "the speech passed the limit; raise parameter 'max_speech_s'".into(),
+        ));
+        assert_eq!(e.param, None, "a config key is no request field");
+        assert!(e.message.ends_with("raise server.json key 'max_speech_s'"));
+        for p in audiocpp_engine::error::PARAMETERS {
+            let text = format!("parameter '{p}' is wrong");
+            let spelled = audiocpp_engine::error::spell_parameters(&text, &field_of);
+            assert!(!spelled.contains("--"), "{spelled}");
+        }
+    }
 }

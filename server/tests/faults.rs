@@ -58,7 +58,7 @@ fn a_panicking_op_fails_its_request_and_the_server_serves_the_next() {
         &assets().join("whisper-tiny.en-ct2"),
         None,
         &gguf,
-        audiocpp_engine::families::whisper::WeightType::Keep,
+        &Default::default(),
     )
     .unwrap();
     let cfg = serde_json::json!({

@@ -73,7 +73,7 @@ fn openai_client_transcribes_through_the_server() {
         &assets().join("whisper-tiny.en-ct2"),
         None,
         &gguf,
-        audiocpp_engine::families::whisper::WeightType::Keep,
+        &Default::default(),
     )
     .unwrap();
     let cfg = serde_json::json!({

@@ -66,7 +66,7 @@ fn start(dir: &Path) -> Server {
         &assets().join("whisper-tiny.en-ct2"),
         None,
         &gguf,
-        audiocpp_engine::families::whisper::WeightType::Keep,
+        &Default::default(),
     )
     .unwrap();
     let cfg = serde_json::json!({

@@ -1,7 +1,12 @@
-//! Model families, one module each, and their registry: what each family is
-//! ([`LoaderInfo`], which `--list-loaders` prints), which legacy containers it reads
-//! ([`LEGACY_FORMATS`]), and what it loads for the text-to-speech task ([`tts_loader`]).
-//! A new family is a module here, its lines in these tables and a model spec.
+//! Model families, one module each, and their registry ([`FAMILIES`]): one [`Family`]
+//! entry per family holding what it is ([`LoaderInfo`], which `--list-loaders` prints),
+//! the legacy containers it reads ([`LegacyFormat`], so [`crate::model_file`] knows no
+//! family), its converter to GGUF ([`Converter`]) and what it loads for each task it
+//! runs: a [`crate::tasks::SpeechDetector`] for VAD, a [`crate::tasks::Recognizer`] for
+//! ASR, a [`crate::tasks::Synthesizer`] for TTS. [`crate::tasks`] runs every task
+//! through these entries and names no family. A new family is a module here (its
+//! `FAMILY` entry and the traits it implements), one line in [`FAMILIES`] and a model
+//! spec (`model_specs/<family>.json`).
 //!
 //! The test-only family [`test_tone`] is compiled into this crate's own tests and, through
 //! the cargo feature `test-families`, into the CLI's and server's tests (their
@@ -19,19 +24,23 @@ pub mod silero_vad;
 pub mod test_tone;
 pub mod whisper;
 
+use std::path::{Path, PathBuf};
+
 use serde::Serialize;
 
 use crate::backend::Runtime;
-use crate::model_file::LegacyContents;
+use crate::error::{EngineError, Result};
+use crate::ggml::{GgufValue, HostTensor};
+use crate::model_file::{LegacyContents, ModelFile};
 use crate::spec::ModelSpec;
-use crate::tasks::Synthesizer;
+use crate::tasks::{Recognizer, SpeechDetector, Synthesizer};
 
 /// What a family loader accepts, for `--list-loaders`.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoaderInfo {
     /// Family name (`--family`).
     pub family: &'static str,
-    /// Tasks it runs (`--task`).
+    /// Tasks it runs (`--task`); [`Family`]'s loaders must match it (a test checks).
     pub tasks: &'static [&'static str],
     /// Weight formats it reads.
     pub formats: &'static [&'static str],
@@ -39,103 +48,213 @@ pub struct LoaderInfo {
     pub description: &'static str,
 }
 
-/// Every family this build can load.
-pub const LOADERS: &[LoaderInfo] = &[
-    LoaderInfo {
-        family: "silero_vad",
-        tasks: &["vad", "convert"],
-        formats: &["gguf", "ggml-silero (whisper.cpp .bin)"],
-        description: "Silero VAD v5/v6, 16 kHz speech probabilities and segments",
-    },
-    LoaderInfo {
-        family: "whisper",
-        tasks: &["asr", "convert"],
-        formats: &[
-            "gguf",
-            "ctranslate2 (model.bin + tokenizer.json [+ config.json]; convert only)",
-        ],
-        description:
-            "OpenAI Whisper speech recognition (tiny.en tested), greedy decoding without timestamps",
-    },
-    kokoro::INFO,
-];
-
-/// The loader of a family, or an error listing the known ones.
-pub fn find(family: &str) -> crate::error::Result<&'static LoaderInfo> {
-    all_loaders().find(|l| l.family == family).ok_or_else(|| {
-        crate::error::EngineError::UnknownFamily {
-            family: family.to_string(),
-            known: LOADERS
-                .iter()
-                .map(|l| l.family)
-                .collect::<Vec<_>>()
-                .join(", "),
-        }
-    })
-}
-
 /// A legacy (pre-GGUF) container a family reads: its first four bytes and its reader.
 pub struct LegacyFormat {
     /// The container's magic.
     pub magic: [u8; 4],
-    /// The family whose files use it.
-    pub family: &'static str,
     /// Parses the whole file (the magic included), or says why not.
     pub read: fn(&[u8]) -> std::result::Result<LegacyContents, String>,
 }
 
-/// Every legacy container this build reads; [`crate::model_file::read`] picks the
-/// reader by magic, knowing no family itself.
-pub const LEGACY_FORMATS: &[LegacyFormat] = &[LegacyFormat {
-    magic: *b"lmgg",
-    family: "silero_vad",
-    read: silero_vad::parse_legacy,
-}];
+/// Loads a family's voice-activity detector from a read model file and its spec.
+pub type VadLoader = fn(&ModelFile, &ModelSpec, Runtime) -> Result<Box<dyn SpeechDetector>>;
 
-/// The legacy container whose magic `bytes` start with.
-pub fn legacy_format(bytes: &[u8]) -> Option<&'static LegacyFormat> {
-    LEGACY_FORMATS
-        .iter()
-        .find(|f| bytes.get(..4) == Some(&f.magic[..]))
-}
+/// Loads a family's speech recognizer; it takes the file, so that it can upload each
+/// weight and drop its host copy.
+pub type AsrLoader = fn(ModelFile, &ModelSpec, Runtime) -> Result<Box<dyn Recognizer>>;
 
 /// Loads a family's speech synthesizer from a read model file and its spec.
-pub type TtsLoader = fn(
-    &crate::model_file::ModelFile,
-    &ModelSpec,
-    Runtime,
-) -> crate::error::Result<Box<dyn Synthesizer>>;
+pub type TtsLoader = fn(&ModelFile, &ModelSpec, Runtime) -> Result<Box<dyn Synthesizer>>;
 
-/// The text-to-speech loader of `family`, if it has one (the shipped families', then in
-/// test builds the test-only ones').
-pub fn tts_loader(family: &str) -> Option<TtsLoader> {
-    TTS_LOADERS
-        .iter()
-        .chain(TEST_TTS_LOADERS)
-        .find(|(f, _)| *f == family)
-        .map(|(_, load)| *load)
+/// What a conversion is asked for, beyond the family: the engine's parameters
+/// `model`, `model_spec_override`, `quantize` and the family's further `sources`.
+#[derive(Debug, Clone, Default)]
+pub struct ConvertOptions {
+    /// How matrix weights are stored (parameter `quantize`: the family's names, e.g.
+    /// Whisper's `q8_0`, Kokoro's `f16`); `None` for the family's default.
+    pub quantize: Option<String>,
+    /// Further source files or folders by parameter name (Kokoro's `voices`, `vocab`,
+    /// `lexicons`); a family refuses a name it does not take.
+    pub sources: Vec<(String, PathBuf)>,
 }
 
-/// The shipped families that speak, with their loaders.
-const TTS_LOADERS: &[(&str, TtsLoader)] = &[(kokoro::INFO.family, kokoro::load)];
+impl ConvertOptions {
+    /// The source given as parameter `name`, if any.
+    pub fn source(&self, name: &str) -> Option<&Path> {
+        self.sources
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| p.as_path())
+    }
 
-/// The test-only families that speak (test builds only).
-#[cfg(any(test, feature = "test-families"))]
-const TEST_TTS_LOADERS: &[(&str, TtsLoader)] = &[(test_tone::INFO.family, test_tone::load)];
-/// No test-only family outside test builds.
-#[cfg(not(any(test, feature = "test-families")))]
-const TEST_TTS_LOADERS: &[(&str, TtsLoader)] = &[];
+    /// Refuses every source whose name is not in `accepted` (naming the parameter).
+    pub fn only_sources(&self, family: &str, accepted: &[&str]) -> Result<()> {
+        match self
+            .sources
+            .iter()
+            .find(|(n, _)| !accepted.contains(&n.as_str()))
+        {
+            None => Ok(()),
+            Some((n, _)) => Err(EngineError::Usage(format!(
+                "parameter '{n}' is not a source of family '{family}' (it takes: {})",
+                if accepted.is_empty() {
+                    "none".to_string()
+                } else {
+                    accepted.join(", ")
+                }
+            ))),
+        }
+    }
+}
+
+/// What a family's converter produced: the spec to embed, then the GGUF's contents
+/// less the `audiocpp.*` keys [`crate::tasks::convert`] adds.
+pub struct Conversion {
+    /// The spec the conversion used, embedded in the GGUF.
+    pub spec: ModelSpec,
+    /// Container description for `audiocpp.source_format`.
+    pub source_format: String,
+    /// The family's metadata (hyper-parameters, vocabularies).
+    pub metadata: Vec<(String, GgufValue)>,
+    /// The tensors to write.
+    pub tensors: Vec<HostTensor>,
+}
+
+/// Converts a family's source model (`model`, with `model_spec_override` if given) to
+/// GGUF contents.
+pub type Converter = fn(&Path, Option<&Path>, &ConvertOptions) -> Result<Conversion>;
+
+/// One family: what it is and everything it does.
+pub struct Family {
+    /// Name, tasks, formats, description.
+    pub info: LoaderInfo,
+    /// The legacy containers its files may come in (picked by magic).
+    pub legacy: &'static [LegacyFormat],
+    /// `--task convert`.
+    pub convert: Option<Converter>,
+    /// `--task vad`.
+    pub vad: Option<VadLoader>,
+    /// `--task asr`.
+    pub asr: Option<AsrLoader>,
+    /// `--task tts`.
+    pub tts: Option<TtsLoader>,
+}
+
+impl Family {
+    /// True when it has a loader (or converter) for `task`.
+    pub fn does(&self, task: &str) -> bool {
+        match task {
+            "vad" => self.vad.is_some(),
+            "asr" => self.asr.is_some(),
+            "tts" => self.tts.is_some(),
+            "convert" => self.convert.is_some(),
+            _ => false,
+        }
+    }
+
+    /// [`Family::does`] or the error naming the tasks it does.
+    pub fn check_task(&self, task: &str) -> Result<()> {
+        if self.does(task) {
+            return Ok(());
+        }
+        Err(EngineError::WrongTask {
+            family: self.info.family.into(),
+            task: task.into(),
+            supported: self.info.tasks.join(", "),
+        })
+    }
+}
+
+/// Every family this build ships.
+pub const FAMILIES: &[Family] = &[silero_vad::FAMILY, whisper::FAMILY, kokoro::FAMILY];
 
 /// The test-only families (test builds only).
 #[cfg(any(test, feature = "test-families"))]
-const TEST_ONLY: &[LoaderInfo] = &[test_tone::INFO];
+const TEST_ONLY: &[Family] = &[test_tone::FAMILY];
 /// No test-only family outside test builds.
 #[cfg(not(any(test, feature = "test-families")))]
-const TEST_ONLY: &[LoaderInfo] = &[];
+const TEST_ONLY: &[Family] = &[];
 
-/// Every family this build loads: [`LOADERS`] and, in test builds, the test-only
-/// families (what `--list-loaders` prints, so a build's listing shows whether it
-/// carries them).
+/// Every family this build loads: [`FAMILIES`] and, in test builds, the test-only ones.
+pub fn all_families() -> impl Iterator<Item = &'static Family> {
+    FAMILIES.iter().chain(TEST_ONLY)
+}
+
+/// What every family of this build accepts (what `--list-loaders` prints, so a build's
+/// listing shows whether it carries the test-only families).
 pub fn all_loaders() -> impl Iterator<Item = &'static LoaderInfo> {
-    LOADERS.iter().chain(TEST_ONLY)
+    all_families().map(|f| &f.info)
+}
+
+/// The family of that name, or an error listing the shipped ones.
+pub fn find(family: &str) -> Result<&'static Family> {
+    all_families()
+        .find(|f| f.info.family == family)
+        .ok_or_else(|| EngineError::UnknownFamily {
+            family: family.to_string(),
+            known: FAMILIES
+                .iter()
+                .map(|f| f.info.family)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// The legacy container whose magic `bytes` start with, and the family that reads it.
+pub fn legacy_format(bytes: &[u8]) -> Option<(&'static str, &'static LegacyFormat)> {
+    all_families().find_map(|f| {
+        f.legacy
+            .iter()
+            .find(|l| bytes.get(..4) == Some(&l.magic[..]))
+            .map(|l| (f.info.family, l))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_task_has_its_loader_and_no_other() {
+        for f in all_families() {
+            for task in ["vad", "asr", "tts", "convert"] {
+                assert_eq!(
+                    f.info.tasks.contains(&task),
+                    f.does(task),
+                    "family '{}' task '{task}': its LoaderInfo and its loaders disagree",
+                    f.info.family
+                );
+            }
+            for task in f.info.tasks {
+                assert!(f.does(task), "{}: unknown task '{task}'", f.info.family);
+            }
+        }
+    }
+
+    #[test]
+    fn names_and_magics_are_unique() {
+        let names: Vec<_> = all_loaders().map(|l| l.family).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "{names:?}");
+        let magics: Vec<_> = all_families()
+            .flat_map(|f| f.legacy.iter().map(|l| l.magic))
+            .collect();
+        let mut m = magics.clone();
+        m.sort_unstable();
+        m.dedup();
+        assert_eq!(m.len(), magics.len());
+        assert_eq!(
+            legacy_format(b"lmgg....").map(|(f, _)| f),
+            Some("silero_vad")
+        );
+        assert!(legacy_format(b"GGUF").is_none());
+    }
+
+    #[test]
+    fn unknown_family_lists_the_known_ones() {
+        let err = find("nope").err().unwrap().to_string();
+        assert!(err.contains("silero_vad, whisper, kokoro"), "{err}");
+    }
 }

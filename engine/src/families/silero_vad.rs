@@ -10,11 +10,85 @@
 //! conv encoder run for a whole chunk of windows at once, the LSTM input projection is
 //! one matrix product, and only the recurrence is unrolled step by step in the graph.
 
+use std::path::Path;
+
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
+use crate::families::{Conversion, ConvertOptions, Family, LegacyFormat, LoaderInfo};
 use crate::ggml::{self, Buffer, Context, DType, GgufValue, HostTensor, Tensor};
 use crate::model_file::{ByteReader, LegacyContents, ModelFile, ModelFormat};
 use crate::spec::ModelSpec;
+use crate::tasks::SpeechDetector;
+use crate::vad::VadParams;
+
+/// The family's registry entry: VAD, and conversion of whisper.cpp's `.bin` (or a GGUF)
+/// to a GGUF with the spec embedded.
+pub const FAMILY: Family = Family {
+    info: LoaderInfo {
+        family: "silero_vad",
+        tasks: &["vad", "convert"],
+        formats: &["gguf", "ggml-silero (whisper.cpp .bin)"],
+        description: "Silero VAD v5/v6, 16 kHz speech probabilities and segments",
+    },
+    legacy: &[LegacyFormat {
+        magic: *b"lmgg",
+        read: parse_legacy,
+    }],
+    convert: Some(convert),
+    vad: Some(load_detector),
+    asr: None,
+    tts: None,
+};
+
+/// The registry's VAD loader: [`SileroVad::load`].
+fn load_detector(
+    file: &ModelFile,
+    spec: &ModelSpec,
+    runtime: Runtime,
+) -> Result<Box<dyn SpeechDetector>> {
+    Ok(Box::new(SileroVad::load(file, spec, runtime)?))
+}
+
+/// The registry's converter: reads the `.bin` or GGUF, checks its tensors against the
+/// spec and passes them on unchanged (no `quantize`, no further sources).
+fn convert(
+    model: &Path,
+    spec_override: Option<&Path>,
+    opts: &ConvertOptions,
+) -> Result<Conversion> {
+    let family = FAMILY.info.family;
+    opts.only_sources(family, &[])?;
+    if let Some(q) = &opts.quantize {
+        return Err(EngineError::Usage(format!(
+            "parameter 'quantize' '{q}' is not offered for family '{family}': its weights stay as they are"
+        )));
+    }
+    let resolved = crate::tasks::resolve_model(family, model, spec_override)?;
+    check_tensors(&resolved.file, &resolved.spec)?;
+    Ok(Conversion {
+        spec: resolved.spec,
+        source_format: resolved.file.format.to_string(),
+        metadata: resolved.file.metadata,
+        tensors: resolved.file.tensors,
+    })
+}
+
+/// The spec's segmentation defaults (`defaults` of `model_specs/silero_vad.json`),
+/// Silero's own where the spec gives none.
+pub fn default_params(spec: &ModelSpec) -> VadParams {
+    let d = VadParams::default();
+    let ms = |key: &str, fallback: u32| spec.default_f64(key).map_or(fallback, |v| v as u32);
+    VadParams {
+        threshold: spec
+            .default_f64("threshold")
+            .map_or(d.threshold, |v| v as f32),
+        neg_threshold: spec.default_f64("neg_threshold").map(|v| v as f32),
+        min_speech_duration_ms: ms("min_speech_duration_ms", d.min_speech_duration_ms),
+        min_silence_duration_ms: ms("min_silence_duration_ms", d.min_silence_duration_ms),
+        speech_pad_ms: ms("speech_pad_ms", d.speech_pad_ms),
+        max_speech_duration_s: spec.default_f64("max_speech_duration_s").map(|v| v as f32),
+    }
+}
 
 /// Windows per graph: bounds memory on long audio and keeps graphs small.
 const CHUNK_WINDOWS: usize = 256;
@@ -197,6 +271,30 @@ pub struct SileroVad {
     strides: Vec<i32>,
     padding: i32,
     hidden: usize,
+    sample_rate: u32,
+    defaults: VadParams,
+}
+
+impl SpeechDetector for SileroVad {
+    fn sample_rate(&self) -> u32 {
+        self.sample_rate
+    }
+
+    fn window(&self) -> usize {
+        self.window
+    }
+
+    fn device(&self) -> String {
+        self.runtime.device().name.clone()
+    }
+
+    fn default_params(&self) -> VadParams {
+        self.defaults.clone()
+    }
+
+    fn probabilities(&mut self, samples: &[f32]) -> Result<Vec<f32>> {
+        SileroVad::probabilities(self, samples)
+    }
 }
 
 /// Weight tensor names (ggml order shapes are in the spec).
@@ -257,6 +355,8 @@ impl SileroVad {
             strides,
             padding,
             hidden,
+            sample_rate: spec.sample_rate,
+            defaults: default_params(spec),
         })
     }
 

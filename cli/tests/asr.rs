@@ -69,29 +69,10 @@ fn reference() -> serde_json::Value {
         .unwrap()
 }
 
-/// Runs `--task convert --family whisper` of `model` into `out` with extra flags.
-fn convert(model: &Path, out: &Path, extra: &[&str]) -> Run {
-    let specs = specs();
-    let mut args = vec![
-        "--task",
-        "convert",
-        "--family",
-        "whisper",
-        "--model",
-        s(model),
-        "--out",
-        s(out),
-        "--model-spec-override",
-        s(&specs),
-    ];
-    args.extend_from_slice(extra);
-    cli(&args)
-}
-
 /// Converts tiny.en with extra convert flags into a fresh folder.
 fn convert_tiny(file: &str, extra: &[&str]) -> PathBuf {
     let out = tempfile::tempdir().unwrap().keep().join(file);
-    let run = convert(&ct2_dir(), &out, extra);
+    let run = convert_whisper(&ct2_dir(), &out, extra);
     assert_eq!(run.code, 0, "{}", run.stderr);
     out
 }
@@ -125,32 +106,6 @@ fn asr_with(model: &Path, audio: &str, extra: &[&str]) -> Run {
     args.extend_from_slice(&["--temperatures", "0", "--threads", "1"]);
     args.extend_from_slice(extra);
     cli(&args)
-}
-
-fn words(text: &str) -> Vec<String> {
-    text.split_whitespace()
-        .map(|w| {
-            w.chars()
-                .filter(|c| c.is_alphanumeric() || *c == '\'')
-                .collect::<String>()
-                .to_lowercase()
-        })
-        .filter(|w| !w.is_empty())
-        .collect()
-}
-
-/// Word-level edit distance.
-fn word_errors(hyp: &[String], reference: &[String]) -> usize {
-    let mut prev: Vec<usize> = (0..=reference.len()).collect();
-    for (i, h) in hyp.iter().enumerate() {
-        let mut row = vec![i + 1];
-        for (j, r) in reference.iter().enumerate() {
-            let sub = prev[j] + usize::from(h != r);
-            row.push(sub.min(prev[j + 1] + 1).min(row[j] + 1));
-        }
-        prev = row;
-    }
-    prev[reference.len()]
 }
 
 #[test]
@@ -438,7 +393,7 @@ fn q8_0_model_is_smaller_and_keeps_the_phrase_and_the_error_rate() {
     assert!(q8 * 100 < f16 * 85, "q8_0 GGUF is {q8} bytes, f16 is {f16}");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("x.gguf");
-    let bad = convert(&ct2_dir(), &out, &["--quantize", "q4"]);
+    let bad = convert_whisper(&ct2_dir(), &out, &["--quantize", "q4"]);
     assert_user_error(&bad, "q8_0");
     assert!(!out.exists(), "a failed conversion leaves no file");
     let run = asr_with(gguf_q8(), s(&clip_asr("phrase_en_us.wav")), &[]);
@@ -687,7 +642,7 @@ fn corrupt_or_missing_models_fail_cleanly() {
     std::fs::write(bad.join("model.bin"), &bin[..bin.len() / 2]).unwrap();
     std::fs::copy(ct2_dir().join("tokenizer.json"), bad.join("tokenizer.json")).unwrap();
     let out = dir.path().join("x.gguf");
-    let convert = |model: &Path| convert(model, &out, &[]);
+    let convert = |model: &Path| convert_whisper(model, &out, &[]);
     assert_user_error(&convert(&bad), "truncated");
     std::fs::write(bad.join("model.bin"), b"not a model at all").unwrap();
     assert_user_error(
@@ -734,19 +689,10 @@ fn base_reference() -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// Whisper base converted once per test run.
+/// Whisper base, checked for its reference and converted once per test run.
 fn gguf_base() -> &'static Path {
-    static GGUF: OnceLock<PathBuf> = OnceLock::new();
-    GGUF.get_or_init(|| {
-        base_reference();
-        let out = tempfile::tempdir()
-            .unwrap()
-            .keep()
-            .join("whisper-base.gguf");
-        let run = convert(&assets().join("whisper-base-ct2"), &out, &[]);
-        assert_eq!(run.code, 0, "{}", run.stderr);
-        out
-    })
+    base_reference();
+    whisper_base()
 }
 
 #[test]

@@ -3,11 +3,11 @@
 //! crate's dev-dependencies switch on) gets a 500 with a generic message, the reason in
 //! the server's log only, and the server, still up, serves the next request correctly.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 mod common;
+use common::Server;
 
 const PHRASE: &str = "Speech recognition in Rust is working today.";
 
@@ -17,24 +17,12 @@ fn assets() -> PathBuf {
 
 /// A transcription request for `wav` to the model `tiny`: status and JSON body.
 fn transcribe(base: &str, wav: &[u8]) -> (u16, serde_json::Value) {
-    let boundary = "audiocppfaultboundary";
-    let mut body = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\ntiny\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n"
-    )
-    .into_bytes();
-    body.extend(wav);
-    body.extend(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let resp = match ureq::post(&format!("{base}/v1/audio/transcriptions"))
-        .set(
-            "Content-Type",
-            &format!("multipart/form-data; boundary={boundary}"),
-        )
-        .send_bytes(&body)
-    {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("transcription request: {e}"),
-    };
+    let (content_type, body) = common::multipart(&[("model", "tiny")], Some(("a.wav", wav)));
+    let resp = common::send(
+        ureq::post(&format!("{base}/v1/audio/transcriptions")),
+        &content_type,
+        &body,
+    );
     let status = resp.status();
     (status, resp.into_json().unwrap_or(serde_json::Value::Null))
 }
@@ -66,32 +54,20 @@ fn a_panicking_op_fails_its_request_and_the_server_serves_the_next() {
         "threads": 2,
         "models": [{ "id": "tiny", "path": gguf, "family": "whisper", "task": "asr" }],
     });
-    let cfg_path = dir.path().join("server.json");
-    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
-        .arg("--config")
-        .arg(&cfg_path)
-        .env("AUDIOCPP_FAULT_INJECT_OP_PANICS", "1")
-        .env_remove("AUDIOCPP_CPU_KERNELS")
-        .env_remove("AUDIOCPP_API_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line.trim().rsplit(' ').next().unwrap().to_string();
+    let cfg_path = common::write_config(dir.path(), &cfg);
+    let mut server = Server::spawn(
+        common::server_command(&cfg_path)
+            .env("AUDIOCPP_FAULT_INJECT_OP_PANICS", "1")
+            .env_remove("AUDIOCPP_CPU_KERNELS")
+            .stderr(Stdio::piped()),
+    );
+    let base = server.base.clone();
     let wav = std::fs::read(assets().join("clips-asr/phrase_en_us.wav")).unwrap();
 
     let (failed, v) = transcribe(&base, &wav);
     let (ok, w) = transcribe(&base, &wav);
-    let alive = child.try_wait().unwrap().is_none();
-    let _ = child.kill();
-    let mut log = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
-    let _ = child.wait();
+    let alive = server.is_running();
+    let log = server.stop();
 
     assert_eq!(failed, 500, "{v}");
     assert_eq!(v["error"]["code"], "inference_failed", "{v}");

@@ -3,27 +3,14 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::root;
+use common::{root, Server};
 
 fn assets() -> PathBuf {
     common::assets("ggml-silero-v6.2.0.bin")
-}
-
-struct Server {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn write_config(dir: &Path, extra: serde_json::Value) -> PathBuf {
@@ -38,36 +25,13 @@ fn write_config(dir: &Path, extra: serde_json::Value) -> PathBuf {
     for (k, v) in extra.as_object().unwrap() {
         cfg[k] = v.clone();
     }
-    let p = dir.join("server.json");
-    std::fs::write(&p, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
-    p
+    common::write_config(dir, &cfg)
 }
 
 fn start(extra: serde_json::Value) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(dir.path(), extra);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
-        .arg("--config")
-        .arg(&cfg)
-        .env_remove("AUDIOCPP_API_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line.trim().rsplit(' ').next().unwrap().to_string();
-    assert!(
-        base.starts_with("http://127.0.0.1:"),
-        "unexpected banner: {line}"
-    );
-    Server {
-        child,
-        base,
-        _dir: dir,
-    }
+    Server::spawn(&mut common::server_command(&cfg)).owning(dir)
 }
 
 fn clip(name: &str) -> Vec<u8> {
@@ -75,21 +39,7 @@ fn clip(name: &str) -> Vec<u8> {
 }
 
 fn multipart(fields: &[(&str, &str)], file: Option<&[u8]>) -> (String, Vec<u8>) {
-    let boundary = "audiocppboundary7d1f";
-    let mut body = Vec::new();
-    for (k, v) in fields {
-        body.extend(
-            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n")
-                .as_bytes(),
-        );
-    }
-    if let Some(f) = file {
-        body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes());
-        body.extend(f);
-        body.extend(b"\r\n");
-    }
-    body.extend(format!("--{boundary}--\r\n").as_bytes());
-    (format!("multipart/form-data; boundary={boundary}"), body)
+    common::multipart(fields, file.map(|f| ("a.wav", f)))
 }
 
 /// Status and JSON body of a request, whatever the status.
@@ -99,15 +49,11 @@ fn post(
     body: &[u8],
     auth: Option<&str>,
 ) -> (u16, serde_json::Value, Option<String>) {
-    let mut req = ureq::post(url).set("Content-Type", content_type);
+    let mut req = ureq::post(url);
     if let Some(a) = auth {
         req = req.set("Authorization", a);
     }
-    let resp = match req.send_bytes(body) {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{url}: {e}"),
-    };
+    let resp = common::send(req, content_type, body);
     let status = resp.status();
     let wall = resp.header("x-audiocpp-wall-ms").map(str::to_string);
     let v: serde_json::Value =
@@ -271,11 +217,7 @@ fn bad_configs_exit_2_with_the_reason() {
     ];
     for (extra, needle) in cases {
         let cfg = write_config(dir.path(), extra);
-        let o = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
-            .arg("--config")
-            .arg(&cfg)
-            .output()
-            .unwrap();
+        let o = common::run_to_exit(&cfg);
         assert_eq!(o.status.code(), Some(2));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(needle), "{needle}: {err}");
@@ -590,20 +532,13 @@ fn openai_surface_cors_and_keys() {
         ),
     ] {
         let cfg = write_config(dir.path(), extra);
-        let o = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
-            .arg("--config")
-            .arg(&cfg)
-            .output()
-            .unwrap();
+        let o = common::run_to_exit(&cfg);
         assert_eq!(o.status.code(), Some(2));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(needle), "{needle}: {err}");
     }
     let cfg = write_config(dir.path(), serde_json::json!({ "host": "0.0.0.0" }));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
-        .arg("--config")
-        .arg(&cfg)
-        .env_remove("AUDIOCPP_API_KEY")
+    let mut child = common::server_command(&cfg)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

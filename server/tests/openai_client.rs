@@ -4,29 +4,16 @@
 //! tiny.en entry with `vad_model` transcribes two phrases 70 s apart into two
 //! timestamped segments placed in the whole file, skipping the silence.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const PHRASE: &str = "Speech recognition in Rust is working today.";
 
 mod common;
-use common::root;
+use common::{root, Server};
 
 fn assets() -> PathBuf {
     common::assets("whisper-tiny.en-ct2/model.bin")
-}
-
-fn python() -> PathBuf {
-    let p = std::env::var_os("AUDIOCPP_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| assets().join("venv/bin/python"));
-    assert!(
-        p.is_file(),
-        "the test venv's python is missing ({}): run `cargo xtask test`",
-        p.display()
-    );
-    p
 }
 
 const CLIENT: &str = r#"
@@ -89,23 +76,12 @@ fn openai_client_transcribes_through_the_server() {
               "model_spec_override": root().join("model_specs") },
         ],
     });
-    let cfg_path = dir.path().join("server.json");
-    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
-        .arg("--config")
-        .arg(&cfg_path)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line.trim().rsplit(' ').next().unwrap().to_string();
+    let server = Server::start(dir.path(), &cfg);
+    let base = server.base.clone();
     let wav = assets().join("clips-asr/phrase_en_us.wav");
     let gap_wav = dir.path().join("phrase_gap_phrase.wav");
     let phrase_s = phrase_gap_phrase(&wav, &gap_wav, 70.0);
-    let out = Command::new(python())
+    let out = Command::new(common::python())
         .arg("-c")
         .arg(CLIENT)
         .arg(&base)
@@ -113,8 +89,7 @@ fn openai_client_transcribes_through_the_server() {
         .arg(&gap_wav)
         .output()
         .unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     assert!(
         out.status.success(),
         "openai client failed: {}",

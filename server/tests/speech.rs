@@ -5,27 +5,16 @@
 //! synthesis ends), every bad field as a 400 naming it, the output limit, the busy
 //! guard, and the config checks.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use audiocpp_engine::families::test_tone;
 
+mod common;
+use common::Server;
+
 const RATE: u32 = 24_000;
-
-struct Server {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A test_tone model file.
 fn model(dir: &Path, name: &str, compute_ms_per_char: u64) -> PathBuf {
@@ -49,27 +38,7 @@ fn start(extra: serde_json::Value) -> Server {
     for (k, v) in extra.as_object().unwrap() {
         cfg[k] = v.clone();
     }
-    let cfg_path = dir.path().join("server.json");
-    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
-        .arg("--config")
-        .arg(&cfg_path)
-        .env_remove("AUDIOCPP_API_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line.trim().rsplit(' ').next().unwrap().to_string();
-    assert!(base.starts_with("http://127.0.0.1:"), "banner: {line}");
-    Server {
-        child,
-        base,
-        _dir: dir,
-    }
+    Server::start(dir.path(), &cfg).owning(dir)
 }
 
 /// Status, headers we look at, and body of a speech request.
@@ -91,14 +60,11 @@ impl Answer {
 }
 
 fn speak(server: &Server, body: &serde_json::Value) -> Answer {
-    let resp = match ureq::post(&format!("{}/v1/audio/speech", server.base))
-        .set("Content-Type", "application/json")
-        .send_string(&body.to_string())
-    {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{e}"),
-    };
+    let resp = common::send(
+        ureq::post(&server.url("/v1/audio/speech")),
+        "application/json",
+        body.to_string().as_bytes(),
+    );
     let status = resp.status();
     let content_type = resp.content_type().to_string();
     let headers: Vec<(String, String)> = resp
@@ -471,13 +437,7 @@ fn bad_tts_configs_exit_2() {
         ),
     ];
     for (cfg, needle) in cases {
-        let p = dir.path().join("server.json");
-        std::fs::write(&p, cfg.to_string()).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
-            .arg("--config")
-            .arg(&p)
-            .output()
-            .unwrap();
+        let out = common::run_to_exit(&common::write_config(dir.path(), &cfg));
         assert_eq!(out.status.code(), Some(2));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{err}");

@@ -6,27 +6,14 @@
 //! (`stream_format="audio"`) arrives in pieces, the first before synthesis ends, and
 //! mp3 is refused as a `BadRequestError` naming our formats.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use audiocpp_engine::families::test_tone;
 
 mod common;
+use common::Server;
 
 const RATE: u32 = 24_000;
-
-fn python() -> PathBuf {
-    let p = std::env::var_os("AUDIOCPP_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| common::assets("venv/bin/python").join("venv/bin/python"));
-    assert!(
-        p.is_file(),
-        "the test venv's python is missing ({}): run `cargo xtask test`",
-        p.display()
-    );
-    p
-}
 
 const CLIENT: &str = r#"
 import json, sys, time, wave
@@ -88,24 +75,13 @@ fn openai_client_speaks_through_the_server() {
             { "id": "slow", "path": slow, "family": "test_tone", "task": "tts" },
         ],
     });
-    let cfg_path = dir.path().join("server.json");
-    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
-        .arg("--config")
-        .arg(&cfg_path)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line.trim().rsplit(' ').next().unwrap().to_string();
+    let server = Server::start(dir.path(), &cfg);
+    let base = server.base.clone();
     let text = "Hello there. How are you? Fine.";
     // Five sentences of about 20 characters.
     let long_text = "The first sentence. The second one now. The third one here. \
                      The fourth one then. The fifth and last.";
-    let out = Command::new(python())
+    let out = Command::new(common::python())
         .arg("-c")
         .arg(CLIENT)
         .arg(&base)
@@ -114,8 +90,7 @@ fn openai_client_speaks_through_the_server() {
         .arg(long_text)
         .output()
         .unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     assert!(
         out.status.success(),
         "openai client failed: {}",

@@ -8,12 +8,10 @@
 //! (vad_reference.json). Before, `json` and `text` decoded without timestamp tokens and
 //! lost the clip's first 30 s window.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
 mod common;
-use common::root;
+use common::{root, Server};
 
 /// Max word error rate of each format's text against faster-whisper's default one.
 const MAX_WER: f64 = 0.05;
@@ -32,18 +30,6 @@ fn long_clip() -> PathBuf {
         p.display()
     );
     p
-}
-
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A spec folder with the shipped Whisper spec decoding greedily only.
@@ -75,43 +61,17 @@ fn start(dir: &Path) -> Server {
         "models": [{ "id": "tiny", "path": gguf, "family": "whisper", "task": "asr",
                      "model_spec_override": greedy_specs(dir) }],
     });
-    let cfg_path = dir.join("server.json");
-    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"))
-        .arg("--config")
-        .arg(&cfg_path)
-        .env_remove("AUDIOCPP_API_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line.trim().rsplit(' ').next().unwrap().to_string();
-    assert!(base.starts_with("http://"), "unexpected banner: {line}");
-    Server { child, base }
+    Server::start(dir, &cfg)
 }
 
 /// The body of a transcription of `wav` in `format` (status 200 required).
 fn transcribe(server: &Server, wav: &[u8], format: &str) -> String {
-    let boundary = "audiocppformats5c2e";
-    let mut body = Vec::new();
-    for (k, v) in [("model", "tiny"), ("response_format", format)] {
-        body.extend(
-            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n")
-                .as_bytes(),
-        );
-    }
-    body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"long.wav\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes());
-    body.extend(wav);
-    body.extend(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let resp = ureq::post(&format!("{}/v1/audio/transcriptions", server.base))
-        .set(
-            "Content-Type",
-            &format!("multipart/form-data; boundary={boundary}"),
-        )
+    let (content_type, body) = common::multipart(
+        &[("model", "tiny"), ("response_format", format)],
+        Some(("long.wav", wav)),
+    );
+    let resp = ureq::post(&server.url("/v1/audio/transcriptions"))
+        .set("Content-Type", &content_type)
         .send_bytes(&body)
         .unwrap_or_else(|e| panic!("{format}: {e}"));
     assert_eq!(resp.status(), 200, "{format}");

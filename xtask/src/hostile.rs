@@ -326,9 +326,13 @@ const GNU_TIME: &str = "/usr/bin/time";
 const RSS_TAG: &str = "hostile-max-rss-kib=";
 
 /// Runs `program args` to its end under GNU time (killed after `timeout`), with its
-/// exit code or signal and its peak memory.
+/// exit code or signal and its peak memory. GNU time and the program run in a process
+/// group of their own, so the watchdog kills the program too, not GNU time alone (which
+/// would leave the program holding stderr open and this function waiting on it).
 fn run_measured(program: &Path, args: &[&std::ffi::OsStr], timeout: Duration) -> Result<Outcome> {
-    let mut child = Command::new(GNU_TIME)
+    let mut child = Command::new(GNU_TIME);
+    std::os::unix::process::CommandExt::process_group(&mut child, 0);
+    let mut child = child
         .arg("-f")
         .arg(format!("{RSS_TAG}%M"))
         .arg(program)
@@ -352,6 +356,9 @@ fn run_measured(program: &Path, args: &[&std::ffi::OsStr], timeout: Duration) ->
         }
         if t0.elapsed() > timeout {
             timed_out = true;
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
             let _ = child.kill();
             break child.wait()?;
         }
@@ -458,6 +465,28 @@ impl Tally {
         }
         self.signals += usize::from(o.signal.is_some());
         self.panics += usize::from(o.stderr.contains("panicked"));
+    }
+}
+
+impl Tally {
+    /// Records one HTTP request; `allowed` says which statuses pass.
+    fn http(&mut self, label: &str, r: Result<(u16, String)>, allowed: &dyn Fn(u16) -> bool) {
+        self.probes += 1;
+        match r {
+            Ok((status, body)) => {
+                *self.outcomes.entry(format!("http {status}")).or_default() += 1;
+                if !allowed(status) {
+                    self.failures
+                        .push(format!("{label}: status {status}: {body}"));
+                }
+                if body.contains("panicked") {
+                    self.panics += 1;
+                    self.failures
+                        .push(format!("{label}: panic text reached the client: {body}"));
+                }
+            }
+            Err(e) => self.failures.push(format!("{label}: {e:#}")),
+        }
     }
 }
 
@@ -574,6 +603,7 @@ pub fn run(inp: &Inputs) -> Result<Tally> {
         tally.cli(&format!("cli wav {label}"), &o, &[0, 2]);
     }
     server_probes(inp, &seed_gguf, &gguf_seed, &wav_seed, &mut rng, &mut tally)?;
+    tts_probes(inp, &mut tally)?;
     Ok(tally)
 }
 
@@ -607,51 +637,9 @@ fn server_probes(
         }))?
         .replace(",\"model_spec_override\":null", ""),
     )?;
-    let mut child = Command::new(&inp.server)
-        .arg("--config")
-        .arg(&cfg)
-        .env_remove("AUDIOCPP_API_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting audiocpp_server")?;
-    let mut banner = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().context("server stdout")?),
-        &mut banner,
-    )?;
-    let addr = banner
-        .trim()
-        .rsplit("http://")
-        .next()
-        .filter(|a| a.starts_with("127.0.0.1:"))
-        .with_context(|| format!("unexpected server banner {banner:?}"))?
-        .to_string();
-    let mut stderr = child.stderr.take().context("server stderr")?;
-    let log = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
+    let (child, addr, log) = start_server(&inp.server, &cfg)?;
     let mut check = |label: String, r: Result<(u16, String)>, allowed: &dyn Fn(u16) -> bool| {
-        tally.probes += 1;
-        match r {
-            Ok((status, body)) => {
-                *tally.outcomes.entry(format!("http {status}")).or_default() += 1;
-                if !allowed(status) {
-                    tally
-                        .failures
-                        .push(format!("{label}: status {status}: {body}"));
-                }
-                if body.contains("panicked") {
-                    tally.panics += 1;
-                    tally
-                        .failures
-                        .push(format!("{label}: panic text reached the client: {body}"));
-                }
-            }
-            Err(e) => tally.failures.push(format!("{label}: {e:#}")),
-        }
+        tally.http(&label, r, allowed)
     };
     let started = Instant::now();
     for (label, bytes) in wav_mutants(wav_seed, WAV_MUTANTS, rng)? {
@@ -676,6 +664,51 @@ fn server_probes(
         WAV_MUTANTS + gguf.len() + 1,
         started.elapsed().as_secs_f64()
     );
+    stop_server(child, log, tally)
+}
+
+/// Starts the server on the config file `cfg`: the process, its `127.0.0.1:PORT` from
+/// the banner, and a thread collecting its log.
+fn start_server(
+    server: &Path,
+    cfg: &Path,
+) -> Result<(std::process::Child, String, std::thread::JoinHandle<String>)> {
+    let mut child = Command::new(server)
+        .arg("--config")
+        .arg(cfg)
+        .env_remove("AUDIOCPP_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting audiocpp_server")?;
+    let mut banner = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().context("server stdout")?),
+        &mut banner,
+    )?;
+    let addr = banner
+        .trim()
+        .rsplit("http://")
+        .next()
+        .filter(|a| a.starts_with("127.0.0.1:"))
+        .with_context(|| format!("unexpected server banner {banner:?}"))?
+        .to_string();
+    let mut stderr = child.stderr.take().context("server stderr")?;
+    let log = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    Ok((child, addr, log))
+}
+
+/// Sends the server SIGTERM and checks that it exits 0 within [`RUN_TIMEOUT`], within
+/// [`MAX_RSS_KIB`], with no panic in its log.
+fn stop_server(
+    mut child: std::process::Child,
+    log: std::thread::JoinHandle<String>,
+    tally: &mut Tally,
+) -> Result<()> {
     let max_rss_kib = peak_rss_kib(child.id());
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -712,6 +745,479 @@ fn server_probes(
             .push(format!("server log shows a panic: {log}"));
     }
     Ok(())
+}
+
+/// Kokoro GGUF mutants of its header and tables (the tensor data kept), run through
+/// `--task tts`.
+pub const KOKORO_GGUF_MUTANTS: usize = 10;
+/// Where the Kokoro GGUF is cut for the truncation probes, as fractions of its length
+/// (0 is an empty file).
+const KOKORO_CUTS: [f64; 5] = [0.0, 0.001, 0.25, 0.5, 0.999];
+
+/// The arguments of a one-thread `--task tts --family kokoro` run of `model` into `out`,
+/// then `extra`.
+fn tts_args<'a>(
+    model: &'a Path,
+    out: &'a Path,
+    extra: &'a [std::ffi::OsString],
+) -> Vec<&'a std::ffi::OsStr> {
+    let mut v: Vec<&std::ffi::OsStr> = [
+        "--task",
+        "tts",
+        "--family",
+        "kokoro",
+        "--threads",
+        "1",
+        "--model",
+    ]
+    .iter()
+    .map(std::ffi::OsStr::new)
+    .collect();
+    v.push(model.as_os_str());
+    v.push(std::ffi::OsStr::new("--out"));
+    v.push(out.as_os_str());
+    v.extend(extra.iter().map(|a| a.as_os_str()));
+    v
+}
+
+/// Runs one TTS probe into an empty folder: exit code in `ok_codes`, and a failed run
+/// leaves the folder empty (no output, no temporary file).
+fn tts_probe(
+    inp: &Inputs,
+    tally: &mut Tally,
+    label: &str,
+    model: &Path,
+    extra: &[std::ffi::OsString],
+    ok_codes: &[i32],
+) -> Result<()> {
+    let dir = inp.work.join("tts-out");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    let out = dir.join("out.wav");
+    let o = run_measured(&inp.cli, &tts_args(model, &out, extra), RUN_TIMEOUT)?;
+    tally.cli(&format!("cli tts {label}"), &o, ok_codes);
+    if o.code != Some(0) {
+        let left: Vec<String> = std::fs::read_dir(&dir)?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if !left.is_empty() {
+            tally
+                .failures
+                .push(format!("cli tts {label}: a failed run left {left:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// The exit codes of a probe that must be refused.
+const REFUSED: &[i32] = &[2];
+/// The exit codes of a probe that may be spoken or refused.
+const SPOKEN_OR_REFUSED: &[i32] = &[0, 2];
+
+/// `--task tts` and `POST /v1/audio/speech` on Kokoro (f16, converted here from the
+/// pinned assets): hostile text, text files, speeds, voices and phonemes through the
+/// CLI, truncated and mutated model files, and hostile speech requests to a server.
+fn tts_probes(inp: &Inputs, tally: &mut Tally) -> Result<()> {
+    use std::ffi::OsString;
+    let started = Instant::now();
+    let src = inp.assets.join("kokoro");
+    let kokoro = inp.work.join("kokoro-f16.gguf");
+    let status = Command::new(&inp.cli)
+        .args(["--task", "convert", "--family", "kokoro", "--model"])
+        .arg(src.join("kokoro.onnx"))
+        .arg("--voices")
+        .arg(src.join("voices"))
+        .arg("--vocab")
+        .arg(inp.assets.join("kokoro-vocab.json"))
+        .arg("--lexicons")
+        .arg(inp.assets.join("misaki"))
+        .args(["--quantize", "f16", "--out"])
+        .arg(&kokoro)
+        .arg("--model-spec-override")
+        .arg(&inp.specs)
+        .stdout(Stdio::null())
+        .status()
+        .context("converting Kokoro for the TTS probes")?;
+    anyhow::ensure!(status.success(), "converting Kokoro (f16) failed");
+    let os = |args: &[&str]| -> Vec<OsString> { args.iter().map(OsString::from).collect() };
+    let text_file = inp.work.join("tts-text");
+    let file_arg = |extra: &[&str]| {
+        let mut v = os(&["--text-file"]);
+        v.push(text_file.clone().into_os_string());
+        v.extend(os(extra));
+        v
+    };
+
+    // Text and phonemes given on the command line.
+    let mut invalid_utf8 = os(&["--text"]);
+    invalid_utf8.push(std::os::unix::ffi::OsStringExt::from_vec(
+        b"Hello \xff\xfe there.".to_vec(),
+    ));
+    let many_sentences = "Hi. ".repeat(2500);
+    let argv_cases: Vec<(&str, Vec<OsString>, &[i32])> = vec![
+        ("empty --text", os(&["--text", ""]), REFUSED),
+        ("blank --text", os(&["--text", " \t\n "]), REFUSED),
+        ("invalid UTF-8 --text", invalid_utf8, REFUSED),
+        (
+            "punctuation-only --text",
+            os(&["--text", "?!... ,;:"]),
+            SPOKEN_OR_REFUSED,
+        ),
+        (
+            "control characters in --text",
+            os(&["--text", "Hi\u{7}\u{1b}[2J\u{8}."]),
+            SPOKEN_OR_REFUSED,
+        ),
+        (
+            "10,000 characters of 2,500 sentences, 1 s speech limit",
+            os(&["--text", many_sentences.as_str(), "--max-speech-s", "1"]),
+            REFUSED,
+        ),
+        ("--speed 0", os(&["--text", "Hi.", "--speed", "0"]), REFUSED),
+        ("--speed -1", os(&["--text", "Hi.", "--speed=-1"]), REFUSED),
+        (
+            "--speed NaN",
+            os(&["--text", "Hi.", "--speed", "NaN"]),
+            REFUSED,
+        ),
+        (
+            "--speed inf",
+            os(&["--text", "Hi.", "--speed", "inf"]),
+            REFUSED,
+        ),
+        (
+            "--speed 1e9",
+            os(&["--text", "Hi.", "--speed", "1e9"]),
+            REFUSED,
+        ),
+        (
+            "--speed 1e-9",
+            os(&["--text", "Hi.", "--speed", "1e-9"]),
+            REFUSED,
+        ),
+        (
+            "--speed 4.01",
+            os(&["--text", "Hi.", "--speed", "4.01"]),
+            REFUSED,
+        ),
+        (
+            "--speed text",
+            os(&["--text", "Hi.", "--speed", "fast"]),
+            REFUSED,
+        ),
+        (
+            "--max-speech-s 0",
+            os(&["--text", "Hi.", "--max-speech-s", "0"]),
+            REFUSED,
+        ),
+        (
+            "--max-speech-s NaN",
+            os(&["--text", "Hi.", "--max-speech-s", "NaN"]),
+            REFUSED,
+        ),
+        (
+            "unknown --voice",
+            os(&["--text", "Hi.", "--voice", "zz_nobody"]),
+            REFUSED,
+        ),
+        (
+            "empty --voice",
+            os(&["--text", "Hi.", "--voice", ""]),
+            REFUSED,
+        ),
+        (
+            "path as --voice",
+            os(&["--text", "Hi.", "--voice", "../../etc/passwd"]),
+            REFUSED,
+        ),
+        (
+            "--phonemes of unknown symbols",
+            os(&["--phonemes", "QXQ☃§"]),
+            REFUSED,
+        ),
+        ("blank --phonemes", os(&["--phonemes", "   "]), REFUSED),
+        (
+            "--text and --phonemes",
+            os(&["--text", "Hi.", "--phonemes", "hˈI"]),
+            REFUSED,
+        ),
+    ];
+    for (label, extra, ok) in &argv_cases {
+        tts_probe(inp, tally, label, &kokoro, extra, ok)?;
+    }
+
+    // Text files.
+    let mut rng = Rng::new(SEED ^ 0x7755);
+    let binary: Vec<u8> = (0..4096).map(|_| rng.next_u64() as u8 | 0x80).collect();
+    /// A text file probe: label, the file's bytes, the arguments, the exit codes allowed.
+    type FileCase<'a> = (&'a str, Vec<u8>, Vec<OsString>, &'a [i32]);
+    let file_cases: Vec<FileCase> = vec![
+        ("empty text file", Vec::new(), file_arg(&[]), REFUSED),
+        ("binary text file", binary, file_arg(&[]), REFUSED),
+        (
+            "invalid UTF-8 text file",
+            b"Good \xc3\x28 morning.".to_vec(),
+            file_arg(&[]),
+            REFUSED,
+        ),
+        (
+            "NUL bytes in a text file",
+            b"Hello\0 there.\0\0".to_vec(),
+            file_arg(&[]),
+            SPOKEN_OR_REFUSED,
+        ),
+        (
+            "only NUL bytes in a text file",
+            vec![0u8; 64],
+            file_arg(&[]),
+            SPOKEN_OR_REFUSED,
+        ),
+        (
+            "text file over 1 MiB",
+            b"a ".repeat((1 << 19) + 1),
+            file_arg(&[]),
+            REFUSED,
+        ),
+    ];
+    for (label, bytes, extra, ok) in &file_cases {
+        std::fs::write(&text_file, bytes)?;
+        tts_probe(inp, tally, label, &kokoro, extra, ok)?;
+    }
+    let missing = inp.work.join("no-such-text.txt");
+    let mut args = os(&["--text-file"]);
+    args.push(missing.into_os_string());
+    tts_probe(inp, tally, "missing text file", &kokoro, &args, REFUSED)?;
+    let mut args = os(&["--text-file"]);
+    args.push(inp.work.clone().into_os_string());
+    tts_probe(inp, tally, "a folder as text file", &kokoro, &args, REFUSED)?;
+
+    // Truncated and mutated model files.
+    let seed = std::fs::read(&kokoro)?;
+    let (_, _, table_end) = gguf_fields(&seed)?;
+    let mutant = inp.work.join("kokoro-mutant.gguf");
+    let hi = os(&["--text", "Hi."]);
+    for cut in KOKORO_CUTS {
+        let at = (seed.len() as f64 * cut) as usize;
+        std::fs::write(&mutant, &seed[..at])?;
+        tts_probe(
+            inp,
+            tally,
+            &format!("Kokoro GGUF cut at {at}"),
+            &mutant,
+            &hi,
+            REFUSED,
+        )?;
+    }
+    std::fs::write(&mutant, &seed[..table_end])?;
+    tts_probe(
+        inp,
+        tally,
+        "Kokoro GGUF without its tensor data",
+        &mutant,
+        &hi,
+        REFUSED,
+    )?;
+    let tables = &seed[..table_end];
+    for (label, bytes) in gguf_mutants(tables, KOKORO_GGUF_MUTANTS, &mut rng)? {
+        let mut f = std::fs::File::create(&mutant)?;
+        f.write_all(&bytes)?;
+        if !label.starts_with("truncated") {
+            f.write_all(&seed[table_end..])?;
+        }
+        drop(f);
+        tts_probe(
+            inp,
+            tally,
+            &format!("Kokoro GGUF {label}"),
+            &mutant,
+            &hi,
+            SPOKEN_OR_REFUSED,
+        )?;
+    }
+    std::fs::remove_file(&mutant)?;
+    eprintln!(
+        "hostile: TTS CLI probes in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    tts_server_probes(inp, &kokoro, tally)
+}
+
+/// Hostile `POST /v1/audio/speech` requests to a server speaking with `kokoro`: bad
+/// JSON, wrong types, over-long input, out-of-range speeds, unknown voices and formats,
+/// an oversized body; each a 4xx with an OpenAI error body naming the reason, then a
+/// good request still speaks and `/health` answers.
+fn tts_server_probes(inp: &Inputs, kokoro: &Path, tally: &mut Tally) -> Result<()> {
+    let cfg = inp.work.join("tts-server.json");
+    std::fs::write(
+        &cfg,
+        serde_json::to_string(&serde_json::json!({
+            "port": 0, "threads": 1, "max_body_bytes": 1 << 20,
+            "models": [{ "id": "kokoro", "path": kokoro, "family": "kokoro", "task": "tts" }],
+        }))?,
+    )?;
+    let (child, addr, log) = start_server(&inp.server, &cfg)?;
+    let json = "application/json";
+    let speak = |body: &[u8]| http(&addr, "POST", "/v1/audio/speech", json, body);
+    let over_long = serde_json::json!({ "model": "kokoro", "input": "a".repeat(4097) });
+    let huge = serde_json::json!({ "model": "kokoro", "input": "a ".repeat(1 << 20) });
+    let raw: Vec<(&str, Vec<u8>)> = vec![
+        ("empty body", Vec::new()),
+        (
+            "truncated JSON",
+            br#"{"model": "kokoro", "input": "#.to_vec(),
+        ),
+        ("JSON null", b"null".to_vec()),
+        ("JSON array", br#"["kokoro", "Hi."]"#.to_vec()),
+        ("binary body", (0u8..=255).cycle().take(4096).collect()),
+        (
+            "NaN speed",
+            br#"{"model": "kokoro", "input": "Hi.", "speed": NaN}"#.to_vec(),
+        ),
+        (
+            "speed 1e400",
+            br#"{"model": "kokoro", "input": "Hi.", "speed": 1e400}"#.to_vec(),
+        ),
+        (
+            "invalid UTF-8 in the JSON",
+            b"{\"model\": \"kokoro\", \"input\": \"Hi \xff.\"}".to_vec(),
+        ),
+        ("4097-character input", over_long.to_string().into_bytes()),
+        (
+            "2 MiB body over max_body_bytes",
+            huge.to_string().into_bytes(),
+        ),
+    ];
+    let fields: Vec<(&str, serde_json::Value)> = vec![
+        (
+            "input a number",
+            serde_json::json!({ "model": "kokoro", "input": 5 }),
+        ),
+        (
+            "input null",
+            serde_json::json!({ "model": "kokoro", "input": null }),
+        ),
+        (
+            "input an array",
+            serde_json::json!({ "model": "kokoro", "input": ["Hi."] }),
+        ),
+        ("no input", serde_json::json!({ "model": "kokoro" })),
+        (
+            "empty input",
+            serde_json::json!({ "model": "kokoro", "input": "" }),
+        ),
+        (
+            "blank input",
+            serde_json::json!({ "model": "kokoro", "input": " \n\t " }),
+        ),
+        (
+            "model a number",
+            serde_json::json!({ "model": 1, "input": "Hi." }),
+        ),
+        ("no model", serde_json::json!({ "input": "Hi." })),
+        (
+            "unknown model",
+            serde_json::json!({ "model": "nope", "input": "Hi." }),
+        ),
+        (
+            "speed a string",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "speed": "fast" }),
+        ),
+        (
+            "speed 0",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "speed": 0 }),
+        ),
+        (
+            "speed -1",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "speed": -1 }),
+        ),
+        (
+            "speed 1e9",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "speed": 1e9 }),
+        ),
+        (
+            "speed 1e-9",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "speed": 1e-9 }),
+        ),
+        (
+            "voice a number",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "voice": 3 }),
+        ),
+        (
+            "unknown voice",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "voice": "zz_nobody" }),
+        ),
+        (
+            "empty voice",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "voice": "" }),
+        ),
+        (
+            "format mp3",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "response_format": "mp3" }),
+        ),
+        (
+            "unknown format",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "response_format": "xyz" }),
+        ),
+        (
+            "format a number",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "response_format": 7 }),
+        ),
+        (
+            "unknown stream format",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "stream_format": "carrier-pigeon" }),
+        ),
+        (
+            "unknown field",
+            serde_json::json!({ "model": "kokoro", "input": "Hi.", "pitch": 2 }),
+        ),
+    ];
+    let cases = raw.into_iter().chain(
+        fields
+            .into_iter()
+            .map(|(l, v)| (l, v.to_string().into_bytes())),
+    );
+    // A 4xx names its reason in an OpenAI error body.
+    let reasoned = |body: &str| -> bool {
+        serde_json::from_str::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(|m| !m.is_empty()))
+            .unwrap_or(false)
+    };
+    for (label, body) in cases {
+        let r = speak(&body[..]);
+        let named = matches!(&r, Ok((_, b)) if reasoned(b));
+        tally.http(&format!("server tts {label}"), r, &|s| {
+            (400..500).contains(&s)
+        });
+        if !named {
+            tally.failures.push(format!(
+                "server tts {label}: no error message in the answer"
+            ));
+        }
+    }
+    let r = http(&addr, "POST", "/v1/audio/speech", "text/plain", b"Hi.");
+    tally.http("server tts a text/plain body", r, &|s| {
+        (400..500).contains(&s)
+    });
+    let good = serde_json::json!({ "model": "kokoro", "input": "Hi.", "response_format": "wav" });
+    let r = speak(good.to_string().as_bytes());
+    let spoke = matches!(&r, Ok((200, b)) if b.starts_with("RIFF"));
+    tally.http(
+        "server tts a good request after the hostile ones",
+        r,
+        &|s| s == 200,
+    );
+    if !spoke {
+        tally
+            .failures
+            .push("server tts: the good request got no WAV".into());
+    }
+    let r = http(&addr, "GET", "/health", "text/plain", b"");
+    tally.http("server /health after the TTS probes", r, &|s| s == 200);
+    stop_server(child, log, tally)
 }
 
 /// `cargo xtask test`'s entry: runs the suite on the release binaries, prints the
@@ -786,6 +1292,38 @@ mod tests {
         ] {
             assert!(a.iter().any(|(l, _)| l.contains(kind)), "{kind}");
         }
+    }
+
+    /// The TTS probes alone, for working on them (`cargo xtask test` runs them with the
+    /// rest): after `cargo build --release -p audiocpp-cli -p audiocpp-server`,
+    /// `AUDIOCPP_TEST_ASSETS=DIR cargo test -p xtask --profile xtask --lib tts_probes_alone
+    /// -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "needs the release CLI and server and the Kokoro test assets"]
+    fn tts_probes_alone() {
+        let assets = std::env::var_os("AUDIOCPP_TEST_ASSETS")
+            .map(PathBuf::from)
+            .expect("AUDIOCPP_TEST_ASSETS names the test assets");
+        let bin = crate::project::target_dir().join("release");
+        let inp = Inputs {
+            cli: bin.join("audiocpp_cli"),
+            server: bin.join("audiocpp_server"),
+            assets,
+            specs: crate::project::project_root().join("model_specs"),
+            work: crate::project::target_dir().join("tmp/hostile-tts"),
+        };
+        std::fs::create_dir_all(&inp.work).unwrap();
+        let mut tally = Tally::default();
+        tts_probes(&inp, &mut tally).unwrap();
+        eprintln!(
+            "hostile tts: {} probes, {} signals, {} panics, worst RSS {} MiB, outcomes {:?}",
+            tally.probes,
+            tally.signals,
+            tally.panics,
+            tally.worst_rss_kib / 1024,
+            tally.outcomes
+        );
+        assert!(tally.failures.is_empty(), "{:#?}", tally.failures);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
@@ -190,4 +191,85 @@ pub fn kokoro_gguf(quantize: &str) -> PathBuf {
     assert_eq!(run.code, 0, "converting Kokoro: {}", run.stderr);
     std::fs::write(&stamp, want).unwrap();
     out
+}
+
+/// Runs `--task convert --family whisper` of the CTranslate2 folder `model` into `out`
+/// with the shipped specs and `extra` flags.
+pub fn convert_whisper(model: &Path, out: &Path, extra: &[&str]) -> Run {
+    let specs = specs();
+    let mut args = vec![
+        "--task",
+        "convert",
+        "--family",
+        "whisper",
+        "--model",
+        s(model),
+        "--out",
+        s(out),
+        "--model-spec-override",
+        s(&specs),
+    ];
+    args.extend_from_slice(extra);
+    cli(&args)
+}
+
+/// Whisper base (multilingual, f16) converted from the pinned CTranslate2 model once per
+/// test run: the ear of the ASR tests and of the TTS round trips.
+pub fn whisper_base() -> &'static Path {
+    static GGUF: OnceLock<PathBuf> = OnceLock::new();
+    GGUF.get_or_init(|| {
+        let model = assets().join("whisper-base-ct2");
+        assert!(
+            model.join("model.bin").is_file(),
+            "Whisper base assets are missing in {}: run `cargo xtask test`",
+            assets().display()
+        );
+        let out = tempfile::tempdir()
+            .unwrap()
+            .keep()
+            .join("whisper-base.gguf");
+        let run = convert_whisper(&model, &out, &[]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        out
+    })
+}
+
+/// Lower-case words without punctuation, as a word error rate compares them.
+pub fn words(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| c.is_alphanumeric() || *c == '\'')
+                .collect::<String>()
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Word-level edit distance.
+pub fn word_errors(hyp: &[String], reference: &[String]) -> usize {
+    let mut prev: Vec<usize> = (0..=reference.len()).collect();
+    for (i, h) in hyp.iter().enumerate() {
+        let mut row = vec![i + 1];
+        for (j, r) in reference.iter().enumerate() {
+            let sub = prev[j] + usize::from(h != r);
+            row.push(sub.min(prev[j + 1] + 1).min(row[j] + 1));
+        }
+        prev = row;
+    }
+    prev[reference.len()]
+}
+
+/// The test venv's Python (numpy, onnxruntime, faster-whisper); fails loudly when missing.
+pub fn python() -> PathBuf {
+    let p = std::env::var_os("AUDIOCPP_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| assets().join("venv/bin/python"));
+    assert!(
+        p.is_file(),
+        "the test venv's python is missing ({}): run `cargo xtask test`",
+        p.display()
+    );
+    p
 }

@@ -1,6 +1,13 @@
-//! Paths shared by the server's integration tests.
+//! What the server's integration tests share: the pinned assets, the test venv's Python,
+//! the real server binary started on a free loopback port (and killed when the test lets
+//! go of it), and a request helper that hands back every answer, whatever its status.
+//! One copy, so a change to how the server starts or answers is made once.
 
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 
 /// The workspace root.
 pub fn root() -> PathBuf {
@@ -22,4 +29,149 @@ pub fn assets(required: &str) -> PathBuf {
         dir.display()
     );
     dir
+}
+
+/// The test venv's Python (with the `openai` package); fails loudly when missing.
+pub fn python() -> PathBuf {
+    let p = std::env::var_os("AUDIOCPP_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let dir = std::env::var_os("AUDIOCPP_TEST_ASSETS")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root().join("target/test-assets"));
+            dir.join("venv/bin/python")
+        });
+    assert!(
+        p.is_file(),
+        "the test venv's python is missing ({}): run `cargo xtask test`",
+        p.display()
+    );
+    p
+}
+
+/// Writes `config` as `server.json` in `dir`; returns its path.
+pub fn write_config(dir: &Path, config: &serde_json::Value) -> PathBuf {
+    let p = dir.join("server.json");
+    std::fs::write(&p, serde_json::to_string_pretty(config).unwrap()).unwrap();
+    p
+}
+
+/// The server binary on the config file `config`, without an API key from the
+/// environment (a test that wants one puts it in the config).
+pub fn server_command(config: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_audiocpp_server"));
+    cmd.arg("--config")
+        .arg(config)
+        .env_remove("AUDIOCPP_API_KEY");
+    cmd
+}
+
+/// Runs the server on `config` to its end (for configs it must refuse).
+pub fn run_to_exit(config: &Path) -> Output {
+    server_command(config).output().unwrap()
+}
+
+/// A running server binary; killed and reaped on drop.
+pub struct Server {
+    /// The process, for tests that signal or wait on it.
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`, from the banner.
+    pub base: String,
+    /// A folder (config, models) that must outlive the process.
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Writes `config` (its `port` should be 0: a free port) into `dir` and starts the
+    /// server on it.
+    pub fn start(dir: &Path, config: &serde_json::Value) -> Server {
+        Server::spawn(&mut server_command(&write_config(dir, config)))
+    }
+
+    /// Starts `cmd` (from [`server_command`], perhaps with more environment or a piped
+    /// stderr) and waits until it is ready: its banner names the address it listens on,
+    /// printed once the port is bound.
+    pub fn spawn(cmd: &mut Command) -> Server {
+        let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let base = line.trim().rsplit(' ').next().unwrap_or("").to_string();
+        let server = Server {
+            child,
+            base,
+            dir: None,
+        };
+        assert!(
+            server.base.starts_with("http://127.0.0.1:"),
+            "unexpected banner: {line:?}"
+        );
+        server
+    }
+
+    /// Keeps `dir` until the server is gone.
+    pub fn owning(mut self, dir: tempfile::TempDir) -> Server {
+        self.dir = Some(dir);
+        self
+    }
+
+    /// The URL of `path` (which starts with `/`) on this server.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Kills the server; returns what it wrote to stderr when that was piped.
+    pub fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let mut log = String::new();
+        if let Some(mut stderr) = self.child.stderr.take() {
+            stderr.read_to_string(&mut log).unwrap();
+        }
+        let _ = self.child.wait();
+        log
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `body` with `content_type` to `req`; the answer whatever its status (a
+/// transport failure panics, naming `req`'s URL).
+pub fn send(req: ureq::Request, content_type: &str, body: &[u8]) -> ureq::Response {
+    let url = req.url().to_string();
+    match req.set("Content-Type", content_type).send_bytes(body) {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{url}: {e}"),
+    }
+}
+
+/// A `multipart/form-data` body: its content type, and the text `fields` followed by
+/// the file part `file` (file name, bytes) if any.
+pub fn multipart(fields: &[(&str, &str)], file: Option<(&str, &[u8])>) -> (String, Vec<u8>) {
+    let boundary = "audiocppboundary7d1f";
+    let mut body = Vec::new();
+    for (k, v) in fields {
+        body.extend(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n")
+                .as_bytes(),
+        );
+    }
+    if let Some((name, bytes)) = file {
+        body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes());
+        body.extend(bytes);
+        body.extend(b"\r\n");
+    }
+    body.extend(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
 }

@@ -423,9 +423,9 @@ mod tests {
     //! `N_pred` and style row): harmonic source SNR >= 40 dB; the generator's magnitude
     //! SNR >= 35 dB, and >= 80 dB when fed the reference's own source STFT (which checks
     //! the network alone: the source differs by rounding, and the phases of its empty
-    //! bins are rounding noise; >= 50 dB with f16 weights); the waveform's log-mel (n_fft 1024, hop 256, 80 HTK bands to 12 kHz,
-    //! natural log floored at 1e-5) MAE <= 0.03 and cosine >= 0.9998 from our own source
-    //! (f16 weights: 0.06 and 0.9995).
+    //! bins are rounding noise; >= 50 dB with f16 weights); the same samples at 1 thread.
+    //! The waveform's log-mel is checked once, end to end, by cli/tests/tts_reference.rs
+    //! (which `cargo xtask test` runs), not again here.
 
     use std::collections::HashMap;
     use std::io::Read;
@@ -501,49 +501,6 @@ mod tests {
         10.0 * (s / n.max(1e-30)).log10()
     }
 
-    /// Natural-log mel spectrogram (n_fft 1024, hop 256, Hann, 80 HTK bands 0-12 kHz).
-    fn log_mel(x: &[f32], sample_rate: f64) -> Vec<f64> {
-        let (n_fft, hop, bands) = (1024usize, 256usize, 80usize);
-        let bins = n_fft / 2 + 1;
-        let mel = |f: f64| 2595.0 * (1.0 + f / 700.0).log10();
-        let hz = |m: f64| 700.0 * (10f64.powf(m / 2595.0) - 1.0);
-        let top = mel(sample_rate / 2.0);
-        let edges: Vec<f64> = (0..bands + 2)
-            .map(|i| hz(top * i as f64 / (bands + 1) as f64))
-            .collect();
-        let mut planner = realfft::RealFftPlanner::<f64>::new();
-        let fft = planner.plan_fft_forward(n_fft);
-        let window = super::super::source::hann_periodic(n_fft);
-        let mut out = Vec::new();
-        let mut frame = fft.make_input_vec();
-        let mut spec = fft.make_output_vec();
-        let mut start = 0;
-        while start + n_fft <= x.len() {
-            for (i, v) in frame.iter_mut().enumerate() {
-                *v = x[start + i] as f64 * window[i];
-            }
-            fft.process(&mut frame, &mut spec).unwrap();
-            for b in 0..bands {
-                let (lo, mid, hi) = (edges[b], edges[b + 1], edges[b + 2]);
-                let mut e = 0.0;
-                for (k, c) in spec.iter().enumerate().take(bins) {
-                    let f = k as f64 * sample_rate / n_fft as f64;
-                    let wgt = if f > lo && f <= mid {
-                        (f - lo) / (mid - lo)
-                    } else if f > mid && f < hi {
-                        (hi - f) / (hi - mid)
-                    } else {
-                        0.0
-                    };
-                    e += wgt * c.norm_sqr().sqrt();
-                }
-                out.push(e.max(1e-5).ln());
-            }
-            start += hop;
-        }
-        out
-    }
-
     fn env_path(var: &str) -> PathBuf {
         PathBuf::from(std::env::var(var).unwrap_or_else(|_| {
             panic!(
@@ -562,17 +519,13 @@ mod tests {
         let (weights, _buffer) = load_weights(&env_path("AUDIOCPP_KOKORO_GGUF"), &runtime);
         let decoder = Decoder::load(&weights, "decoder.decoder", DecoderConfig::kokoro_v1())
             .expect("the decoder's weights load");
-        // f16 weights (issue 17): log-mel MAE <= 0.06, cosine >= 0.9995.
+        // f16 weights round the network's own output further.
         let f16 = weights
             .tensor("decoder.decoder.encode.conv1.weight")
             .unwrap()
             .dtype()
             == Some(DType::F16);
-        let (network_db, max_mae, min_cos) = if f16 {
-            (50.0, 0.06, 0.9995)
-        } else {
-            (80.0, 0.03, 0.9998)
-        };
+        let network_db = if f16 { 50.0 } else { 80.0 };
         let dir = env_path("AUDIOCPP_KOKORO_REF");
         let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -637,19 +590,9 @@ mod tests {
             let fed_phase_snr = snr_db(get("gen_phase"), &fed.phase);
 
             let audio = get("audio");
-            let (a, b) = (log_mel(audio, 24000.0), log_mel(&ours.samples, 24000.0));
-            let mae = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).sum::<f64>() / a.len() as f64;
-            let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-            let cos = dot
-                / (a.iter().map(|x| x * x).sum::<f64>().sqrt()
-                    * b.iter().map(|x| x * x).sum::<f64>().sqrt());
-            let (fa, fb) = (log_mel(audio, 24000.0), log_mel(&fed.samples, 24000.0));
-            let fed_mae =
-                fa.iter().zip(&fb).map(|(x, y)| (x - y).abs()).sum::<f64>() / fa.len() as f64;
             eprintln!(
                 "{}: frames {frames}, source {source_snr:.1} dB, magnitude {own_magnitude_snr:.1} dB \
-                 (reference source {magnitude_snr:.1} dB), phase {fed_phase_snr:.1} dB, waveform {:.1} dB (fed {:.1} dB), \
-                 log-mel MAE {mae:.4} cos {cos:.6} (fed MAE {fed_mae:.4})",
+                 (reference source {magnitude_snr:.1} dB), phase {fed_phase_snr:.1} dB, waveform {:.1} dB (fed {:.1} dB)",
                 case.display(),
                 snr_db(audio, &ours.samples),
                 snr_db(audio, &fed.samples),
@@ -666,8 +609,6 @@ mod tests {
                 magnitude_snr >= network_db,
                 "magnitude from the reference source {magnitude_snr:.1} dB < {network_db}"
             );
-            assert!(mae <= max_mae, "log-mel MAE {mae:.4} > {max_mae}");
-            assert!(cos >= min_cos, "log-mel cosine {cos:.6} < {min_cos}");
         }
     }
 }

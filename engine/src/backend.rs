@@ -112,9 +112,9 @@ impl BackendKind {
 /// `AUDIOCPP_CPU_KERNELS=avx2` caps the levels at AVX2.
 pub fn cpu_kernels() -> String {
     match (
-        ggml::kernels_switched_off(),
-        ggml::SimdLevel::allowed(),
-        ggml::q8_kernel_level(),
+        crate::cpu_kernels::kernels_switched_off(),
+        crate::cpu_kernels::SimdLevel::allowed(),
+        crate::cpu_kernels::q8_kernel_level(),
     ) {
         (false, Some(float), Some(q8)) => format!("float:{},q8_0:{}", float.name(), q8.name()),
         _ => "ggml".to_string(),
@@ -374,7 +374,7 @@ impl Runtime {
     /// True when graphs run on the CPU backend, so the engine's own CPU kernels (ggml
     /// custom ops) may replace ggml's (see [`cpu_kernels`]).
     pub fn cpu_kernels(&self) -> bool {
-        self.cpu.is_none() && !ggml::kernels_switched_off()
+        self.cpu.is_none() && !crate::cpu_kernels::kernels_switched_off()
     }
 
     /// Worker threads for CPU work.

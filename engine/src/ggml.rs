@@ -1,4 +1,5 @@
-//! The ggml wrapper: the only module of the workspace that contains `unsafe`.
+//! The ggml wrapper: with the CPU kernels ([`crate::cpu_kernels`]), the only code of the
+//! workspace that contains `unsafe`.
 //!
 //! Everything above it works with owned, safe types: [`Context`] (tensor and graph
 //! metadata), [`Tensor`] (a handle tied to its context's lifetime), [`Graph`],
@@ -17,7 +18,24 @@ use std::sync::Once;
 
 use llama_cpp_sys_2 as sys;
 
-mod cpu_ops;
+/// Defines [`Context`] methods that each wrap one ggml op of the context and one or
+/// more tensors (element-wise maths, layout copies): ggml checks that the shapes and
+/// types fit the op (broadcasting a second operand over the first).
+macro_rules! tensor_ops {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident),+) => $ffi:ident;)+) => {
+        impl Context {
+            $(
+                $(#[$doc])*
+                pub fn $name<'a>(&'a self, $($arg: Tensor<'a>),+) -> Tensor<'a> {
+                    // SAFETY: the tensors belong to this live context; ggml checks
+                    // that their shapes and types fit the op.
+                    self.wrap(unsafe { sys::$ffi(self.raw.as_ptr(), $($arg.raw()),+) })
+                }
+            )+
+        }
+    };
+}
+
 mod custom_op;
 pub mod hip_arch;
 pub mod log;
@@ -25,18 +43,9 @@ mod signal;
 
 use custom_op::{CustomOp, OpState, Operand};
 
-/// True when `w` has the shape [`Context::mul_mat_f16_cpu`] takes: f16 with contiguous
-/// rows, at least 4 rows per batch, batches along one dimension.
-pub fn f16_product_fits(w: Tensor<'_>) -> bool {
-    let [_, n, _, n3] = w.ne();
-    w.dtype() == Some(DType::F16) && n >= 4 && n3 == 1 && w.row_contiguous()
-}
-
-pub use cpu_ops::{
-    attention_kernel_available, f16_product_available, kernels_switched_off, pack_f32_transposed,
-    q8_kernel_available, q8_kernel_level, PackedQ8, SimdLevel, ATTENTION_HEAD_DIM,
-    F32_PRODUCT_COLS,
-};
+/// Whether this CPU runs the custom ops' float kernels, asked here by callers of the
+/// wrapper (the server's fault tests) that build custom ops.
+pub use crate::cpu_kernels::attention_kernel_available;
 
 /// A failure inside ggml, reported with what was being done.
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +81,8 @@ pub enum DType {
     /// ggml's 8-bit block quantization: blocks of 32 values, one f16 scale each
     /// (34 bytes per block). Only matrix-multiplication weights use it.
     Q8_0,
-    /// Raw bytes: q8_0 weights re-laid out for the CPU kernel ([`PackedQ8`]).
+    /// Raw bytes: q8_0 weights re-laid out for the CPU kernel
+    /// ([`crate::cpu_kernels::PackedQ8`]).
     I8,
 }
 
@@ -503,48 +513,6 @@ impl Context {
         })
     }
 
-    /// Element-wise sum, broadcasting `b` over `a`.
-    pub fn add<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_add(self.raw.as_ptr(), a.raw(), b.raw()) })
-    }
-
-    /// Element-wise product, broadcasting `b` over `a`.
-    pub fn mul<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_mul(self.raw.as_ptr(), a.raw(), b.raw()) })
-    }
-
-    /// Element-wise square root.
-    pub fn sqrt<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_sqrt(self.raw.as_ptr(), a.raw()) })
-    }
-
-    /// Element-wise logistic sigmoid.
-    pub fn sigmoid<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_sigmoid(self.raw.as_ptr(), a.raw()) })
-    }
-
-    /// Element-wise hyperbolic tangent.
-    pub fn tanh<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_tanh(self.raw.as_ptr(), a.raw()) })
-    }
-
-    /// Element-wise max(x, 0).
-    pub fn relu<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_relu(self.raw.as_ptr(), a.raw()) })
-    }
-
-    /// A contiguous copy (materialises a permuted or strided view).
-    pub fn cont<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_cont(self.raw.as_ptr(), a.raw()) })
-    }
-
     /// Reorders axes: axis `i` of `a` becomes axis `axes[i]` of the result.
     pub fn permute<'a>(&'a self, a: Tensor<'a>, axes: [i32; 4]) -> Tensor<'a> {
         // SAFETY: as above.
@@ -643,7 +611,7 @@ impl Context {
     }
 
     /// [`Context::conv_1d_f32`] with the kernel packed for the engine's f32 product:
-    /// `packed` is [OC, IC*K] from [`pack_f32_transposed`] of the [K, IC, OC] kernel
+    /// `packed` is [OC, IC*K] from [`crate::cpu_kernels::pack_f32_transposed`] of the [K, IC, OC] kernel
     /// (read as [IC*K, OC]). The im2col step takes its shape from a [K, IC, OC] reshape
     /// of `packed` (it reads the shape only). Needs [`attention_kernel_available`].
     /// Refuses a weight that is not contiguous f32 [OC, IC*K] or an input without IC
@@ -745,10 +713,10 @@ impl Context {
         self.custom_op(op, &[a])
     }
 
-    /// [`Context::mul_mat`] of a [`PackedQ8`] weight (an [`DType::I8`] tensor of
-    /// [`PackedQ8::tensor_shape`]) and f32 activations `x` [k, m], plus `bias` ([n]
+    /// [`Context::mul_mat`] of a [`crate::cpu_kernels::PackedQ8`] weight (an [`DType::I8`] tensor of
+    /// [`crate::cpu_kernels::PackedQ8::tensor_shape`]) and f32 activations `x` [k, m], plus `bias` ([n]
     /// f32) when given, in one op: the result is [n, m]. A CPU-only custom op; needs
-    /// [`q8_kernel_available`]. Refuses any other operand with an error.
+    /// [`crate::cpu_kernels::q8_kernel_available`]. Refuses any other operand with an error.
     pub fn mul_mat_q8_packed<'a>(
         &'a self,
         packed: Tensor<'a>,
@@ -774,8 +742,8 @@ impl Context {
         self.custom_op(op, &[qkv])
     }
 
-    /// `x W^T` for an f32 weight packed by [`pack_f32_transposed`] (a contiguous f32
-    /// tensor [n, k], `n` whole runs of [`F32_PRODUCT_COLS`]) and f32 activations `x`
+    /// `x W^T` for an f32 weight packed by [`crate::cpu_kernels::pack_f32_transposed`] (a contiguous f32
+    /// tensor [n, k], `n` whole runs of [`crate::cpu_kernels::F32_PRODUCT_COLS`]) and f32 activations `x`
     /// [k, m]: the result is [n, m]. A CPU-only custom op; needs
     /// [`attention_kernel_available`] (the same vector code). Refuses any other operand.
     pub fn mul_mat_f32_packed<'a>(
@@ -789,9 +757,9 @@ impl Context {
     }
 
     /// [`Context::mul_mat`] of an f16 weight `w` [k, n, b] (rows contiguous, at least 4
-    /// rows: [`f16_product_fits`]) and f32 activations `x` [k, m, b], as a CPU-only
+    /// rows) and f32 activations `x` [k, m, b], as a CPU-only
     /// custom op with F16C conversion: the result is [n, m, b]. Needs
-    /// [`f16_product_available`]. For products that are a read of a large weight: the
+    /// [`crate::cpu_kernels::f16_product_available`]. For products that are a read of a large weight: the
     /// decoder's logits and its cross-attention over the f16 cache (strided views
     /// of it, one batch per head). Unlike ggml's f16 product, the activations stay
     /// f32 (ggml rounds them to f16). Refuses any other operand.
@@ -901,12 +869,6 @@ impl Context {
         self.wrap(unsafe { sys::ggml_concat(self.raw.as_ptr(), a.raw(), b.raw(), dim) })
     }
 
-    /// Swaps the first two axes (a view).
-    pub fn transpose<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_transpose(self.raw.as_ptr(), a.raw()) })
-    }
-
     /// A 3-D view [ne0, ne1, ne2] of `a` with strides (in elements) `s1`, `s2` for axes 1
     /// and 2, starting at element `offset_elems`. Axis 0 is contiguous.
     pub fn view_3d<'a>(
@@ -942,6 +904,25 @@ impl Context {
             ctx: self,
         }
     }
+}
+
+tensor_ops! {
+    /// Element-wise sum, broadcasting `b` over `a`.
+    fn add(a, b) => ggml_add;
+    /// Element-wise product, broadcasting `b` over `a`.
+    fn mul(a, b) => ggml_mul;
+    /// Element-wise square root.
+    fn sqrt(a) => ggml_sqrt;
+    /// Element-wise logistic sigmoid.
+    fn sigmoid(a) => ggml_sigmoid;
+    /// Element-wise hyperbolic tangent.
+    fn tanh(a) => ggml_tanh;
+    /// Element-wise max(x, 0).
+    fn relu(a) => ggml_relu;
+    /// A contiguous copy (materialises a permuted or strided view).
+    fn cont(a) => ggml_cont;
+    /// Swaps the first two axes (a view).
+    fn transpose(a) => ggml_transpose;
 }
 
 impl Drop for Context {
@@ -1582,7 +1563,10 @@ mod tests {
     /// True when this CPU runs the custom ops' kernels; otherwise says so, and fails
     /// under CI (where a test that asserts nothing must not pass).
     fn kernels_here() -> bool {
-        let here = q8_kernel_available() && attention_kernel_available() && f16_product_available();
+        use crate::cpu_kernels as k;
+        let here = k::q8_kernel_available()
+            && k::attention_kernel_available()
+            && k::f16_product_available();
         if !here {
             eprintln!("this CPU lacks AVX2/FMA/F16C: the custom op checks were not exercised");
             assert!(
@@ -1612,9 +1596,9 @@ mod tests {
 
     fn q8_weight(ctx: &Context, dtype: DType) -> Tensor<'_> {
         let ne = [
-            cpu_ops::CELL_BYTES as i64,
+            crate::cpu_kernels::q8::CELL_BYTES as i64,
             Q8_K / 32,
-            Q8_N / cpu_ops::GROUP_COLS as i64,
+            Q8_N / crate::cpu_kernels::q8::GROUP_COLS as i64,
         ];
         ctx.new_tensor(dtype, &ne, "w")
     }
@@ -1665,7 +1649,11 @@ mod tests {
             op,
             "not a packed q8_0 weight",
         );
-        let w_t = ctx.transpose(ctx.new_tensor(DType::I8, &[cpu_ops::CELL_BYTES as i64, 2], "wt"));
+        let w_t = ctx.transpose(ctx.new_tensor(
+            DType::I8,
+            &[crate::cpu_kernels::q8::CELL_BYTES as i64, 2],
+            "wt",
+        ));
         refused(
             ctx.mul_mat_q8_packed(w_t, x, None),
             op,

@@ -1,9 +1,10 @@
-//! The engine's CPU kernels as ggml custom ops: what each op takes, checked twice (by
-//! its builder in [`super::Context`], and again by the one callback ggml calls, before
-//! a kernel touches memory), and that callback, which turns a refused operand or a
-//! panic into a failure the compute reports ([`super::Scheduler::compute`]) instead of
-//! a wild read or an abort (ggml's custom ops return nothing, and a panic must not
-//! unwind into C).
+//! The engine's CPU kernels ([`crate::cpu_kernels`]) as ggml custom ops: what each op
+//! takes, checked twice (by its builder in [`super::Context`], and again by the one
+//! callback ggml calls, before a kernel touches memory), the trampoline that turns the
+//! checked tensors into the kernels' safe slice views, and that callback, which turns a
+//! refused operand or a panic into a failure the compute reports
+//! ([`super::Scheduler::compute`]) instead of a wild read or an abort (ggml's custom
+//! ops return nothing, and a panic must not unwind into C).
 
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -11,7 +12,10 @@ use std::sync::Mutex;
 
 use llama_cpp_sys_2 as sys;
 
-use super::{cpu_ops, DType};
+use super::DType;
+use crate::cpu_kernels::{
+    self as kernels, attention, f16_product, f32_product, gelu, q8, Matrix, Output, Part,
+};
 
 /// The engine's custom ops, with the parameter each takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +28,7 @@ pub(super) enum CustomOp {
     GeluErf,
     /// [`super::Context::self_attention_cpu`] over `heads` heads.
     SelfAttention {
-        /// Heads of [`cpu_ops::ATTENTION_HEAD_DIM`].
+        /// Heads of [`kernels::ATTENTION_HEAD_DIM`].
         heads: usize,
     },
     /// [`super::Context::mul_mat_f16_cpu`].
@@ -154,10 +158,10 @@ impl CustomOp {
     /// callback's check ([`run_checked`]): at build time nothing is allocated yet.
     pub(super) fn check(self, srcs: &[Operand]) -> Result<[i64; 4], String> {
         let available = match self {
-            CustomOp::Q8Packed => cpu_ops::q8_kernel_available(),
-            CustomOp::F16Product => cpu_ops::f16_product_available(),
+            CustomOp::Q8Packed => kernels::q8_kernel_available(),
+            CustomOp::F16Product => kernels::f16_product_available(),
             CustomOp::F32Packed | CustomOp::GeluErf | CustomOp::SelfAttention { .. } => {
-                cpu_ops::attention_kernel_available()
+                kernels::attention_kernel_available()
             }
         };
         if !available {
@@ -167,15 +171,15 @@ impl CustomOp {
             CustomOp::Q8Packed => {
                 arity(srcs, 2, 1)?;
                 let [cell, blocks, groups, one] = srcs[0].ne;
-                if cell != cpu_ops::CELL_BYTES as i64 || blocks < 1 || groups < 1 || one != 1 {
+                if cell != q8::CELL_BYTES as i64 || blocks < 1 || groups < 1 || one != 1 {
                     return Err(format!(
                         "the weight has dims {:?}, not a packed q8_0 weight's [{}, blocks, groups, 1]",
                         srcs[0].ne,
-                        cpu_ops::CELL_BYTES
+                        q8::CELL_BYTES
                     ));
                 }
                 srcs[0].expect("the weight", DType::I8, srcs[0].ne, false)?;
-                let (k, n) = (blocks * 32, groups * cpu_ops::GROUP_COLS as i64);
+                let (k, n) = (blocks * 32, groups * q8::GROUP_COLS as i64);
                 let m = srcs[1].ne[1];
                 srcs[1].expect("the activations", DType::F32, [k, m, 1, 1], false)?;
                 if let Some(bias) = srcs.get(2) {
@@ -186,10 +190,10 @@ impl CustomOp {
             CustomOp::F32Packed => {
                 arity(srcs, 2, 0)?;
                 let [n, k, _, _] = srcs[0].ne;
-                if n < 1 || n % cpu_ops::F32_PRODUCT_COLS as i64 != 0 {
+                if n < 1 || n % kernels::F32_PRODUCT_COLS as i64 != 0 {
                     return Err(format!(
                         "the weight has {n} outputs, not whole runs of {}",
-                        cpu_ops::F32_PRODUCT_COLS
+                        kernels::F32_PRODUCT_COLS
                     ));
                 }
                 srcs[0].expect("the weight", DType::F32, [n, k, 1, 1], false)?;
@@ -207,7 +211,7 @@ impl CustomOp {
                 if heads == 0 {
                     return Err("needs at least one head".into());
                 }
-                let d = (heads * cpu_ops::ATTENTION_HEAD_DIM) as i64;
+                let d = (heads * kernels::ATTENTION_HEAD_DIM) as i64;
                 let t = srcs[0].ne[1];
                 srcs[0].expect("the stacked q, k, v", DType::F32, [3 * d, t, 1, 1], false)?;
                 Ok([d, t, 1, 1])
@@ -226,23 +230,110 @@ impl CustomOp {
         }
     }
 
-    /// Runs the kernel on `dst`'s sources, as thread `ith` of `nth`.
+    /// Runs the kernel on `dst`'s sources, as part `part` of the work: the tensors
+    /// become slice views ([`span`], [`matrix`]) and the kernel's safe entry point
+    /// checks their lengths once more.
     ///
     /// # Safety
-    /// [`CustomOp::check`] accepted `dst`'s sources, they and `dst` lie in host memory,
-    /// and `dst` is contiguous f32 of the dims it returned.
-    unsafe fn run(self, dst: *mut sys::ggml_tensor, ith: usize, nth: usize) {
-        // SAFETY: the caller's guarantees are each kernel's.
+    /// [`CustomOp::check`] accepted `dst`'s sources, they and `dst` lie in host memory
+    /// that no one writes during the compute but the op's parts (each with its own
+    /// `part`), `dst` overlaps none of them, and `dst` is contiguous f32 of the dims
+    /// `check` returned.
+    unsafe fn run(self, dst: *mut sys::ggml_tensor, part: Part) -> Result<(), String> {
+        // SAFETY: the caller's guarantees: every source is a live host tensor of the
+        // type and layout `check` accepted, and the result's floats are this op's to
+        // write, shared only with the other parts of this compute.
         unsafe {
+            let src = |i: usize| (*dst).src[i].cast_const();
+            let out = Output::from_raw_parts(
+                (*dst).data.cast::<f32>(),
+                sys::ggml_nelements(dst) as usize,
+            );
             match self {
-                CustomOp::Q8Packed => cpu_ops::q8_packed_op(dst, ith, nth, 0),
-                CustomOp::F32Packed => cpu_ops::f32_product_op(dst, ith, nth, 0),
-                CustomOp::GeluErf => cpu_ops::gelu_erf_op(dst, ith, nth, 0),
-                CustomOp::SelfAttention { heads } => cpu_ops::attention_op(dst, ith, nth, heads),
-                CustomOp::F16Product => cpu_ops::f16_product_op(dst, ith, nth, 0),
+                CustomOp::Q8Packed => {
+                    let [_, blocks, groups, _] = (*src(0)).ne;
+                    let (k, n) = (blocks as usize * 32, groups as usize * q8::GROUP_COLS);
+                    let w = q8::PackedQ8View::new(span::<u8>(src(0))?, k, n)
+                        .ok_or("the weight does not hold a packed q8_0 weight's cells")?;
+                    let bias = match src(2) {
+                        b if b.is_null() => None,
+                        b => Some(span::<f32>(b)?),
+                    };
+                    q8::product(w, matrix::<f32>(src(1))?, bias, &out, part)
+                }
+                CustomOp::F32Packed => {
+                    let n = (*src(0)).ne[0] as usize;
+                    f32_product::product(
+                        span::<f32>(src(0))?,
+                        n,
+                        matrix::<f32>(src(1))?,
+                        &out,
+                        part,
+                    )
+                }
+                CustomOp::GeluErf => gelu::gelu_erf_part(span::<f32>(src(0))?, &out, part),
+                CustomOp::SelfAttention { heads } => {
+                    attention::self_attention(matrix::<f32>(src(0))?, heads, &out, part)
+                }
+                CustomOp::F16Product => {
+                    f16_product::product(matrix::<u16>(src(0))?, matrix::<f32>(src(1))?, &out, part)
+                }
             }
         }
     }
+}
+
+/// The bytes `t` spans in memory, from its first element to the end of its last (a
+/// view's gaps included), as `ggml_nbytes` counts them: `[start, end)`.
+///
+/// # Safety
+/// `t` is a live tensor.
+unsafe fn byte_range(t: *const sys::ggml_tensor) -> (usize, usize) {
+    // SAFETY: the caller's guarantee; a pure size query.
+    unsafe {
+        let start = (*t).data as usize;
+        (start, start + sys::ggml_nbytes(t))
+    }
+}
+
+/// The elements `t` spans (see [`byte_range`]) as a slice of `T`; an error when its
+/// data is missing or misaligned for `T`, or its bytes are not whole `T`s.
+///
+/// # Safety
+/// `t` is a live tensor in host memory whose elements are `T`s, not written while the
+/// slice lives.
+unsafe fn span<'a, T>(t: *const sys::ggml_tensor) -> Result<&'a [T], String> {
+    // SAFETY: the caller's guarantee.
+    let ((start, end), data) = unsafe { (byte_range(t), (*t).data.cast_const().cast::<T>()) };
+    let size = std::mem::size_of::<T>();
+    if data.is_null() || !start.is_multiple_of(std::mem::align_of::<T>()) {
+        return Err("an operand's data is missing or misaligned".into());
+    }
+    if !(end - start).is_multiple_of(size) {
+        return Err("an operand's bytes are not whole elements".into());
+    }
+    // SAFETY: the caller's guarantee: ggml_nbytes bytes from data are the tensor's.
+    Ok(unsafe { std::slice::from_raw_parts(data, (end - start) / size) })
+}
+
+/// `t` as a [`Matrix`] of `T`: its first three dims over [`span`], with its row and
+/// batch strides; an error unless its rows are contiguous, its strides whole elements
+/// and its fourth dim 1.
+///
+/// # Safety
+/// As [`span`].
+unsafe fn matrix<'a, T>(t: *const sys::ggml_tensor) -> Result<Matrix<'a, T>, String> {
+    let size = std::mem::size_of::<T>();
+    // SAFETY: the caller's guarantee.
+    let (ne, nb, data) = unsafe { ((*t).ne, (*t).nb, span::<T>(t)?) };
+    if nb[0] != size || ne[3] != 1 || nb[1] % size != 0 || nb[2] % size != 0 {
+        return Err(format!(
+            "an operand of dims {ne:?} and strides {nb:?} is no matrix"
+        ));
+    }
+    let dims = [ne[0] as usize, ne[1] as usize, ne[2] as usize];
+    Matrix::new(data, dims, [nb[1] / size, nb[2] / size])
+        .ok_or_else(|| format!("an operand of dims {ne:?} and strides {nb:?} leaves its memory"))
 }
 
 /// One custom op node's state, owned by its [`super::Context`] (boxed, so its address
@@ -314,10 +405,22 @@ unsafe fn run_checked(
     if let Some(i) = srcs.iter().chain([&out]).position(|o| !o.host) {
         return Err(format!("operand {i} is not in host memory"));
     }
+    // SAFETY: a live tensor's sources are live.
+    let (out_bytes, src_bytes): (_, Vec<_>) = unsafe {
+        let srcs = (*dst).src.iter().take_while(|s| !s.is_null());
+        (byte_range(dst), srcs.map(|&s| byte_range(s)).collect())
+    };
+    if src_bytes
+        .iter()
+        .any(|&(start, end)| start < out_bytes.1 && out_bytes.0 < end)
+    {
+        return Err("the result overlaps an operand".into());
+    }
+    let part = Part::new(ith, nth).ok_or_else(|| format!("thread {ith} of {nth}"))?;
     fault::maybe_panic(op, ith);
-    // SAFETY: every operand checked above.
-    unsafe { op.run(dst, ith, nth) };
-    Ok(())
+    // SAFETY: every operand checked above: types, dims, layout, host memory, no
+    // overlap with the result; ggml runs the node's parts alone.
+    unsafe { op.run(dst, part) }
 }
 
 /// The callback of every engine custom op (a `ggml_custom_op_t`): runs the checked

@@ -7,6 +7,21 @@ use llama_cpp_sys_2 as sys;
 
 use super::{f16_bytes_to_f32, Context, DType, GgmlError, Result, Tensor};
 
+tensor_ops! {
+    /// Element-wise difference `a - b`, broadcasting `b` over `a`.
+    fn sub(a, b) => ggml_sub;
+    /// Element-wise quotient `a / b`, broadcasting `b` over `a`.
+    fn div(a, b) => ggml_div;
+    /// Element-wise square.
+    fn sqr(a) => ggml_sqr;
+    /// Element-wise sine.
+    fn sin(a) => ggml_sin;
+    /// Element-wise cosine.
+    fn cos(a) => ggml_cos;
+    /// Element-wise natural exponential.
+    fn exp(a) => ggml_exp;
+}
+
 impl Context {
     /// `a` itself when it is f32, else a copy converted to f32 (an f16 weight that an
     /// op without f16 support reads, such as a broadcast product's second operand).
@@ -16,42 +31,6 @@ impl Context {
         }
         // SAFETY: tensors belong to this context; ggml converts every float type.
         self.wrap(unsafe { sys::ggml_cast(self.raw.as_ptr(), a.raw(), sys::GGML_TYPE_F32) })
-    }
-
-    /// Element-wise difference `a - b`, broadcasting `b` over `a`.
-    pub fn sub<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: tensors belong to this context; ggml checks the shapes broadcast.
-        self.wrap(unsafe { sys::ggml_sub(self.raw.as_ptr(), a.raw(), b.raw()) })
-    }
-
-    /// Element-wise quotient `a / b`, broadcasting `b` over `a`.
-    pub fn div<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_div(self.raw.as_ptr(), a.raw(), b.raw()) })
-    }
-
-    /// Element-wise square.
-    pub fn sqr<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_sqr(self.raw.as_ptr(), a.raw()) })
-    }
-
-    /// Element-wise sine.
-    pub fn sin<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_sin(self.raw.as_ptr(), a.raw()) })
-    }
-
-    /// Element-wise cosine.
-    pub fn cos<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_cos(self.raw.as_ptr(), a.raw()) })
-    }
-
-    /// Element-wise natural exponential.
-    pub fn exp<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_exp(self.raw.as_ptr(), a.raw()) })
     }
 
     /// Element-wise LeakyReLU: `x` where positive, `slope * x` elsewhere.

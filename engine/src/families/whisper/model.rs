@@ -6,7 +6,8 @@
 
 use crate::backend::Runtime;
 use crate::error::Result;
-use crate::ggml::{self, Buffer, Context, DType, HostTensor, Scheduler, Tensor};
+use crate::ggml::{Buffer, Context, DType, HostTensor, Scheduler, Tensor};
+use crate::layers::{Layers, WeightUse};
 
 /// Model dimensions (from the GGUF metadata).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,45 +113,16 @@ pub fn is_matmul_weight(name: &str) -> bool {
     name == EMBEDDING || (name.contains(".linear_") && name.ends_with(".weight"))
 }
 
-/// A q8_0 weight re-laid out for the engine's CPU kernel ([`ggml::PackedQ8`]) when its
-/// shape fits; every other tensor as it is.
-fn pack_q8_0(t: HostTensor) -> HostTensor {
-    if t.dtype != DType::Q8_0 || t.ne.len() != 2 {
-        return t;
-    }
-    match ggml::PackedQ8::pack(&t.data, t.ne[0] as usize, t.ne[1] as usize) {
-        Some(p) => HostTensor {
-            dtype: DType::I8,
-            ne: p.tensor_shape().to_vec(),
-            data: p.bytes,
-            name: t.name,
-        },
-        None => t,
-    }
-}
-
-/// The conv stem's kernels transposed for the engine's f32 product (see
-/// [`Context::conv_1d_f32_packed`]): [K, IC, OC] f32 becomes [OC, IC*K]. Other tensors,
-/// and kernels whose OC is not whole runs of outputs, are returned unchanged.
-fn pack_conv(t: HostTensor) -> HostTensor {
-    let is_conv = t.name.starts_with("encoder.conv") && t.name.ends_with(".weight");
-    if !is_conv || t.dtype != DType::F32 || t.ne.len() != 3 {
-        return t;
-    }
-    let (k, oc) = ((t.ne[0] * t.ne[1]) as usize, t.ne[2] as usize);
-    let w: Vec<f32> = t
-        .data
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    match ggml::pack_f32_transposed(&w, k, oc) {
-        Some(packed) => HostTensor {
-            dtype: DType::F32,
-            ne: vec![oc as i64, k as i64],
-            data: packed.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            name: t.name,
-        },
-        None => t,
+/// What each weight feeds, for [`Layers::store`]: the linear layers' weights, the conv
+/// stem's kernels, and everything else (the token embedding, also read by row, stays
+/// as it is).
+fn weight_use(name: &str) -> WeightUse {
+    if name.contains(".linear_") && name.ends_with(".weight") {
+        WeightUse::Linear
+    } else if name.starts_with("encoder.conv") && name.ends_with(".weight") {
+        WeightUse::Conv1d
+    } else {
+        WeightUse::Plain
     }
 }
 
@@ -165,10 +137,8 @@ pub struct WhisperNet {
     cache: Context,
     _cache_buf: Buffer,
     runtime: Runtime,
-    /// Whether the engine's CPU kernels run the GELU (see [`Runtime::cpu_kernels`]).
-    cpu_kernels: bool,
-    /// Whether the conv kernels were packed for the engine's f32 product ([`pack_conv`]).
-    conv_packed: bool,
+    /// Which implementation computes each layer on this runtime.
+    layers: Layers,
 }
 
 /// Which attention a block computes.
@@ -181,23 +151,17 @@ impl WhisperNet {
     /// Uploads `tensors` (exactly [`HParams::tensor_shapes`], each in the type it will
     /// compute in: see [`is_matmul_weight`]) and allocates the caches. Keys are cached
     /// position-major ([state, positions]); values transposed ([positions, state]), so
-    /// that attention reads both without copying.
+    /// that attention reads both without copying. Each weight is stored as its layer
+    /// computes from it on this runtime ([`Layers::store`]).
     pub fn new(hp: HParams, tensors: Vec<HostTensor>, runtime: Runtime) -> Result<Self> {
-        let cpu_kernels = runtime.cpu_kernels();
-        let tensors: Vec<HostTensor> = if cpu_kernels && ggml::q8_kernel_available() {
-            tensors.into_iter().map(pack_q8_0).collect()
-        } else {
-            tensors
-        };
-        let tensors: Vec<HostTensor> = if cpu_kernels && ggml::attention_kernel_available() {
-            tensors.into_iter().map(pack_conv).collect()
-        } else {
-            tensors
-        };
-        let conv_packed = tensors
-            .iter()
-            .filter(|t| t.name.starts_with("encoder.conv") && t.name.ends_with(".weight"))
-            .all(|t| t.ne.len() == 2);
+        let layers = Layers::new(&runtime);
+        let tensors: Vec<HostTensor> = tensors
+            .into_iter()
+            .map(|t| {
+                let usage = weight_use(&t.name);
+                layers.store(t, usage)
+            })
+            .collect();
         let weights = Context::new(tensors.len() + 4, 0)?;
         for t in &tensors {
             weights.new_tensor(t.dtype, &t.ne, &t.name);
@@ -231,8 +195,7 @@ impl WhisperNet {
             cache,
             _cache_buf: cache_buf,
             runtime,
-            cpu_kernels,
-            conv_packed,
+            layers,
         })
     }
 
@@ -268,33 +231,7 @@ impl WhisperNet {
 
     fn linear<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Result<Tensor<'a>> {
         let (w, b) = (self.w(&format!("{p}.weight")), self.w(&format!("{p}.bias")));
-        Ok(if w.dtype() == Some(DType::I8) {
-            // The bias is added inside the op: one graph node (and barrier) less.
-            ctx.mul_mat_q8_packed(w, x, Some(b))?
-        } else {
-            ctx.add(ctx.mul_mat(w, x), b)
-        })
-    }
-
-    /// [`Context::mul_mat`], with the engine's f16 product on the CPU when `w` is an f16
-    /// tensor it takes (the logits' embedding, views of the cross-attention cache).
-    fn mul_mat<'a>(&'a self, ctx: &'a Context, w: Tensor<'a>, x: Tensor<'a>) -> Result<Tensor<'a>> {
-        Ok(
-            if self.cpu_kernels && ggml::f16_product_fits(w) && ggml::f16_product_available() {
-                ctx.mul_mat_f16_cpu(w, x)?
-            } else {
-                ctx.mul_mat(w, x)
-            },
-        )
-    }
-
-    /// The exact GELU, with the engine's vectorised kernel on the CPU.
-    fn gelu<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>) -> Result<Tensor<'a>> {
-        Ok(if self.cpu_kernels {
-            ctx.gelu_erf_cpu(x)?
-        } else {
-            ctx.gelu_erf(x)
-        })
+        self.layers.linear(ctx, w, Some(b), x)
     }
 
     /// The decoder's scaled dot-product attention over heads against a cache. `q` and
@@ -313,13 +250,13 @@ impl WhisperNet {
         let qp = ctx.permute(q, [0, 2, 1, 3]);
         let qp = if t > 1 { ctx.cont(qp) } else { qp };
         let kp = ctx.permute(k, [0, 2, 1, 3]);
-        let kq = self.mul_mat(ctx, kp, qp)?;
+        let kq = self.layers.mul_mat(ctx, kp, qp)?;
         let kq = match mask {
             Mask::None => kq,
             Mask::Causal(n_past) => ctx.diag_mask_inf(kq, n_past),
         };
         let probs = ctx.soft_max_scaled(kq, 1.0 / (dh as f32).sqrt());
-        let out = self.mul_mat(ctx, vt, probs)?;
+        let out = self.layers.mul_mat(ctx, vt, probs)?;
         let merged = ctx.cont(ctx.permute(out, [0, 2, 1, 3]));
         Ok(ctx.reshape(merged, &[dh * heads, t]))
     }
@@ -370,7 +307,9 @@ impl WhisperNet {
         let h = self.layer_norm(ctx, x, &format!("{p}.ffn.layer_norm"));
         // The exact GELU: ggml's tanh form (an f16 table on the CPU) is 10% faster but
         // moved a borderline window's transcript away from faster-whisper's.
-        let h = self.gelu(ctx, self.linear(ctx, h, &format!("{p}.ffn.linear_0"))?)?;
+        let h = self
+            .layers
+            .gelu(ctx, self.linear(ctx, h, &format!("{p}.ffn.linear_0"))?)?;
         Ok(ctx.add(x, self.linear(ctx, h, &format!("{p}.ffn.linear_1"))?))
     }
 
@@ -384,12 +323,11 @@ impl WhisperNet {
         stride: i32,
     ) -> Result<Tensor<'a>> {
         let w = self.w(&format!("encoder.conv{i}.weight"));
-        let y = if self.conv_packed {
-            ctx.conv_1d_f32_packed(w, CONV_KERNEL_WIDTH, x, stride, 1)?
-        } else {
-            ctx.conv_1d_f32(w, x, stride, 1)
-        };
-        self.gelu(ctx, ctx.add(y, self.w(&format!("encoder.conv{i}.bias"))))
+        let y = self
+            .layers
+            .conv_1d(ctx, w, CONV_KERNEL_WIDTH, x, stride, 1)?;
+        self.layers
+            .gelu(ctx, ctx.add(y, self.w(&format!("encoder.conv{i}.bias"))))
     }
 
     fn encoder_layer<'a>(
@@ -399,22 +337,10 @@ impl WhisperNet {
         l: usize,
     ) -> Result<Tensor<'a>> {
         let p = format!("encoder.layer_{l}");
-        let (d, h) = (self.hp.n_audio_state, self.hp.n_audio_head);
+        let h = self.hp.n_audio_head;
         let n = self.layer_norm(ctx, x, &format!("{p}.self_attention.layer_norm"));
         let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"))?;
-        let att = if self.cpu_kernels
-            && ggml::attention_kernel_available()
-            && d == h * ggml::ATTENTION_HEAD_DIM
-        {
-            ctx.self_attention_cpu(qkv, h)?
-        } else {
-            // Fused attention: over 1500 positions, materialising the scores (54 MB
-            // per layer for tiny) and transposing the values cost more than the
-            // products.
-            let part = |i| ctx.permute(self.heads(ctx, qkv, i, 3, d, h), [0, 2, 1, 3]);
-            let out = ctx.flash_attn(part(0), part(1), part(2), 1.0 / ((d / h) as f32).sqrt());
-            ctx.reshape(out, &[d as i64, qkv.ne()[1]])
-        };
+        let att = self.layers.self_attention(ctx, qkv, h)?;
         let x = ctx.add(
             x,
             self.linear(ctx, att, &format!("{p}.self_attention.linear_1"))?,
@@ -550,7 +476,7 @@ impl WhisperNet {
         let k = n_logits.clamp(1, tokens.len());
         let last = ctx.view_2d_rows(x, d as i64, k as i64, (tokens.len() - k) * d);
         // The logits are a read of the whole embedding (40 MB in f16 for tiny) per token.
-        let logits = self.mul_mat(&ctx, emb, last)?;
+        let logits = self.layers.mul_mat(&ctx, emb, last)?;
         logits.mark_output();
         graph.expand(logits);
         let ids_i32: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();

@@ -1,0 +1,268 @@
+//! The one place that decides which implementation computes a layer. Model code asks
+//! for "a linear layer", "GELU", "self-attention", "a 1-D convolution", "a product that
+//! reads a large weight"; [`Layers`], built from the runtime, answers with the engine's
+//! CPU kernel ([`crate::cpu_kernels`], run as a ggml custom op) when the graph runs on
+//! the CPU backend and this CPU has the kernel, and with ggml's op elsewhere. Like
+//! ggml's CPU "extra buffer types", it also chooses a weight's storage at upload
+//! ([`Layers::store`]): q8_0 weights packed for the q8_0 kernel, conv kernels packed
+//! for the f32 product; the layer then follows the storage it finds.
+
+use crate::backend::Runtime;
+use crate::cpu_kernels::{self, PackedQ8};
+use crate::error::Result;
+use crate::ggml::{Context, DType, HostTensor, Tensor};
+
+/// What a weight feeds, so that [`Layers::store`] can choose its storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightUse {
+    /// The `[k, n]` weight of a linear layer ([`Layers::linear`]).
+    Linear,
+    /// The `[K, IC, OC]` kernel of a 1-D convolution ([`Layers::conv_1d`]).
+    Conv1d,
+    /// Anything else (norms, biases, positions, embeddings read by row): as it is.
+    Plain,
+}
+
+/// Which kernels the engine runs for a model's layers, decided once from the runtime:
+/// each is on when graphs run on the CPU backend (and `AUDIOCPP_CPU_KERNELS` does not
+/// switch them off, see [`Runtime::cpu_kernels`]) and this CPU has its instructions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layers {
+    /// The packed q8_0 product.
+    q8: bool,
+    /// The float kernels: GELU, the encoder attention, the packed f32 product.
+    float: bool,
+    /// The f16 product.
+    f16: bool,
+}
+
+impl Layers {
+    /// The layers of models that run on `runtime`.
+    pub fn new(runtime: &Runtime) -> Self {
+        Self::with_cpu_kernels(runtime.cpu_kernels())
+    }
+
+    /// The engine's kernels where this CPU has them (`cpu_kernels`), else ggml's ops
+    /// everywhere (a GPU backend).
+    pub fn with_cpu_kernels(cpu_kernels: bool) -> Self {
+        Layers {
+            q8: cpu_kernels && cpu_kernels::q8_kernel_available(),
+            float: cpu_kernels && cpu_kernels::attention_kernel_available(),
+            f16: cpu_kernels && cpu_kernels::f16_product_available(),
+        }
+    }
+
+    /// `t` in the storage its layer computes from: a 2-D q8_0 linear weight re-laid
+    /// out for the q8_0 kernel ([`PackedQ8`], an I8 tensor) when it runs and the shape
+    /// fits; an f32 conv kernel transposed for the f32 product when it runs and its
+    /// outputs are whole runs; anything else unchanged.
+    pub fn store(&self, t: HostTensor, usage: WeightUse) -> HostTensor {
+        match usage {
+            WeightUse::Linear if self.q8 => pack_q8_0(t),
+            WeightUse::Conv1d if self.float => pack_conv(t),
+            _ => t,
+        }
+    }
+
+    /// A linear layer, `w x + b`: the q8_0 kernel (with the bias added inside it, one
+    /// graph node less) for a weight stored packed, ggml's product otherwise.
+    pub fn linear<'a>(
+        &self,
+        ctx: &'a Context,
+        w: Tensor<'a>,
+        b: Option<Tensor<'a>>,
+        x: Tensor<'a>,
+    ) -> Result<Tensor<'a>> {
+        if w.dtype() == Some(DType::I8) {
+            return Ok(ctx.mul_mat_q8_packed(w, x, b)?);
+        }
+        let y = ctx.mul_mat(w, x);
+        Ok(b.map_or(y, |b| ctx.add(y, b)))
+    }
+
+    /// [`Context::mul_mat`] for a product that is a read of a large weight (a decoder
+    /// step's logits, attention over an f16 cache): the f16 kernel when `w` is an f16
+    /// tensor it takes (rows contiguous, at least 4 per batch, batches along one dim),
+    /// which keeps the activations f32; ggml's product otherwise.
+    pub fn mul_mat<'a>(
+        &self,
+        ctx: &'a Context,
+        w: Tensor<'a>,
+        x: Tensor<'a>,
+    ) -> Result<Tensor<'a>> {
+        let [_, n, _, n3] = w.ne();
+        let fits = w.dtype() == Some(DType::F16) && n >= 4 && n3 == 1 && w.row_contiguous();
+        if self.f16 && fits {
+            Ok(ctx.mul_mat_f16_cpu(w, x)?)
+        } else {
+            Ok(ctx.mul_mat(w, x))
+        }
+    }
+
+    /// The exact (erf) GELU: the engine's vectorised kernel, or ggml's op.
+    pub fn gelu<'a>(&self, ctx: &'a Context, x: Tensor<'a>) -> Result<Tensor<'a>> {
+        if self.float {
+            Ok(ctx.gelu_erf_cpu(x)?)
+        } else {
+            Ok(ctx.gelu_erf(x))
+        }
+    }
+
+    /// Multi-head self-attention without a mask, scale 1/sqrt(head width), of `qkv`
+    /// ([3 d, t], each row the stacked query, key and value): [d, t], heads side by
+    /// side. The engine's kernel for heads of 64; otherwise ggml's fused attention
+    /// (over 1500 positions, materialising the scores, 54 MB per layer for Whisper
+    /// tiny, and transposing the values cost more than the products).
+    pub fn self_attention<'a>(
+        &self,
+        ctx: &'a Context,
+        qkv: Tensor<'a>,
+        heads: usize,
+    ) -> Result<Tensor<'a>> {
+        let [width, t, _, _] = qkv.ne();
+        let d = width as usize / 3;
+        if self.float && heads > 0 && d == heads * cpu_kernels::ATTENTION_HEAD_DIM {
+            return Ok(ctx.self_attention_cpu(qkv, heads)?);
+        }
+        let dh = d / heads.max(1);
+        let part = |i: usize| {
+            let view = ctx.view_3d(qkv, [dh as i64, heads as i64, t], dh, 3 * d, i * d);
+            ctx.permute(view, [0, 2, 1, 3])
+        };
+        let out = ctx.flash_attn(part(0), part(1), part(2), 1.0 / (dh as f32).sqrt());
+        Ok(ctx.reshape(out, &[d as i64, t]))
+    }
+
+    /// A 1-D convolution (PyTorch cross-correlation) of `input` [L, IC, N] with a
+    /// kernel of width `kernel_width` as [`Layers::store`] left it: ggml's convolution
+    /// for a [K, IC, OC] kernel, the f32 product over im2col for one packed [OC, IC*K].
+    /// Returns [OC, OL, N] (channels fastest).
+    pub fn conv_1d<'a>(
+        &self,
+        ctx: &'a Context,
+        kernel: Tensor<'a>,
+        kernel_width: i64,
+        input: Tensor<'a>,
+        stride: i32,
+        pad: i32,
+    ) -> Result<Tensor<'a>> {
+        let [k, ic, _, _] = kernel.ne();
+        if k == kernel_width && ic == input.ne()[1] {
+            Ok(ctx.conv_1d_f32(kernel, input, stride, pad))
+        } else {
+            Ok(ctx.conv_1d_f32_packed(kernel, kernel_width, input, stride, pad)?)
+        }
+    }
+}
+
+/// A q8_0 weight re-laid out for the q8_0 kernel ([`PackedQ8`]) when its shape fits;
+/// every other tensor as it is.
+fn pack_q8_0(t: HostTensor) -> HostTensor {
+    if t.dtype != DType::Q8_0 || t.ne.len() != 2 {
+        return t;
+    }
+    match PackedQ8::pack(&t.data, t.ne[0] as usize, t.ne[1] as usize) {
+        Some(p) => HostTensor {
+            dtype: DType::I8,
+            ne: p.tensor_shape().to_vec(),
+            data: p.bytes,
+            name: t.name,
+        },
+        None => t,
+    }
+}
+
+/// An f32 conv kernel [K, IC, OC] transposed for the f32 product (see
+/// [`Context::conv_1d_f32_packed`]): [OC, IC*K]. Other tensors, and kernels whose OC is
+/// not whole runs of outputs, are returned unchanged.
+fn pack_conv(t: HostTensor) -> HostTensor {
+    if t.dtype != DType::F32 || t.ne.len() != 3 {
+        return t;
+    }
+    let (k, oc) = ((t.ne[0] * t.ne[1]) as usize, t.ne[2] as usize);
+    let w: Vec<f32> = t
+        .data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    match cpu_kernels::pack_f32_transposed(&w, k, oc) {
+        Some(packed) => HostTensor {
+            dtype: DType::F32,
+            ne: vec![oc as i64, k as i64],
+            data: packed.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            name: t.name,
+        },
+        None => t,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q8_weight(name: &str, k: usize, n: usize) -> HostTensor {
+        let values: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 - 3.0).collect();
+        HostTensor {
+            name: name.into(),
+            dtype: DType::Q8_0,
+            ne: vec![k as i64, n as i64],
+            data: crate::ggml::quantize_rows(DType::Q8_0, &values, k).unwrap(),
+        }
+    }
+
+    fn conv_kernel() -> HostTensor {
+        HostTensor {
+            name: "conv".into(),
+            dtype: DType::F32,
+            ne: vec![3, 2, 64],
+            data: (0..3 * 2 * 64)
+                .flat_map(|i| (i as f32).to_le_bytes())
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn weights_are_packed_at_upload_only_where_the_cpu_kernels_run() {
+        let ggml = Layers::with_cpu_kernels(false);
+        for (t, usage) in [
+            (q8_weight("w", 64, 32), WeightUse::Linear),
+            (conv_kernel(), WeightUse::Conv1d),
+        ] {
+            let stored = ggml.store(t.clone(), usage);
+            assert_eq!(
+                (stored.dtype, &stored.ne, &stored.data),
+                (t.dtype, &t.ne, &t.data)
+            );
+        }
+        let cpu = Layers::with_cpu_kernels(true);
+        if !(cpu.q8 && cpu.float) {
+            eprintln!("this CPU lacks AVX2/FMA: the packing was not exercised");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run on a CPU with AVX2"
+            );
+            return;
+        }
+        let linear = cpu.store(q8_weight("w", 64, 32), WeightUse::Linear);
+        let want = PackedQ8::pack(&q8_weight("w", 64, 32).data, 64, 32).unwrap();
+        assert_eq!((linear.dtype, linear.data), (DType::I8, want.bytes));
+        let plain = cpu.store(q8_weight("emb", 64, 32), WeightUse::Plain);
+        assert_eq!(
+            plain.dtype,
+            DType::Q8_0,
+            "a weight read by row stays as it is"
+        );
+        let odd = cpu.store(q8_weight("w", 64, 24), WeightUse::Linear);
+        assert_eq!(
+            odd.dtype,
+            DType::Q8_0,
+            "rows that are not whole groups stay q8_0"
+        );
+        let conv = cpu.store(conv_kernel(), WeightUse::Conv1d);
+        assert_eq!(conv.ne, vec![64, 6]);
+        let value =
+            |t: &HostTensor, i: usize| f32::from_le_bytes(t.data[4 * i..][..4].try_into().unwrap());
+        // Kernel [K=3, IC=2, OC=64] element (c, oc) at oc * 6 + c lands at c * 64 + oc.
+        assert_eq!(value(&conv, 5 * 64 + 7), value(&conv_kernel(), 7 * 6 + 5));
+    }
+}

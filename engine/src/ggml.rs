@@ -17,6 +17,7 @@ use std::sync::Once;
 
 use llama_cpp_sys_2 as sys;
 
+mod conv;
 mod cpu_ops;
 mod custom_op;
 pub mod hip_arch;

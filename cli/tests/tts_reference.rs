@@ -278,3 +278,11 @@ fn the_metrics_see_what_they_measure() {
     assert!(cos < 0.9998, "{cos}");
     assert_eq!(check_durations("rule", &[3, 3], &[2.5004, 3.2], &[2, 3]), 1);
 }
+
+/// kspeed's case: the q8_0 file (the decoder's residual-block convolutions Q8_0, the
+/// rest as in the f16 file) must meet the f16 bounds, since the converter offers it
+/// on that condition.
+#[test]
+fn q8_0_weights_stay_within_the_f16_bounds() {
+    check("q8_0", 0.06, 0.9995);
+}

@@ -36,6 +36,7 @@ macro_rules! tensor_ops {
     };
 }
 
+mod conv;
 mod custom_op;
 pub mod hip_arch;
 pub mod log;

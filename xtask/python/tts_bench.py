@@ -92,6 +92,7 @@ def main():
     ap.add_argument("--cli")
     ap.add_argument("--gguf-f32")
     ap.add_argument("--gguf-f16")
+    ap.add_argument("--gguf-q8_0")
     ap.add_argument("--onnx-int8")
     ap.add_argument("--onnx-f32")
     ap.add_argument("--onnx")
@@ -113,6 +114,8 @@ def main():
             ("audiocpp f32 GGUF", ours_cmd(args, args.gguf_f32, threads, out_wav)),
             ("audiocpp f16 GGUF", ours_cmd(args, args.gguf_f16, threads, out_wav)),
         ]
+        if args.gguf_q8_0:
+            configs.append(("audiocpp q8_0 GGUF", ours_cmd(args, args.gguf_q8_0, threads, out_wav)))
         times = {name: [] for name, _ in configs}
         rss = {}
         for _ in range(args.repeat):

@@ -1,4 +1,4 @@
-//! `cargo xtask bench tts`: Kokoro-82M in audiocpp (our GGUF in f32 and f16) against
+//! `cargo xtask bench tts`: Kokoro-82M in audiocpp (our GGUF in f32, f16 and q8_0) against
 //! onnxruntime on the same phonemes and voice, in one run: the int8 ONNX export (what
 //! the wheels ship) and the dequantized f32 graph the numerical checks compare against,
 //! at 1 and 2 threads. Real-time factor (synthesis time / audio duration) and peak RSS
@@ -13,9 +13,10 @@ use crate::assets;
 use crate::project::{project_root, target_dir};
 
 /// The weight types the GGUF is converted to: (file suffix, the `--quantize` value).
-const WEIGHTS: [(&str, &str); 2] = [("f32", "f32"), ("f16", "f16")];
+const WEIGHTS: [(&str, &str); 3] = [("f32", "f32"), ("f16", "f16"), ("q8_0", "q8_0")];
 
-/// Builds the CLI, converts the Kokoro sources both ways and runs the Python driver.
+/// Builds the CLI, converts the Kokoro sources to each weight type and runs the Python
+/// driver.
 pub fn bench(repeat: u32) -> Result<()> {
     let a = assets::ensure()?;
     let src = a.dir.join(assets::KOKORO_DIR);
@@ -37,6 +38,7 @@ pub fn bench(repeat: u32) -> Result<()> {
             ("--cli", cli.as_os_str()),
             ("--gguf-f32", ggufs[0].as_os_str()),
             ("--gguf-f16", ggufs[1].as_os_str()),
+            ("--gguf-q8_0", ggufs[2].as_os_str()),
             ("--onnx-int8", src.join("kokoro.onnx").as_os_str()),
             ("--onnx-f32", src.join("kokoro-f32.onnx").as_os_str()),
             ("--voices", src.join("voices").as_os_str()),

@@ -20,6 +20,13 @@ const RES_BLOCK_SLOPE: f32 = 0.2;
 pub trait WeightLookup {
     /// The tensor called `name`, or an error naming it and the model file.
     fn tensor(&self, name: &str) -> Result<Tensor<'_>>;
+
+    /// The dims of `name` as the ONNX shape gives them (ggml order). They differ from
+    /// the tensor's own for a convolution kernel stored block-quantized, which is
+    /// [IC * K, OC] on the device.
+    fn dims(&self, name: &str) -> Result<[i64; 4]> {
+        Ok(self.tensor(name)?.ne())
+    }
 }
 
 /// A bare ggml context holding the weights (tests, tools) looks them up by tensor name.
@@ -35,8 +42,7 @@ impl WeightLookup for Context {
 
 /// Checks that `name` exists with ggml dims `ne` (trailing 1s ignored) and returns it.
 pub(crate) fn expect_shape(w: &dyn WeightLookup, name: &str, ne: &[i64]) -> Result<String> {
-    let t = w.tensor(name)?;
-    let got = t.ne();
+    let got = w.dims(name)?;
     let mut want = [1i64; 4];
     want[..ne.len()].copy_from_slice(ne);
     if got != want {
@@ -50,7 +56,7 @@ pub(crate) fn expect_shape(w: &dyn WeightLookup, name: &str, ne: &[i64]) -> Resu
 
 /// The ggml dims of a weight, after checking it exists.
 pub(crate) fn dims_of(w: &dyn WeightLookup, name: &str) -> Result<[i64; 4]> {
-    Ok(w.tensor(name)?.ne())
+    w.dims(name)
 }
 
 /// The name of a convolution weight: the module path (`{prefix}.{conv}.weight`), or, for
@@ -73,6 +79,7 @@ pub(crate) struct Conv1d {
     /// Input and output channels and the kernel width.
     pub(crate) in_channels: i64,
     pub(crate) out_channels: i64,
+    kernel_width: i64,
     stride: i32,
     pad: i32,
     dilation: i32,
@@ -110,6 +117,7 @@ impl Conv1d {
             bias,
             in_channels,
             out_channels,
+            kernel_width: kernel,
             stride,
             // PyTorch's "same" padding of Kokoro's convolutions.
             pad: ((kernel - 1) * dilation as i64 / 2) as i32,
@@ -132,8 +140,32 @@ impl Conv1d {
     ) -> Result<Tensor<'a>> {
         let kernel = w.tensor(&self.weight)?;
         let oc = self.out_channels;
+        if kernel.dtype() == Some(DType::I8) {
+            // A q8_0 kernel packed for the engine's CPU kernel, which adds the bias.
+            let bias = match &self.bias {
+                Some(b) => Some(ctx.to_f32(w.tensor(b)?)),
+                None => None,
+            };
+            return Ok(ctx.conv_1d_q8_packed_time_major(
+                kernel,
+                self.kernel_width,
+                x,
+                [self.stride, self.pad, self.dilation],
+                bias,
+            )?);
+        }
         let y = if kernel.dtype() == Some(DType::F32) {
             ctx.conv_1d_f32_time_major(kernel, x, self.stride, self.pad, self.dilation)
+        } else if kernel.dtype() == Some(DType::Q8_0) {
+            // Stored [IC * K, OC] (see WeightLookup::dims): int8 products.
+            ctx.conv_1d_quantized_time_major(
+                kernel,
+                self.kernel_width,
+                x,
+                self.stride,
+                self.pad,
+                self.dilation,
+            )?
         } else {
             // ggml multiplies an f16 matrix only from the left: channels come out fastest.
             let y = ctx.conv_1d_f32_dilated(kernel, x, self.stride, self.pad, self.dilation);

@@ -29,6 +29,10 @@ pub enum WeightType {
     F32,
     /// Matrix and convolution weights f16; biases, norms and small constants f32.
     F16,
+    /// As [`WeightType::F16`], except the convolution kernels of the decoder's residual
+    /// blocks ([`is_q8_0_kernel`]: most of the model's multiply-adds), which are Q8_0,
+    /// stored [IC * K, OC] and listed in the metadata (see [`super::weights`]).
+    Q8_0,
 }
 
 impl std::str::FromStr for WeightType {
@@ -38,13 +42,9 @@ impl std::str::FromStr for WeightType {
         match s {
             "f32" => Ok(WeightType::F32),
             "f16" => Ok(WeightType::F16),
-            "q8_0" => Err(EngineError::Usage(
-                "parameter 'quantize' q8_0 is not offered for kokoro: it has not been shown to pass the \
-                 f16 accuracy thresholds; use f16 or f32"
-                    .into(),
-            )),
+            "q8_0" => Ok(WeightType::Q8_0),
             other => Err(EngineError::Usage(format!(
-                "unknown parameter 'quantize' '{other}' for kokoro (expected f32 or f16)"
+                "unknown parameter 'quantize' '{other}' for kokoro (expected f32, f16 or q8_0)"
             ))),
         }
     }
@@ -667,28 +667,67 @@ fn ggml_ne(dims: &[usize]) -> Vec<i64> {
     dims.iter().rev().map(|&d| d as i64).collect()
 }
 
-/// The stored form of a weight: f16 for matrix and conv weights when asked, else f32.
-fn host_tensor(w: Weight, weights: WeightType) -> HostTensor {
+/// True for the convolution kernels a [`WeightType::Q8_0`] file stores as Q8_0: those
+/// of the decoder's residual blocks (the AdainResBlk1d convs of `encode`/`decode.*` and
+/// the generator's `resblocks`/`noise_res` convs), where ggml can quantize each row of
+/// IC * K values in blocks of 32. Norms, LSTMs, the transposed convolutions, the
+/// source path (`noise_convs`) and `conv_post` keep the f16 type's precision.
+pub fn is_q8_0_kernel(name: &str, dims: &[usize]) -> bool {
+    let Some(path) = name
+        .strip_prefix("decoder.decoder.")
+        .and_then(|p| p.strip_suffix(".weight"))
+    else {
+        return false;
+    };
+    let parts: Vec<&str> = path.split('.').collect();
+    let numbered = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let residual_conv = match parts[..] {
+        ["encode", conv] => matches!(conv, "conv1" | "conv2"),
+        ["decode", i, conv] => numbered(i) && matches!(conv, "conv1" | "conv2"),
+        ["generator", blocks, i, convs, j] => {
+            matches!(blocks, "resblocks" | "noise_res")
+                && numbered(i)
+                && matches!(convs, "convs1" | "convs2")
+                && numbered(j)
+        }
+        _ => false,
+    };
+    residual_conv && matches!(dims, [_, ic, k] if (ic * k) % DType::Q8_0.block_len() == 0)
+}
+
+/// The stored form of a weight: f16 for matrix and conv weights when asked (Q8_0
+/// [IC * K, OC] for [`is_q8_0_kernel`]'s in a q8_0 file), else f32.
+fn host_tensor(w: Weight, weights: WeightType) -> Result<HostTensor> {
     let ne = ggml_ne(&w.dims);
-    if weights == WeightType::F16 && w.is_matrix {
+    if weights == WeightType::Q8_0 && is_q8_0_kernel(&w.name, &w.dims) {
+        let (oc, row) = (w.dims[0], w.dims[1] * w.dims[2]);
+        let data = crate::ggml::quantize_rows(DType::Q8_0, &w.values, row)?;
+        return Ok(HostTensor {
+            name: w.name,
+            dtype: DType::Q8_0,
+            ne: vec![row as i64, oc as i64],
+            data,
+        });
+    }
+    if matches!(weights, WeightType::F16 | WeightType::Q8_0) && w.is_matrix {
         let data = w
             .values
             .iter()
             .flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes())
             .collect();
-        return HostTensor {
+        return Ok(HostTensor {
             name: w.name,
             dtype: DType::F16,
             ne,
             data,
-        };
+        });
     }
-    HostTensor {
+    Ok(HostTensor {
         name: w.name,
         dtype: DType::F32,
         ne,
         data: w.values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-    }
+    })
 }
 
 /// An integer hyper-parameter the spec gives, checked against what the weights show.
@@ -866,10 +905,24 @@ pub fn convert(src: &Sources, spec: &ModelSpec, weights_as: WeightType) -> Resul
         "kokoro.voices",
         GgufValue::StrArray(voices.iter().map(|(n, _)| n.clone()).collect()),
     );
+    if weights_as == WeightType::Q8_0 {
+        let kernels: Vec<&Weight> = weights
+            .iter()
+            .filter(|w| is_q8_0_kernel(&w.name, &w.dims))
+            .collect();
+        put(
+            super::weights::QUANTIZED_KERNELS_KEY,
+            GgufValue::StrArray(kernels.iter().map(|w| w.name.clone()).collect()),
+        );
+        put(
+            super::weights::QUANTIZED_KERNEL_WIDTHS_KEY,
+            GgufValue::U32Array(kernels.iter().map(|w| w.dims[2] as u32).collect()),
+        );
+    }
     let mut tensors: Vec<HostTensor> = weights
         .into_iter()
         .map(|w| host_tensor(w, weights_as))
-        .collect();
+        .collect::<Result<_>>()?;
     for (name, values) in voices {
         tensors.push(HostTensor {
             name: format!("voice.{name}"),
@@ -935,10 +988,70 @@ mod tests {
     }
 
     #[test]
-    fn weight_types_parse_and_q8_0_is_refused_with_a_reason() {
+    fn weight_types_parse() {
         assert_eq!("f16".parse::<WeightType>().unwrap(), WeightType::F16);
-        let err = "q8_0".parse::<WeightType>().unwrap_err().to_string();
-        assert!(err.contains("not offered"), "{err}");
-        assert!("int4".parse::<WeightType>().is_err());
+        assert_eq!("q8_0".parse::<WeightType>().unwrap(), WeightType::Q8_0);
+        let err = "int4".parse::<WeightType>().unwrap_err().to_string();
+        assert!(err.contains("f32, f16 or q8_0"), "{err}");
+    }
+
+    #[test]
+    fn q8_0_covers_the_residual_block_convs_only() {
+        let q = is_q8_0_kernel;
+        assert!(q(
+            "decoder.decoder.generator.resblocks.4.convs1.2.weight",
+            &[128, 128, 7]
+        ));
+        assert!(q(
+            "decoder.decoder.generator.noise_res.0.convs2.1.weight",
+            &[256, 256, 7]
+        ));
+        assert!(q("decoder.decoder.decode.3.conv2.weight", &[512, 512, 3]));
+        assert!(q("decoder.decoder.encode.conv2.weight", &[1024, 1024, 3]));
+        // Rows of 1090 * 3 values do not split into blocks of 32.
+        assert!(!q(
+            "decoder.decoder.decode.0.conv1.weight",
+            &[1024, 1090, 3]
+        ));
+        assert!(!q(
+            "decoder.decoder.generator.conv_post.weight",
+            &[22, 128, 7]
+        ));
+        assert!(!q(
+            "decoder.decoder.generator.ups.0.weight",
+            &[512, 256, 20]
+        ));
+        assert!(!q(
+            "decoder.decoder.generator.noise_convs.0.weight",
+            &[256, 22, 12]
+        ));
+        assert!(!q(
+            "decoder.decoder.generator.resblocks.4.convs1.2.bias",
+            &[128]
+        ));
+        assert!(!q("encoder.predictor.F0.1.conv1.weight", &[512, 512, 3]));
+    }
+
+    #[test]
+    fn a_q8_0_kernel_is_stored_as_rows_of_ic_times_k() {
+        let values: Vec<f32> = (0..2 * 32 * 3).map(|i| (i as f32 - 96.0) / 64.0).collect();
+        let w = Weight {
+            name: "decoder.decoder.decode.0.conv2.weight".into(),
+            dims: vec![2, 32, 3],
+            values: values.clone(),
+            source: "test".into(),
+            dequantized: true,
+            is_matrix: true,
+        };
+        let t = host_tensor(w, WeightType::Q8_0).unwrap();
+        assert_eq!((t.dtype, t.ne.clone()), (DType::Q8_0, vec![96, 2]));
+        let back = t.to_f32();
+        let max_err = values
+            .iter()
+            .zip(&back)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        // One step of the block scale (max |w| / 127 <= 1.5 / 127), halved.
+        assert!(max_err <= 0.75 / 127.0 + 1e-6, "{max_err}");
     }
 }

@@ -15,14 +15,29 @@
 //!
 //! F16 tensors are widened to f32: the graphs compute in f32 throughout (ggml's f16
 //! products round the activations to f16, which the F0 accuracy bound does not allow).
+//! Q8_0 convolution kernels (the decoder's large ones in a `--quantize q8_0` file) stay
+//! Q8_0 on the device for ggml's int8 products. ggml quantizes rows of 32 values, so
+//! such a kernel is stored [IC * K, OC] (the ONNX [OC, IC, K] with its last two axes
+//! flattened, the same bytes in the same order), its name listed in the metadata
+//! [`QUANTIZED_KERNELS_KEY`] with its width K in [`QUANTIZED_KERNEL_WIDTHS_KEY`];
+//! [`Weights::dims`] gives its ONNX dims [K, IC, OC]. When the graphs run on the CPU
+//! backend and the CPU has the engine's q8_0 kernel, such a kernel is re-laid out at
+//! load as a [`crate::cpu_kernels::PackedQ8`] ([`DType::I8`]) by [`Layers::store`], the
+//! one place that chooses storage; on other backends it stays Q8_0.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
-use crate::ggml::{Buffer, Context, DType, HostTensor, Tensor};
+use crate::ggml::{Buffer, Context, DType, GgufValue, HostTensor, Tensor};
+use crate::layers::{Layers, WeightUse};
 use crate::model_file::ModelFile;
+
+/// Metadata: names of the convolution kernels stored block-quantized as [IC * K, OC].
+pub const QUANTIZED_KERNELS_KEY: &str = "kokoro.quantized_kernels";
+/// Metadata: the kernel width K of each of [`QUANTIZED_KERNELS_KEY`], in its order.
+pub const QUANTIZED_KERNEL_WIDTHS_KEY: &str = "kokoro.quantized_kernel_widths";
 
 /// Prefix of the voice tensors, which stay on the host.
 pub const VOICE_PREFIX: &str = "voice.";
@@ -36,6 +51,8 @@ pub struct Weights {
     /// Model name -> the ggml name (`w<index>`: ggml truncates names at 63 bytes, and
     /// ALBERT's module paths are longer).
     names: HashMap<String, String>,
+    /// ONNX dims (ggml order) of the kernels held block-quantized as [IC * K, OC].
+    quantized_dims: HashMap<String, [i64; 4]>,
     path: PathBuf,
 }
 
@@ -46,9 +63,19 @@ impl Weights {
             path: file.path.clone(),
             reason,
         };
+        let widths = quantized_kernel_widths(file).map_err(bad)?;
+        let layers = Layers::new(runtime);
         let mut tensors = Vec::new();
+        let mut quantized = Vec::new();
+        let mut quantized_dims = HashMap::new();
         for t in &file.tensors {
             if t.name.starts_with(VOICE_PREFIX) {
+                continue;
+            }
+            if let Some(&k) = widths.get(&t.name) {
+                quantized_dims.insert(t.name.clone(), quantized_kernel_dims(t, k).map_err(bad)?);
+                let stored = layers.store(t.clone(), WeightUse::Linear);
+                quantized.push((t.name.clone(), stored.dtype, stored.ne, stored.data));
                 continue;
             }
             let t = device_layout(t, file).map_err(bad)?;
@@ -57,12 +84,22 @@ impl Weights {
             }
             tensors.push(t);
         }
-        let ctx = Context::new(tensors.len() + 4, 0)?;
+        if let Some(missing) = widths.keys().find(|n| !quantized_dims.contains_key(*n)) {
+            return Err(bad(format!(
+                "'{QUANTIZED_KERNELS_KEY}' lists '{missing}', which the file lacks"
+            )));
+        }
+        let ctx = Context::new(tensors.len() + quantized.len() + 4, 0)?;
         let mut names = HashMap::new();
         for (i, t) in tensors.iter().enumerate() {
             let short = format!("w{i}");
             ctx.new_tensor(DType::F32, &t.ne, &short);
             names.insert(t.name.clone(), short);
+        }
+        for (i, (name, dtype, ne, _)) in quantized.iter().enumerate() {
+            let short = format!("q{i}");
+            ctx.new_tensor(*dtype, ne, &short);
+            names.insert(name.clone(), short);
         }
         let buf = Buffer::alloc_context(&ctx, runtime.main())?;
         for (i, t) in tensors.into_iter().enumerate() {
@@ -71,12 +108,28 @@ impl Weights {
                 .expect("created above with this name");
             on_device.write_f32(&t.data)?;
         }
+        for (i, (_, _, _, data)) in quantized.iter().enumerate() {
+            let on_device = ctx
+                .tensor_by_name(&format!("q{i}"))
+                .expect("created above with this name");
+            on_device.write_bytes(data)?;
+        }
         Ok(Weights {
             ctx,
             _buf: buf,
             names,
+            quantized_dims,
             path: file.path.clone(),
         })
+    }
+
+    /// The ONNX dims (ggml order) of `name`: its device dims, except for a kernel held
+    /// block-quantized as [IC * K, OC], which is [K, IC, OC].
+    pub fn dims(&self, name: &str) -> Result<[i64; 4]> {
+        match self.quantized_dims.get(name) {
+            Some(&ne) => Ok(ne),
+            None => Ok(self.get(name)?.ne()),
+        }
     }
 
     /// The tensor `name`, or an error naming it.
@@ -98,8 +151,7 @@ impl Weights {
     /// Checks that every `(name, ne)` exists with those dims (in the device layout).
     pub fn check(&self, expected: &[(String, Vec<i64>)]) -> Result<()> {
         for (name, ne) in expected {
-            let t = self.get(name)?;
-            let have = t.ne();
+            let have = self.dims(name)?;
             let want: Vec<i64> = (0..4).map(|i| ne.get(i).copied().unwrap_or(1)).collect();
             if have[..] != want[..] {
                 return Err(self.error(format!(
@@ -123,6 +175,48 @@ impl Weights {
 impl super::adain::WeightLookup for Weights {
     fn tensor(&self, name: &str) -> Result<Tensor<'_>> {
         self.get(name)
+    }
+
+    fn dims(&self, name: &str) -> Result<[i64; 4]> {
+        Weights::dims(self, name)
+    }
+}
+
+/// Name -> kernel width of the kernels the file stores block-quantized, from the two
+/// parallel metadata arrays (none when the file has neither).
+fn quantized_kernel_widths(file: &ModelFile) -> std::result::Result<HashMap<String, i64>, String> {
+    let find = |key: &str| file.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+    match (
+        find(QUANTIZED_KERNELS_KEY),
+        find(QUANTIZED_KERNEL_WIDTHS_KEY),
+    ) {
+        (None, None) => Ok(HashMap::new()),
+        (Some(GgufValue::StrArray(names)), Some(GgufValue::U32Array(widths)))
+            if names.len() == widths.len() =>
+        {
+            Ok(names
+                .iter()
+                .cloned()
+                .zip(widths.iter().map(|&k| k as i64))
+                .collect())
+        }
+        _ => Err(format!(
+            "metadata '{QUANTIZED_KERNELS_KEY}' (strings) and '{QUANTIZED_KERNEL_WIDTHS_KEY}' \
+             (as many u32) must come together"
+        )),
+    }
+}
+
+/// The ONNX dims [K, IC, OC, 1] of the block-quantized kernel `t` ([IC * K, OC]) of
+/// width `k`, after checking its type and shape.
+fn quantized_kernel_dims(t: &HostTensor, k: i64) -> std::result::Result<[i64; 4], String> {
+    let dims = trim(&t.ne);
+    match dims[..] {
+        [ick, oc] if t.dtype == DType::Q8_0 && k >= 1 && ick % k == 0 => Ok([k, ick / k, oc, 1]),
+        _ => Err(format!(
+            "quantized kernel '{}' is {:?} of dims {dims:?}, expected Q8_0 [IC * {k}, OC]",
+            t.name, t.dtype
+        )),
     }
 }
 

@@ -1,0 +1,121 @@
+//! Convolutions over quantized kernels: Kokoro's decoder keeps its large convolution
+//! kernels as Q8_0 so that int8 dot products (activations quantized to q8 per block of
+//! 32, as ggml does for every q8_0 product) replace the f32 ones. Each is an im2col and
+//! one product: a plain `ggml_mul_mat`, which every backend the scheduler drives runs,
+//! or on the CPU backend the engine's VNNI kernel over a [`crate::cpu_kernels::PackedQ8`] kernel
+//! (ggml's own q8_0 CPU product was slower than its f32 one here).
+
+use llama_cpp_sys_2 as sys;
+
+use super::{Context, DType, GgmlError, Result, Tensor};
+
+impl Context {
+    /// 1-D convolution (PyTorch cross-correlation, one sequence) with a block-quantized
+    /// kernel: `kernel` is [IC * K, OC] (the [K, IC, OC] kernel with its first two axes
+    /// flattened, as ONNX's [OC, IC, K] lies in memory) of a type such as
+    /// [`DType::Q8_0`], `kernel_width` is K and `input` is [L, IC] f32. Returns
+    /// [OL, OC] (time fastest) in f32. Refuses a kernel whose row is not whole kernels
+    /// of width K over the input's channels.
+    pub fn conv_1d_quantized_time_major<'a>(
+        &'a self,
+        kernel: Tensor<'a>,
+        kernel_width: i64,
+        input: Tensor<'a>,
+        stride: i32,
+        pad: i32,
+        dilation: i32,
+    ) -> Result<Tensor<'a>> {
+        let [ick, oc, one_a, one_b] = kernel.ne();
+        let [_, ic, one_c, one_d] = input.ne();
+        let refuse = |reason: String| GgmlError::Operand {
+            op: "conv_1d_quantized_time_major",
+            reason,
+        };
+        if one_a * one_b != 1 || one_c * one_d != 1 {
+            return Err(refuse(format!(
+                "kernel {:?} and input {:?} must be 2-D",
+                kernel.ne(),
+                input.ne()
+            )));
+        }
+        if kernel_width < 1 || ick != kernel_width * ic {
+            return Err(refuse(format!(
+                "a kernel row of {ick} values is not {kernel_width} taps over the input's \
+                 {ic} channels"
+            )));
+        }
+        if input.dtype() != Some(DType::F32) {
+            return Err(refuse(format!(
+                "the input is {:?}, expected F32",
+                input.dtype()
+            )));
+        }
+        let cols = self.im2col_for(kernel_width, input, stride, pad, dilation)?;
+        let y = self.mul_mat(kernel, cols); // [OC, OL]
+        debug_assert_eq!(y.ne()[..2], [oc, cols.ne()[1]]);
+        Ok(self.cont(self.transpose(y)))
+    }
+
+    /// [`Context::conv_1d_quantized_time_major`] with the kernel a [`crate::cpu_kernels::PackedQ8`]
+    /// ([`DType::I8`], packed from the [IC * K, OC] q8_0 kernel) and the bias (`[OC]`
+    /// f32) added inside the product: the engine's CPU kernel, so CPU only (needs
+    /// [`crate::cpu_kernels::q8_kernel_available`]). Refuses operands the kernel does not take.
+    pub fn conv_1d_q8_packed_time_major<'a>(
+        &'a self,
+        packed: Tensor<'a>,
+        kernel_width: i64,
+        input: Tensor<'a>,
+        conv: [i32; 3],
+        bias: Option<Tensor<'a>>,
+    ) -> Result<Tensor<'a>> {
+        let [stride, pad, dilation] = conv;
+        let cols = self.im2col_for(kernel_width, input, stride, pad, dilation)?;
+        let y = self.mul_mat_q8_packed(packed, cols, bias)?; // [OC, OL]
+        Ok(self.cont(self.transpose(y)))
+    }
+
+    /// im2col of `input` [L, IC] f32 for a kernel of width `kernel_width`: [IC * K, OL].
+    fn im2col_for<'a>(
+        &'a self,
+        kernel_width: i64,
+        input: Tensor<'a>,
+        stride: i32,
+        pad: i32,
+        dilation: i32,
+    ) -> Result<Tensor<'a>> {
+        let [l, ic, _, _] = input.ne();
+        let ol =
+            (l + 2 * pad as i64 - dilation as i64 * (kernel_width - 1) - 1) / stride as i64 + 1;
+        if ol < 1 || kernel_width < 1 || stride < 1 || dilation < 1 {
+            return Err(GgmlError::Operand {
+                op: "im2col",
+                reason: format!(
+                    "an input of {l} samples is shorter than the kernel's reach (width \
+                     {kernel_width}, stride {stride}, dilation {dilation})"
+                ),
+            });
+        }
+        // im2col reads only the shape of its kernel operand ([K, IC]): an unwritten
+        // graph tensor of that shape stands in for the quantized kernel.
+        let shape = self.new_tensor(DType::F32, &[kernel_width, ic], "conv_kernel_shape");
+        let ctx = self.raw.as_ptr();
+        // SAFETY: tensors of this context; im2col's kernel and input channel counts
+        // match (checked above), and its result is a contiguous [IC*K, OL] f32 tensor.
+        let cols = self.wrap(unsafe {
+            sys::ggml_im2col(
+                ctx,
+                shape.raw(),
+                input.raw(),
+                stride,
+                0,
+                pad,
+                0,
+                dilation,
+                0,
+                false,
+                sys::GGML_TYPE_F32,
+            )
+        });
+        Ok(self.reshape(cols, &[kernel_width * ic, ol]))
+    }
+}

@@ -67,8 +67,7 @@ struct StageClock {
 
 /// ggml's eval callback: asks to stop at every stage tensor, then logs the time.
 unsafe extern "C" fn on_node(t: *mut sys::ggml_tensor, ask: bool, user_data: *mut c_void) -> bool {
-    // SAFETY: ggml passes a live tensor, whose name is a NUL-terminated array; the
-    // user data is the StageClock that `compute_recorded` keeps alive during the call.
+    // SAFETY: ggml passes a live tensor, whose name is a NUL-terminated array.
     let name = unsafe { CStr::from_ptr((*t).name.as_ptr()) }.to_string_lossy();
     // ggml names the views and copies of a named tensor after it ("<name> (cont)"):
     // only the tensor itself ends its stage.
@@ -76,6 +75,8 @@ unsafe extern "C" fn on_node(t: *mut sys::ggml_tensor, ask: bool, user_data: *mu
         return !ask;
     };
     if !ask {
+        // SAFETY: the user data is the StageClock that `compute_recorded` keeps alive
+        // (and lends to nothing else) during the compute that calls this.
         let clock = unsafe { &mut *(user_data as *mut StageClock) };
         let elapsed = clock.start.elapsed().as_secs_f64();
         clock.stages.push((stage.to_string(), elapsed));

@@ -40,6 +40,7 @@ mod conv;
 mod custom_op;
 pub mod hip_arch;
 pub mod log;
+pub mod profile;
 mod signal;
 
 use custom_op::{CustomOp, OpState, Operand};
@@ -1209,6 +1210,7 @@ impl Scheduler {
         int_inputs: &[(Tensor<'_>, &[i32])],
     ) -> Result<()> {
         let sched = self.raw.as_ptr();
+        let started = std::time::Instant::now();
         // SAFETY: scheduler and graph are live; inputs are tensors of the graph.
         unsafe {
             sys::ggml_backend_sched_reset(sched);
@@ -1218,14 +1220,24 @@ impl Scheduler {
                 ));
             }
         }
+        let allocated = std::time::Instant::now();
         for (t, data) in inputs {
             t.write_f32(data)?;
         }
         for (t, data) in int_inputs {
             t.write_i32(data)?;
         }
-        // SAFETY: as above.
-        let status = unsafe { sys::ggml_backend_sched_graph_compute(sched, graph.raw.as_ptr()) };
+        let status = if profile::recording() {
+            let alloc_s = (allocated - started).as_secs_f64();
+            self.compute_recorded(
+                graph.raw.as_ptr(),
+                alloc_s,
+                allocated.elapsed().as_secs_f64(),
+            )
+        } else {
+            // SAFETY: as above.
+            unsafe { sys::ggml_backend_sched_graph_compute(sched, graph.raw.as_ptr()) }
+        };
         if let Some(failure) = graph.ctx.take_op_failure() {
             return Err(GgmlError::OpFailed(failure));
         }

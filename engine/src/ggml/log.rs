@@ -23,7 +23,9 @@ pub fn set_verbose(on: bool) {
     VERBOSE.store(on, Ordering::Relaxed);
 }
 
-fn verbose() -> bool {
+/// True when ggml's log is shown (`--verbose` or `AUDIOCPP_LOG`): models print their
+/// own diagnostics (such as time breakdowns) only then.
+pub fn verbose() -> bool {
     VERBOSE.load(Ordering::Relaxed) || std::env::var_os("AUDIOCPP_LOG").is_some()
 }
 

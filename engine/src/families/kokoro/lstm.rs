@@ -61,15 +61,22 @@ impl BiLstm {
         );
         let both = ctx.concat(x, x_rev, 2); // [in, T, 2]
         let proj = ctx.add(ctx.mul_mat(wx, both), b); // [4H, T, 2]
+                                                      // [4H, 2, T]: each step's gates for both directions side by side, so a step's
+                                                      // slice is contiguous, laid out as the recurrent product's result.
+        let proj = ctx.cont(ctx.permute(proj, [0, 2, 1, 3]));
         let g = gates4 as usize;
         let t_len = steps as usize;
         let mut h: Option<Tensor<'a>> = None;
         let mut c: Option<Tensor<'a>> = None;
         let mut outputs = Vec::with_capacity(t_len);
         for t in 0..t_len {
-            let xt = ctx.view_3d(proj, [gates4, 1, 2], g, g * t_len, t * g);
+            let xt = ctx.view_3d(proj, [gates4, 1, 2], g, g, 2 * t * g);
+            // The projection first, so that the product and its sum are adjacent graph
+            // nodes, which ggml's CUDA backend runs as one kernel (x + y == y + x: the
+            // same bits either way); that fused kernel reads the addend with the
+            // product's strides, which the contiguous step slice has.
             let z = match h {
-                Some(h) => ctx.add(ctx.mul_mat(wh, h), xt),
+                Some(h) => ctx.add(xt, ctx.mul_mat(wh, h)),
                 None => ctx.cont(xt),
             };
             let (sg, th) = (ctx.sigmoid(z), ctx.tanh(z));

@@ -31,11 +31,14 @@ pub mod text_encoder;
 pub mod weights;
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
 
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
 use crate::families::LoaderInfo;
-use crate::ggml::{Context, DType, GgufValue};
+use crate::ggml::profile::{self, GraphTiming};
+use crate::ggml::{Context, DType, DeviceType, GgufValue, Scheduler};
 use crate::model_file::ModelFile;
 use crate::spec::ModelSpec;
 use crate::tasks::{SpeechInput, Synthesizer};
@@ -61,6 +64,8 @@ pub const BERT_HEADS_KEY: &str = "kokoro.bert.num_heads";
 pub const BERT_LAYERS_KEY: &str = "kokoro.bert.num_layers";
 /// Most phoneme symbols one forward pass takes (ALBERT's positions minus the two pads).
 pub const MAX_PHONEMES: usize = 510;
+/// Phoneme symbols of the warm-up sentence a GPU load speaks ([`Kokoro::warm_up`]).
+const WARM_UP_PHONEMES: usize = 48;
 
 /// Model dimensions: from the GGUF metadata (heads, layers) and the tensor shapes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,17 +206,53 @@ pub struct Kokoro {
     /// Voices in the order listed, each [510 x 256] row-major.
     voices: Vec<(String, Vec<f32>)>,
     sample_rate: u32,
+    /// The schedulers of graphs 1 and 2, kept from sentence to sentence so that their
+    /// device buffers are allocated once, not per sentence (see [`SchedulerSlot`]);
+    /// declared before `runtime`, so that they are freed before its backends.
+    front_sched: SchedulerSlot,
+    frames_sched: SchedulerSlot,
     runtime: Runtime,
-    /// The English front end per dialect: the lexicon texts from the file, made into a
-    /// [`G2p`] on first use (that costs about a quarter second).
+    /// The English front end per dialect: the lexicon texts from the file, parsed into a
+    /// [`G2p`] on a thread of its own started at load (that costs about a quarter
+    /// second a dialect, which a first request would otherwise wait for).
     front_ends: Vec<FrontEnd>,
 }
 
-/// One dialect's text front end, built when first asked for.
+/// A scheduler kept between runs, with the graph size it was made for: a larger graph
+/// makes a new one. Behind a mutex because [`Kokoro::run_ids`] takes `&self`.
+#[derive(Default)]
+struct SchedulerSlot(Mutex<Option<(usize, Scheduler)>>);
+
+impl SchedulerSlot {
+    /// Runs `f` with a scheduler for graphs of at least `nodes` nodes (made larger in
+    /// steps of a quarter, so that slowly growing inputs do not remake it every time).
+    fn with<T>(
+        &self,
+        runtime: &Runtime,
+        nodes: usize,
+        f: impl FnOnce(&mut Scheduler) -> Result<T>,
+    ) -> Result<T> {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_none_or(|(size, _)| *size < nodes) {
+            *slot = None;
+            let size = nodes + nodes / 4;
+            *slot = Some((size, runtime.scheduler(size)?));
+        }
+        let (_, sched) = slot.as_mut().expect("made above");
+        f(sched)
+    }
+}
+
+/// What a dialect's lexicon parse gave (the error is the parser's message).
+type ParsedG2p = std::result::Result<G2p, String>;
+
+/// One dialect's text front end: being built, or built.
 struct FrontEnd {
     dialect: Dialect,
-    lexicon: Option<(String, String)>,
-    g2p: Option<G2p>,
+    /// The parse started at load; `None` when the file has no lexicon for the dialect,
+    /// or once it is joined into `g2p`.
+    building: Option<std::thread::JoinHandle<ParsedG2p>>,
+    g2p: Option<ParsedG2p>,
 }
 
 /// Loads the model for the TTS registry.
@@ -268,20 +309,32 @@ impl Kokoro {
                 voices.insert(0, v);
             }
         }
-        let front_ends = [Dialect::Us, Dialect::Gb]
-            .into_iter()
-            .map(|dialect| {
-                let (gold, silver) = dialect.gguf_keys();
-                FrontEnd {
-                    dialect,
-                    lexicon: file
-                        .meta_str(gold)
-                        .zip(file.meta_str(silver))
-                        .map(|(g, s)| (g.to_string(), s.to_string())),
-                    g2p: None,
-                }
-            })
-            .collect();
+        let mut front_ends = Vec::new();
+        for dialect in [Dialect::Us, Dialect::Gb] {
+            let (gold, silver) = dialect.gguf_keys();
+            let texts = file
+                .meta_str(gold)
+                .zip(file.meta_str(silver))
+                .map(|(g, s)| (g.to_string(), s.to_string()));
+            let building = match texts {
+                Some((gold, silver)) => Some(
+                    std::thread::Builder::new()
+                        .name("kokoro-lexicon".into())
+                        .spawn(move || {
+                            Lexicon::from_json(&gold, &silver)
+                                .map(|l| G2p::new(l, dialect).with_max_symbols(MAX_PHONEMES))
+                                .map_err(|e| e.to_string())
+                        })
+                        .map_err(|e| bad(format!("cannot start the lexicon parse: {e}")))?,
+                ),
+                None => None,
+            };
+            front_ends.push(FrontEnd {
+                dialect,
+                building,
+                g2p: None,
+            });
+        }
         let weights = Weights::load(file, &runtime)?;
         weights.check(&hp.tensor_shapes())?;
         let f0n = prosody::F0N::load(&weights)?;
@@ -290,7 +343,7 @@ impl Kokoro {
             "decoder.decoder",
             decoder::DecoderConfig::from_metadata(&file.metadata)?,
         )?;
-        Ok(Kokoro {
+        let kokoro = Kokoro {
             hp,
             weights,
             f0n,
@@ -300,7 +353,25 @@ impl Kokoro {
             sample_rate: spec.sample_rate,
             runtime,
             front_ends,
-        })
+            front_sched: SchedulerSlot::default(),
+            frames_sched: SchedulerSlot::default(),
+        };
+        if kokoro.runtime.device().device_type != DeviceType::Cpu {
+            kokoro.warm_up()?;
+        }
+        Ok(kokoro)
+    }
+
+    /// Speaks one short made-up sentence and drops it: on a GPU the first run pays
+    /// one-time costs (the BLAS library's handles, loading each kernel on first use,
+    /// the schedulers' buffers) that would otherwise land on the first request.
+    fn warm_up(&self) -> Result<()> {
+        let symbol = self.vocab.get(&'a').copied().unwrap_or(0);
+        let mut ids = vec![symbol; WARM_UP_PHONEMES + 2];
+        ids[0] = 0;
+        ids[WARM_UP_PHONEMES + 1] = 0;
+        let style = self.style(&self.voices[0].0, WARM_UP_PHONEMES)?;
+        self.run_ids(&ids, &style, 1.0, None).map(drop)
     }
 
     /// Reads and loads the Kokoro GGUF at `path` onto the device `opts` selects (what
@@ -378,12 +449,20 @@ impl Kokoro {
             }
         }
         let (dec_style, pred_style) = style.split_at(s);
+        let timed = crate::ggml::log::verbose();
+        if timed {
+            profile::start_recording();
+        }
+        let started = Instant::now();
         let front = self.front(ids, pred_style)?;
+        let front_done = Instant::now();
         let (duration, predicted) =
             prosody::durations(&front.probs, self.hp.max_duration as usize, speed);
         let pred_dur = forced.map_or(predicted, <[usize]>::to_vec);
         let frames = prosody::frame_tokens(&pred_dur);
+        let host_done = Instant::now();
         let (f0, n, asr) = self.frames(&front.d, &front.t_en, &frames, pred_style)?;
+        let frames_done = Instant::now();
         let input = decoder::DecoderInput {
             asr: &asr,
             frames: frames.len(),
@@ -394,6 +473,19 @@ impl Kokoro {
         let decoded = self
             .decoder
             .synthesize(&self.runtime, &self.weights, &input, None)?;
+        if timed {
+            let walls = [
+                front_done - started,
+                host_done - front_done,
+                frames_done - host_done,
+                frames_done.elapsed(),
+            ]
+            .map(|d| d.as_secs_f64());
+            eprintln!(
+                "{}",
+                timing_report(t, frames.len(), &walls, &profile::take_recording())
+            );
+        }
         Ok(Run {
             bert_dur: front.bert_dur,
             d_en: front.d_en,
@@ -428,24 +520,32 @@ impl Kokoro {
         let probs = prosody::duration_probabilities(&ctx, w, d, rev_in)?;
         let t_en = text_encoder::build(&ctx, w, hp, ids_in, rev_in)?;
         let mut graph = ctx.new_graph(nodes);
-        for out in [bert, d_en, d, probs, t_en] {
+        for (out, stage) in [
+            (bert, "albert"),
+            (d_en, "bert_encoder"),
+            (d, "duration_encoder"),
+            (probs, "duration_lstm"),
+            (t_en, "text_encoder"),
+        ] {
+            profile::mark_stage(out, stage);
             out.mark_output();
             graph.expand(out);
         }
         let reverse: Vec<i32> = (0..t as i32).rev().collect();
         let cols: Vec<f32> = (0..t).flat_map(|_| style.iter().copied()).collect();
-        let mut sched = self.runtime.scheduler(nodes)?;
-        sched.compute_with(
-            &mut graph,
-            &[(style_in, style), (cols_in, &cols)],
-            &[(ids_in, ids), (rev_in, &reverse)],
-        )?;
-        Ok(Front {
-            bert_dur: bert.read_f32()?,
-            d_en: d_en.read_f32()?,
-            d: d.read_f32()?,
-            probs: probs.read_f32()?,
-            t_en: t_en.read_f32()?,
+        self.front_sched.with(&self.runtime, nodes, |sched| {
+            sched.compute_with(
+                &mut graph,
+                &[(style_in, style), (cols_in, &cols)],
+                &[(ids_in, ids), (rev_in, &reverse)],
+            )?;
+            Ok(Front {
+                bert_dur: bert.read_f32()?,
+                d_en: d_en.read_f32()?,
+                d: d.read_f32()?,
+                probs: probs.read_f32()?,
+                t_en: t_en.read_f32()?,
+            })
         })
     }
 
@@ -473,21 +573,24 @@ impl Kokoro {
         }
         let w = &self.weights;
         let en = ctx.get_rows(d_in, idx_in);
+        profile::mark_stage(en, "frame_expansion");
         let (f0, n) = self.f0n.build(&ctx, w, en, style_in, rev_in)?;
         let asr = ctx.cont(ctx.transpose(ctx.get_rows(t_en_in, idx_in)));
         let mut graph = ctx.new_graph(nodes);
-        for out in [f0, n, asr] {
+        for (out, stage) in [(f0, "f0_branch"), (n, "n_branch"), (asr, "asr_expansion")] {
+            profile::mark_stage(out, stage);
             out.mark_output();
             graph.expand(out);
         }
         let reverse: Vec<i32> = (0..f as i32).rev().collect();
-        let mut sched = self.runtime.scheduler(nodes)?;
-        sched.compute_with(
-            &mut graph,
-            &[(d_in, d), (t_en_in, t_en), (style_in, style)],
-            &[(idx_in, frames), (rev_in, &reverse)],
-        )?;
-        Ok((f0.read_f32()?, n.read_f32()?, asr.read_f32()?))
+        self.frames_sched.with(&self.runtime, nodes, |sched| {
+            sched.compute_with(
+                &mut graph,
+                &[(d_in, d), (t_en_in, t_en), (style_in, style)],
+                &[(idx_in, frames), (rev_in, &reverse)],
+            )?;
+            Ok((f0.read_f32()?, n.read_f32()?, asr.read_f32()?))
+        })
     }
 
     /// Speaks a phoneme string of any length: split at sentence (then clause, then
@@ -502,6 +605,57 @@ impl Kokoro {
         }
         Ok(audio)
     }
+}
+
+/// One sentence's time breakdown, one line (printed under `--verbose`): `walls` are the
+/// wall times of graph 1, the host's durations step, graph 2 and the decoder; `graphs`
+/// what the scheduler recorded for the three graphs, in that order. Milliseconds.
+fn timing_report(tokens: usize, frames: usize, walls: &[f64; 4], graphs: &[GraphTiming]) -> String {
+    let ms = |s: f64| format!("{:.1}", s * 1e3);
+    let graph = |name: &str, wall: f64, g: Option<&GraphTiming>, host: &str| -> String {
+        let Some(g) = g else {
+            return format!("{name} {} ms", ms(wall));
+        };
+        let mut stages = Vec::new();
+        let mut last = 0.0;
+        for (stage, at) in &g.stages {
+            stages.push(format!("{stage} {}", ms(at - last)));
+            last = *at;
+        }
+        let tail = g.compute_s - last;
+        if !g.stages.is_empty() && tail > 0.0 {
+            stages.push(format!("rest {}", ms(tail)));
+        }
+        format!(
+            "{name} {} ms (nodes {}, splits {}, copies {}; alloc {}, upload {}, compute {}{}; {host} {})",
+            ms(wall),
+            g.nodes,
+            g.splits,
+            g.copies,
+            ms(g.alloc_s),
+            ms(g.upload_s),
+            ms(g.compute_s),
+            if stages.is_empty() {
+                String::new()
+            } else {
+                format!(" = {}", stages.join(", "))
+            },
+            ms(wall - g.alloc_s - g.upload_s - g.compute_s),
+        )
+    };
+    format!(
+        "kokoro timing: tokens {tokens}, frames {frames}, total {} ms | {} | durations (host) {} ms | {} | {}",
+        ms(walls.iter().sum()),
+        graph("graph 1 (text)", walls[0], graphs.first(), "build+read"),
+        ms(walls[1]),
+        graph("graph 2 (frames)", walls[2], graphs.get(1), "build+read"),
+        graph(
+            "decoder",
+            walls[3],
+            graphs.get(2),
+            "host: source+STFT+iSTFT end+build+read"
+        ),
+    )
 }
 
 /// Graph 1's outputs.
@@ -587,17 +741,22 @@ impl Kokoro {
             .find(|f| f.dialect == dialect)
             .expect("a front end per dialect");
         if front.g2p.is_none() {
-            let (gold, silver) = front.lexicon.as_ref().ok_or_else(|| {
+            let building = front.building.take().ok_or_else(|| {
                 let (g, s) = dialect.gguf_keys();
                 EngineError::Usage(format!(
                     "parameter 'input': the model file has no '{g}'/'{s}' lexicon for text input; convert it again (task 'convert', family 'kokoro', which embeds misaki's lexicons), or pass phonemes"
                 ))
             })?;
-            let lexicon = Lexicon::from_json(gold, silver)
-                .map_err(|e| EngineError::Usage(format!("parameter 'input': {e}")))?;
-            front.g2p = Some(G2p::new(lexicon, dialect).with_max_symbols(MAX_PHONEMES));
+            front.g2p = Some(
+                building
+                    .join()
+                    .unwrap_or_else(|_| Err("the lexicon parse stopped with a panic".into())),
+            );
         }
-        let g2p = front.g2p.as_ref().expect("made above");
+        let g2p = match front.g2p.as_ref().expect("joined above") {
+            Ok(g2p) => g2p,
+            Err(e) => return Err(EngineError::Usage(format!("parameter 'input': {e}"))),
+        };
         let sentences = g2p
             .phonemize(text)
             .map_err(|e| EngineError::Usage(format!("parameter 'input': {e}")))?;

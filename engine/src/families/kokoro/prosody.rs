@@ -163,6 +163,7 @@ impl F0N {
     ) -> Result<(Tensor<'a>, Tensor<'a>)> {
         let x = BiLstm::new(SHARED).build(ctx, w, en, reverse)?;
         let x = ctx.cont(ctx.transpose(x)); // [F, hidden]
+        crate::ggml::profile::mark_stage(x, "shared_lstm");
         let branch = |blocks: &[AdainResBlk1d], proj: &Conv1d| -> Result<Tensor<'a>> {
             let mut y = x;
             for block in blocks {

@@ -4,8 +4,52 @@
 //!
 //! Why the host: the source's phase is a cumulative sum over the whole utterance that
 //! reaches ~10^6 radians, where f32 rounding alone costs tens of dB, and ggml has no
-//! atan2 for the STFT's phase. The work is tiny (9 harmonics at 24 kHz, an STFT of 20
-//! points): the network around it runs through ggml.
+//! atan2 for the STFT's phase. The work is small (9 harmonics at 24 kHz, an STFT of 20
+//! points), but on a GPU it is a real share of a sentence's time, so both steps split
+//! their samples (frames) over threads: every value is computed by exactly the same
+//! arithmetic whichever thread computes it, so the result does not depend on the
+//! thread count.
+
+/// Most threads the host steps use.
+const MAX_HOST_THREADS: usize = 16;
+/// Fewest output values a thread is given (below that, threads cost more than they save).
+const MIN_VALUES_PER_THREAD: usize = 16_384;
+
+/// Threads for `values` outputs: the machine's cores, at most [`MAX_HOST_THREADS`], at
+/// least [`MIN_VALUES_PER_THREAD`] values each.
+fn host_threads(values: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores
+        .min(MAX_HOST_THREADS)
+        .min(values / MIN_VALUES_PER_THREAD)
+        .max(1)
+}
+
+/// Fills `out` by `fill(first_index, chunk)` over `threads` contiguous chunks of
+/// whole `unit`-element groups, on scoped threads (the caller's thread takes the first).
+fn fill_parallel<T: Send>(
+    out: &mut [T],
+    unit: usize,
+    threads: usize,
+    fill: &(impl Fn(usize, &mut [T]) + Sync),
+) {
+    let groups = out.len() / unit.max(1);
+    let per = groups.div_ceil(threads.max(1)).max(1) * unit.max(1);
+    if threads <= 1 || out.len() <= per {
+        fill(0, out);
+        return;
+    }
+    std::thread::scope(|scope| {
+        let mut chunks = out.chunks_mut(per).enumerate();
+        let first = chunks.next();
+        for (i, chunk) in chunks {
+            scope.spawn(move || fill(i * per, chunk));
+        }
+        if let Some((_, chunk)) = first {
+            fill(0, chunk);
+        }
+    });
+}
 
 /// What the source needs, from the model's hyper-parameters and weights.
 #[derive(Debug, Clone)]
@@ -32,6 +76,11 @@ pub struct SourceParams {
 /// scaled back by `upsample` and linearly interpolated (half-pixel centres, clamped at
 /// the ends) to every sample.
 pub fn harmonic_source(f0: &[f32], p: &SourceParams) -> Vec<f32> {
+    harmonic_source_threads(f0, p, host_threads(f0.len() * p.upsample))
+}
+
+/// [`harmonic_source`] on `threads` threads.
+fn harmonic_source_threads(f0: &[f32], p: &SourceParams, threads: usize) -> Vec<f32> {
     let frames = f0.len();
     let up = p.upsample;
     let harmonics = p.merge_weights.len();
@@ -49,8 +98,7 @@ pub fn harmonic_source(f0: &[f32], p: &SourceParams) -> Vec<f32> {
             phase[h * frames + i] = sum * two_pi_up;
         }
     }
-    let mut out = Vec::with_capacity(frames * up);
-    for t in 0..frames * up {
+    let sample = |t: usize| -> f32 {
         let src = ((t as f64 + 0.5) / up as f64 - 0.5).max(0.0);
         let i0 = (src.floor() as usize).min(frames - 1);
         let i1 = (i0 + 1).min(frames - 1);
@@ -63,8 +111,14 @@ pub fn harmonic_source(f0: &[f32], p: &SourceParams) -> Vec<f32> {
                 merged += w * ph.sin() * p.sine_amp;
             }
         }
-        out.push(merged.tanh() as f32);
-    }
+        merged.tanh() as f32
+    };
+    let mut out = vec![0f32; frames * up];
+    fill_parallel(&mut out, 1, threads, &|first, chunk: &mut [f32]| {
+        for (i, v) in chunk.iter_mut().enumerate() {
+            *v = sample(first + i);
+        }
+    });
     out
 }
 
@@ -170,8 +224,17 @@ impl ChirpZ {
 
     /// The radix-2 FFT of `m` points.
     fn fft(&self, x: &[C32]) -> Vec<C32> {
+        let mut y = vec![C32::default(); self.m];
+        self.fft_into(x, &mut y);
+        y
+    }
+
+    /// [`ChirpZ::fft`] into `y` (`m` points).
+    fn fft_into(&self, x: &[C32], y: &mut [C32]) {
         let m = self.m;
-        let mut y: Vec<C32> = (0..m).map(|i| x[bit_reverse(i, self.bits)]).collect();
+        for (i, v) in y.iter_mut().enumerate() {
+            *v = x[bit_reverse(i, self.bits)];
+        }
         let mut size = 2;
         let mut stage_bits = 0;
         while size <= m {
@@ -188,12 +251,19 @@ impl ChirpZ {
             }
             size *= 2;
         }
-        y
     }
 
-    /// Bins `0..bins` of the DFT of `frame` (n real values) times `window`.
-    fn transform(&self, frame: &[f32], window: &[f32], bins: usize, out: &mut [C32]) {
-        let mut a = vec![C32::default(); self.m];
+    /// Bins `0..bins` of the DFT of `frame` (n real values) times `window`; `scratch`
+    /// is [`ChirpZ::scratch`] (its first buffer's values past `n` stay zero).
+    fn transform(
+        &self,
+        frame: &[f32],
+        window: &[f32],
+        bins: usize,
+        out: &mut [C32],
+        scratch: &mut [Vec<C32>; 3],
+    ) {
+        let [a, spec, back] = scratch;
         for k in 0..self.n {
             let x = C32 {
                 re: frame[k] * window[k],
@@ -201,11 +271,11 @@ impl ChirpZ {
             };
             a[k] = x.mul(self.chirp[k]);
         }
-        let mut spec = self.fft(&a);
+        self.fft_into(a, spec);
         for (s, kf) in spec.iter_mut().zip(&self.kernel_fft) {
             *s = s.mul(*kf);
         }
-        let back = self.fft(&spec);
+        self.fft_into(spec, back);
         let scale = 1.0 / self.m as f32;
         for (k, o) in out.iter_mut().enumerate().take(bins) {
             let c = back[if k == 0 { 0 } else { self.m - k }];
@@ -215,6 +285,11 @@ impl ChirpZ {
             };
             *o = c.mul(self.chirp[k]);
         }
+    }
+
+    /// Zeroed work buffers for [`ChirpZ::transform`].
+    fn scratch(&self) -> [Vec<C32>; 3] {
+        [(); 3].map(|_| vec![C32::default(); self.m])
     }
 }
 
@@ -242,6 +317,12 @@ fn export_phase(re: f32, im: f32) -> f32 {
 /// [frames, 2 * bins] in ggml order (time fastest): the magnitudes of the
 /// `n_fft / 2 + 1` bins, then their phases in [-pi, pi].
 pub fn source_stft(x: &[f32], n_fft: usize, hop: usize) -> (usize, Vec<f32>) {
+    let values = x.len() / hop.max(1) * (n_fft / 2 + 1);
+    source_stft_threads(x, n_fft, hop, host_threads(values))
+}
+
+/// [`source_stft`] on `threads` threads.
+fn source_stft_threads(x: &[f32], n_fft: usize, hop: usize, threads: usize) -> (usize, Vec<f32>) {
     let half = n_fft / 2;
     let bins = half + 1;
     let len = x.len();
@@ -263,18 +344,35 @@ pub fn source_stft(x: &[f32], n_fft: usize, hop: usize) -> (usize, Vec<f32>) {
     let frames = len / hop + 1;
     let window: Vec<f32> = hann_periodic(n_fft).iter().map(|&w| w as f32).collect();
     let dft = ChirpZ::new(n_fft);
+    // Frame-major (each frame's magnitudes, then its phases), filled in parallel, then
+    // laid out time fastest.
+    let mut by_frame = vec![0f32; frames * 2 * bins];
+    fill_parallel(
+        &mut by_frame,
+        2 * bins,
+        threads,
+        &|first, chunk: &mut [f32]| {
+            let mut frame = vec![0f32; n_fft];
+            let mut spec = vec![C32::default(); bins];
+            let mut scratch = dft.scratch();
+            for (i, values) in chunk.chunks_exact_mut(2 * bins).enumerate() {
+                let t = first / (2 * bins) + i;
+                let start = (t * hop) as isize - half as isize;
+                for (n, v) in frame.iter_mut().enumerate() {
+                    *v = at(start + n as isize);
+                }
+                dft.transform(&frame, &window, bins, &mut spec, &mut scratch);
+                for (k, c) in spec.iter().enumerate() {
+                    values[k] = (c.re * c.re + c.im * c.im).sqrt();
+                    values[bins + k] = export_phase(c.re, c.im);
+                }
+            }
+        },
+    );
     let mut data = vec![0f32; frames * 2 * bins];
-    let mut frame = vec![0f32; n_fft];
-    let mut spec = vec![C32::default(); bins];
-    for t in 0..frames {
-        let start = (t * hop) as isize - half as isize;
-        for (n, v) in frame.iter_mut().enumerate() {
-            *v = at(start + n as isize);
-        }
-        dft.transform(&frame, &window, bins, &mut spec);
-        for (k, c) in spec.iter().enumerate() {
-            data[k * frames + t] = (c.re * c.re + c.im * c.im).sqrt();
-            data[(bins + k) * frames + t] = export_phase(c.re, c.im);
+    for (t, values) in by_frame.chunks_exact(2 * bins).enumerate() {
+        for (k, &v) in values.iter().enumerate() {
+            data[k * frames + t] = v;
         }
     }
     (frames, data)
@@ -314,6 +412,40 @@ mod tests {
         assert!(s[300..900].iter().any(|v| v.abs() > 0.09));
         for &v in &s[1200..] {
             assert_eq!(v, 0.0, "unvoiced samples are tanh(bias) = 0");
+        }
+    }
+
+    #[test]
+    fn threads_do_not_change_a_bit_of_the_source_or_its_stft() {
+        let f0: Vec<f32> = (0..157)
+            .map(|i| {
+                if i % 40 < 30 {
+                    120.0 + i as f32 * 1.7
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let mut p = params();
+        p.merge_weights = vec![0.9, -0.4, 0.3, 0.2, -0.1, 0.05, 0.02, -0.03, 0.01];
+        let one = harmonic_source_threads(&f0, &p, 1);
+        for threads in [2, 3, 7] {
+            let many = harmonic_source_threads(&f0, &p, threads);
+            assert!(one
+                .iter()
+                .zip(&many)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
+            assert_eq!(one.len(), many.len());
+        }
+        let (frames, stft) = source_stft_threads(&one, 20, 5, 1);
+        assert_eq!(frames, one.len() / 5 + 1);
+        for threads in [2, 5, 16] {
+            let (f, many) = source_stft_threads(&one, 20, 5, threads);
+            assert_eq!(f, frames);
+            assert!(stft
+                .iter()
+                .zip(&many)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
         }
     }
 

@@ -65,8 +65,9 @@ struct Flags {
     /// output).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Convert: store Whisper's linear-layer weights as q8_0 (8-bit blocks), or f16 to
-    /// keep the model's own type (the default).
+    /// Convert: the weight type. whisper: q8_0 (its linear layers as 8-bit blocks), or f16
+    /// to keep the model's own type (the default); kokoro: f32 (the default), f16, or q8_0
+    /// (the decoder's residual-block convolutions as 8-bit blocks).
     #[arg(long)]
     quantize: Option<String>,
     /// Convert (kokoro): the folder of voice files (kokoro-js's voices/, <name>.bin).

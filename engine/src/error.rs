@@ -217,6 +217,9 @@ type Spelling = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 /// See [`set_warning_spelling`].
 static WARNING_SPELLING: std::sync::OnceLock<Spelling> = std::sync::OnceLock::new();
 
+/// Engine result.
+pub type Result<T> = std::result::Result<T, EngineError>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +253,3 @@ mod tests {
         assert_eq!(e.message_in(&flag), "--threads 9 is too many");
     }
 }
-
-/// Engine result.
-pub type Result<T> = std::result::Result<T, EngineError>;

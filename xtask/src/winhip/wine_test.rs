@@ -4,7 +4,7 @@
 //! runtime with no GPU: `--list-devices` lists the CPU and says that the HIP backend found
 //! no device; `--backend hip` exits 2 with that reason; `--backend cpu` transcribes the
 //! phrase exactly; without the GEMM DLL the HIP backend is reported as not loadable and the
-//! CPU still runs. The package has no hipBLASLt (it comes only from a Windows SDK), so a
+//! CPU still runs (`--backend hip` then says that only the CPU is available). The package has no hipBLASLt (it comes only from a Windows SDK), so a
 //! clearly marked test-only stand-in `libhipblaslt.dll` (every entry fails) goes into the
 //! unpacked test folder only, never into a package.
 
@@ -228,9 +228,20 @@ pub fn run(assets: &Assets) -> Result<()> {
             "without libhipblaslt.dll the CPU must still be listed: {devices}{err}"
         );
         ensure!(
-            err.contains("warning: a ggml backend failed to load")
-                && !err.contains("no ROCm-capable device"),
-            "without libhipblaslt.dll the HIP backend must be reported as not loadable (and never reach HIP's device query): {err}"
+            !err.contains("no ROCm-capable device"),
+            "without libhipblaslt.dll ggml-hip.dll cannot load, so HIP's device query must never run: {err}"
+        );
+        // ggml's loader skips a backend library that fails to load without a word, so the
+        // report is `--backend hip`'s: HIP is not available, only the CPU is (not "no HIP
+        // device", which is what a loaded backend without a GPU says).
+        let (code, _, not_loaded) = asr("hip")?;
+        let said = not_loaded.to_lowercase();
+        ensure!(
+            code == Some(2)
+                && said.contains("hip backend")
+                && said.contains("available: cpu")
+                && !said.contains("no hip device was found"),
+            "without libhipblaslt.dll --backend hip must exit 2 saying HIP is not available (only the CPU), got {code:?}: {not_loaded}"
         );
         let (code, text, err) = asr("cpu")?;
         ensure!(
@@ -238,9 +249,10 @@ pub fn run(assets: &Assets) -> Result<()> {
             "without libhipblaslt.dll --backend cpu must still transcribe: {text}{err}"
         );
         Ok(format!(
-            "{}; {}",
+            "{}; {}; without libhipblaslt.dll: {}",
             no_device[0].trim(),
-            hip_err.lines().last().unwrap_or("").trim()
+            hip_err.lines().last().unwrap_or("").trim(),
+            not_loaded.lines().last().unwrap_or("").trim()
         ))
     })();
     wine.shutdown();

@@ -270,46 +270,68 @@ pub(crate) const PHRASE: &str = "Speech recognition in Rust is working today.";
 /// Runs a packaged CLI with arguments and extra environment variables; its stdout.
 type RunPackaged<'a> = dyn Fn(&[&str], &[(&str, &str)]) -> Result<String> + 'a;
 
-/// Converts Whisper tiny.en (the CTranslate2 model of the assets) to a q8_0 GGUF with
-/// a packaged CLI, `run_env` (which runs it with the given arguments and environment
-/// and returns stdout), then transcribes the phrase clip with it at each level of CPU
-/// kernels: the package's converter, the Whisper spec compiled into it and its CPU
-/// kernels, as a user would run them. `out` is a path as the CLI sees it (a Windows
-/// CLI under Wine reads Unix paths too).
-fn package_transcribes_the_phrase(
-    run_env: &RunPackaged,
+/// Converts Whisper tiny.en (the CTranslate2 model of the assets) to a q8_0 GGUF at `out`
+/// with a packaged CLI, `run` (which runs it with the given arguments and returns stdout,
+/// failing on a non-zero exit); returns the GGUF's path as the CLI sees it (a Windows
+/// CLI under Wine reads Unix paths too). Used by every packaged-CLI test, native and Wine.
+pub(crate) fn convert_tiny_en(
+    run: &dyn Fn(&[&str]) -> Result<String>,
     assets: &assets::Assets,
     out: &Path,
-) -> Result<()> {
-    let run = |args: &[&str]| run_env(args, &[]);
-    let path = |p: PathBuf| p.to_string_lossy().into_owned();
-    let ct2 = path(assets.dir.join("whisper-tiny.en-ct2"));
-    let gguf = path(out.to_path_buf());
+) -> Result<String> {
+    let ct2 = assets.dir.join("whisper-tiny.en-ct2");
+    let gguf = out.to_string_lossy().into_owned();
     run(&[
         "--task",
         "convert",
         "--family",
         "whisper",
         "--model",
-        &ct2,
+        &ct2.to_string_lossy(),
         "--out",
         &gguf,
         "--quantize",
         "q8_0",
     ])?;
-    let clip = path(assets.dir.join("clips-asr/phrase_en_us.wav"));
-    let args = [
+    Ok(gguf)
+}
+
+/// The CLI arguments that transcribe the phrase clip with the GGUF `gguf` (greedy).
+pub(crate) fn phrase_asr_args(assets: &assets::Assets, gguf: &str) -> Vec<String> {
+    let clip = assets.dir.join("clips-asr/phrase_en_us.wav");
+    [
         "--task",
         "asr",
         "--family",
         "whisper",
         "--model",
-        &gguf,
+        gguf,
         "--audio",
-        &clip,
+        &clip.to_string_lossy(),
         "--temperatures",
         "0",
-    ];
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+/// Whether a CLI's ASR stdout holds the phrase, exactly, as its `text=` line.
+pub(crate) fn says_the_phrase(stdout: &str) -> bool {
+    stdout.lines().any(|l| l == format!("text={PHRASE}"))
+}
+
+/// Converts Whisper tiny.en with a packaged CLI, `run_env` (which runs it with the given
+/// arguments and environment and returns stdout), then transcribes the phrase clip with
+/// it at each level of CPU kernels: the package's converter, the Whisper spec compiled
+/// into it and its CPU kernels, as a user would run them.
+fn package_transcribes_the_phrase(
+    run_env: &RunPackaged,
+    assets: &assets::Assets,
+    out: &Path,
+) -> Result<()> {
+    let gguf = convert_tiny_en(&|args| run_env(args, &[]), assets, out)?;
+    let args = phrase_asr_args(assets, &gguf);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     // The widest kernels this CPU has, then the AVX2 ones (what CPUs without AVX-512
     // run), then ggml's ops: the same phrase from each.
     for kernels in ["native", "avx2", "ggml"] {
@@ -319,7 +341,7 @@ fn package_transcribes_the_phrase(
         };
         let asr = run_env(&args, env)?;
         anyhow::ensure!(
-            asr.lines().any(|l| l == format!("text={PHRASE}")),
+            says_the_phrase(&asr),
             "the packaged CLI ({kernels} CPU kernels) did not transcribe the phrase exactly: {asr}"
         );
     }

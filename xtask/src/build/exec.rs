@@ -5,6 +5,7 @@
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -75,12 +76,18 @@ pub fn execute(plan: &BuildPlan) -> Result<Built> {
         }
     }
     if let Some(prep) = &plan.cross {
+        let t = Instant::now();
         crate::winhip::prepare(prep)
             .with_context(|| format!("preparing the cross-build of {}", plan.label))?;
+        eprintln!(
+            "build: step time {:.1} s: preparing the cross-build",
+            t.elapsed().as_secs_f64()
+        );
     }
     let mut binding_out_dir: Option<String> = None;
     for c in &plan.commands {
         eprintln!("build: {}", c.display());
+        let t = Instant::now();
         let is_cargo = c.program == "cargo";
         let program = if is_cargo {
             std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
@@ -111,6 +118,12 @@ pub fn execute(plan: &BuildPlan) -> Result<Built> {
         if !status.success() {
             bail!("{} failed ({status}) building {}", c.display(), plan.label);
         }
+        eprintln!(
+            "build: step time {:.1} s: {} {}",
+            t.elapsed().as_secs_f64(),
+            c.program,
+            c.args.first().map(String::as_str).unwrap_or("")
+        );
     }
     let mut outputs: Vec<PathBuf> = Vec::new();
     let missing: Vec<&String> = plan

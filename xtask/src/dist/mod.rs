@@ -150,8 +150,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 add_planned(exe, &mut binaries);
             }
         } else {
+            let t = std::time::Instant::now();
             let built = crate::build::execute(build_plan)
                 .with_context(|| format!("building track {track_name}"))?;
+            eprintln!(
+                "dist: step time {:.1} s: the build of {track_name}",
+                t.elapsed().as_secs_f64()
+            );
             let record = crate::build::BuildRecord::load(&built.record_path)?;
             built_toolset = record
                 .plan
@@ -382,6 +387,32 @@ fn sdk_root(
     Ok(root)
 }
 
+/// The kernel filter of `track` over the SDK at `root`, as `dist` packages it. Only the
+/// libraries the track ships count for coverage: a rocBLAS the SDK also has is no use to
+/// binaries that send every product to hipBLASLt, and the other way round. `None` when the
+/// track has no kernel folders, or when they come only from a real SDK and `root` has none
+/// (the package then records them as absent).
+pub fn kernel_plan(track: &Track, root: &Path) -> Result<Option<kfilter::FilterPlan>> {
+    let scanned = track
+        .kernel_libraries
+        .iter()
+        .any(|k| !k.sdk_only || root.join(&k.source).is_dir());
+    if !scanned {
+        return Ok(None);
+    }
+    let targets = kfilter::parse_targets(&track.gpu_targets)?;
+    let mut libraries = crate::kernels::layout::scan(root)?;
+    libraries.retain(|l| {
+        track
+            .kernel_libraries
+            .iter()
+            .any(|d| d.name == l.kind.dir_name())
+    });
+    let plan = kfilter::plan_filter(root, &libraries, &targets, &CoverageNotes::default())
+        .with_context(|| format!("planning the kernel filter of {}", root.display()))?;
+    Ok(Some(plan))
+}
+
 /// Collects the facts `plan` decides on: binaries, runtime files, CRT, kernel plan.
 /// `build` is the build's plan: its SDK (when it was planned on this machine) and its
 /// captured MSVC redistributable folder are where the SDK files and the CRT come from
@@ -418,27 +449,7 @@ fn gather(
                 );
             }
         }
-        // Kernel folders that come only from a real SDK are left to the absence record
-        // when the runtime source has none of them.
-        let scanned = track
-            .kernel_libraries
-            .iter()
-            .any(|k| !k.sdk_only || root.join(&k.source).is_dir());
-        if scanned {
-            let targets = kfilter::parse_targets(&track.gpu_targets)?;
-            // Only the libraries the track ships count for coverage: a hipBLASLt the SDK
-            // also has is no use to binaries that never load it.
-            let mut libraries = crate::kernels::layout::scan(&root)?;
-            libraries.retain(|l| {
-                track
-                    .kernel_libraries
-                    .iter()
-                    .any(|d| d.name == l.kind.dir_name())
-            });
-            let plan = kfilter::plan_filter(&root, &libraries, &targets, &CoverageNotes::default())
-                .with_context(|| format!("planning the kernel filter of {}", root.display()))?;
-            facts.kernels = Some(plan);
-        }
+        facts.kernels = kernel_plan(track, &root)?;
     }
     if let Some(crt) = &track.crt {
         let redist = build.and_then(|b| msvc_redist_dir(crt, b));
@@ -476,17 +487,26 @@ fn gather(
 /// make the chroot (once), fetch the pinned runtime on the host (pip and the network are
 /// here), then run this same command in there.
 fn enter_cross_chroot(rel: &str, args: &Args) -> Result<ExitCode> {
+    let t_all = std::time::Instant::now();
+    let step = |t: std::time::Instant, what: &str| {
+        eprintln!("dist: step time {:.1} s: {what}", t.elapsed().as_secs_f64());
+    };
     let inputs = crate::winhip::CrossInputs::load(rel)?;
     let suite = inputs.spec.chroot.clone();
+    let t = std::time::Instant::now();
     crate::sdk::make_chroot(&crate::sdk::DebianArgs {
         suite: suite.clone(),
         mirror: None,
         dry_run: false,
     })?;
+    step(t, &format!("the {suite} chroot"));
+    let t = std::time::Instant::now();
     fetch_cross_runtime(&inputs)?;
+    step(t, "the pinned HIP runtime");
     // Cargo runs offline in the chroot: every crate of Cargo.lock (the windows-gnu ones
     // included) must be in the registry cache first.
     eprintln!("dist: cargo fetch --locked (the chroot builds offline)");
+    let t = std::time::Instant::now();
     let st = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["fetch", "--locked"])
         .current_dir(crate::project::project_root())
@@ -497,11 +517,16 @@ fn enter_cross_chroot(rel: &str, args: &Args) -> Result<ExitCode> {
             "cargo fetch --locked failed ({st}); the chroot build needs every crate of Cargo.lock"
         );
     }
+    step(t, "cargo fetch");
     eprintln!("dist: building in the {suite} chroot");
     let exe = std::env::current_exe().context("finding this xtask's own binary")?;
     let mut argv = vec![exe.display().to_string()];
     argv.extend(cross_argv(args));
-    crate::sdk::run_in_chroot(&suite, &argv)
+    let t = std::time::Instant::now();
+    let code = crate::sdk::run_in_chroot(&suite, &argv)?;
+    step(t, &format!("build and package inside the {suite} chroot"));
+    step(t_all, "all of dist");
+    Ok(code)
 }
 
 /// The `dist` command line that repeats `args` inside the chroot (the caller may be
@@ -636,13 +661,125 @@ mod tests {
         );
     }
 
+    /// Debian sid's kernel folders (rocBLAS 6.4.4 and hipBLASLt 7.1.1 at their listed
+    /// names and sizes, sparse) under a temporary root, with the hipBLASLt archs `keep`
+    /// accepts.
+    fn debian_sid_tree(keep: impl Fn(&str) -> bool) -> tempfile::TempDir {
+        use crate::kernels::fixtures;
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = fixtures::debian_sid();
+        for lib in &mut spec.libraries {
+            if lib.kind == crate::kernels::layout::LibraryKind::Hipblaslt {
+                lib.arches.retain(|a| keep(a.arch));
+            }
+        }
+        fixtures::write_tree(&spec, dir.path(), fixtures::Fill::Sparse).unwrap();
+        dir
+    }
+
+    #[test]
+    fn linux_hip_rocm6_is_covered_on_every_target_through_hipblaslt_alone() {
+        let tracks = TracksFile::load(&TracksFile::default_path()).unwrap();
+        let t = tracks.track("linux-hip-rocm6").unwrap();
+        assert_eq!(t.build.gemm, crate::tracks::GemmRoute::Hipblaslt);
+        assert!(t.uncovered_targets.is_empty());
+        let sdk = debian_sid_tree(|_| true);
+        let k = kernel_plan(t, sdk.path()).unwrap().unwrap();
+        assert!(k.uncovered.is_empty(), "{:?}", k.uncovered);
+        let kinds: Vec<_> = k.libraries.iter().map(|l| l.kind.dir_name()).collect();
+        assert_eq!(
+            kinds,
+            ["hipblaslt"],
+            "rocBLAS's folder must not count or ship"
+        );
+        let lib = &k.libraries[0];
+        for target in ["gfx1103", "gfx1150"] {
+            assert!(
+                lib.kept.iter().any(|f| f
+                    .rel_path
+                    .to_string_lossy()
+                    .contains(&format!("TensileLibrary_lazy_{target}"))),
+                "no hipBLASLt index kept for {target}"
+            );
+        }
+        assert!(lib
+            .dropped
+            .iter()
+            .all(|f| !f.rel_path.to_string_lossy().contains("gfx1103")));
+        assert!(lib
+            .kept
+            .iter()
+            .all(|f| !f.rel_path.to_string_lossy().contains("gfx90a")));
+        let files = plan::plan(
+            "linux-hip-rocm6",
+            t,
+            &plan::DistFacts {
+                binaries: [
+                    "audiocpp_cli",
+                    "audiocpp_server",
+                    "libggml-base.so.0",
+                    "libggml-hip.so",
+                ]
+                .into_iter()
+                .map(|n| {
+                    (
+                        n.to_string(),
+                        FoundFile {
+                            path: PathBuf::from(format!("/b/{n}")),
+                            size: 1,
+                        },
+                    )
+                })
+                .collect(),
+                runtime: t
+                    .runtime
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.name.clone(),
+                            FoundFile {
+                                path: PathBuf::from(format!("/usr/lib/{}", r.name)),
+                                size: 1,
+                            },
+                        )
+                    })
+                    .collect(),
+                kernels: Some(k),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .files;
+        assert!(files
+            .iter()
+            .any(|f| f.dest == "hipblaslt/library/TensileLibrary_lazy_gfx1103.dat"));
+        assert!(files.iter().any(|f| f.dest == "libhipblaslt.so.1"));
+        assert!(!files
+            .iter()
+            .any(|f| f.dest.contains("rocblas") || f.dest.starts_with("libhipblas.")));
+    }
+
+    #[test]
+    fn a_hipblaslt_folder_without_a_target_leaves_it_uncovered_naming_hipblaslt() {
+        let tracks = TracksFile::load(&TracksFile::default_path()).unwrap();
+        let t = tracks.track("linux-hip-rocm6").unwrap();
+        let sdk = debian_sid_tree(|arch| arch != "gfx1150");
+        let k = kernel_plan(t, sdk.path()).unwrap().unwrap();
+        let uncovered: Vec<(&str, &str)> = k
+            .uncovered
+            .iter()
+            .map(|u| (u.target.as_str(), u.library.dir_name()))
+            .collect();
+        assert_eq!(uncovered, [("gfx1150", "hipblaslt")]);
+    }
+
     #[test]
     fn gpu_targets_narrow_the_track_and_its_known_gaps() {
         let tracks = TracksFile::load(&TracksFile::default_path()).unwrap();
-        let mut t = tracks.track("linux-hip-rocm6").unwrap().clone();
-        narrow_targets("linux-hip-rocm6", &mut t, "gfx1100, gfx1151").unwrap();
-        assert_eq!(t.gpu_targets, vec!["gfx1100", "gfx1151"]);
-        assert_eq!(t.uncovered_targets, vec!["gfx1151"]);
+        let mut t = tracks.track("linux-hip-rocm7").unwrap().clone();
+        narrow_targets("linux-hip-rocm7", &mut t, "gfx1100, gfx1150").unwrap();
+        assert_eq!(t.gpu_targets, vec!["gfx1100", "gfx1150"]);
+        assert_eq!(t.uncovered_targets, vec!["gfx1150"]);
         let mut t = tracks.track("linux-hip-rocm6").unwrap().clone();
         let err = narrow_targets("linux-hip-rocm6", &mut t, "gfx942").unwrap_err();
         assert!(

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -282,6 +283,7 @@ fn stage_verify_zip(
     staging_root: &Path,
 ) -> Result<PackageResult> {
     let stage = staging_root.join(&plan.package);
+    let t = Instant::now();
     let total: u64 = plan.files.iter().map(|f| f.size).sum();
     let pb = bar(total, "copy");
     for f in &plan.files {
@@ -316,8 +318,17 @@ fn stage_verify_zip(
 
     let policy = Policy::new(ctx.tracks, ctx.tracks_path, Some(&plan.track))
         .with_context(|| format!("loading the dependency policy for {}", plan.track))?;
+    eprintln!(
+        "dist: step time {:.1} s: staging the files",
+        t.elapsed().as_secs_f64()
+    );
+    let t = Instant::now();
     let reports = verify_deps::verify(std::slice::from_ref(&stage), &policy)?;
     let report = reports.first().context("verify-deps gave no report")?;
+    eprintln!(
+        "dist: step time {:.1} s: the dependency check",
+        t.elapsed().as_secs_f64()
+    );
     if !report.passed() {
         eprint!("{}", report.render_text());
         bail!(
@@ -415,6 +426,7 @@ fn stage_verify_zip(
         .iter()
         .map(|e| std::fs::metadata(&e.src).map(|m| m.len()).unwrap_or(0))
         .sum();
+    let t = Instant::now();
     let pb = bar(staged_bytes, "zip");
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -434,6 +446,10 @@ fn stage_verify_zip(
         format!("{zip_sha}  {zip_name}\n"),
     )?;
     write_sha256sums(ctx.out_dir)?;
+    eprintln!(
+        "dist: step time {:.1} s: the zip and its checksums",
+        t.elapsed().as_secs_f64()
+    );
 
     let final_dir = ctx.out_dir.join(&plan.package);
     let _ = std::fs::remove_dir_all(&final_dir);

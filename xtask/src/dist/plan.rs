@@ -477,32 +477,28 @@ mod tests {
     #[test]
     fn linux_hip_runtime_sits_next_to_the_executables_and_kernels_keep_their_debian_path() {
         let t = tracks();
-        let track = t.track("linux-hip-rocm6").unwrap();
-        let facts = debian_rocblas_facts(track, "lib/x86_64-linux-gnu/rocblas/4.4.1/library");
-        let p = plan("linux-hip-rocm6", track, &facts).unwrap();
+        let track = t.track("linux-hip-rocm7").unwrap();
+        let facts = debian_rocblas_facts(track, "lib/x86_64-linux-gnu/rocblas/5/library");
+        let p = plan("linux-hip-rocm7", track, &facts).unwrap();
         let dest = |name: &str| p.files.iter().any(|f| f.dest == name);
         for r in &track.runtime {
             assert!(dest(&r.name), "{} not at the package root", r.name);
         }
-        assert!(dest(
-            "rocblas/4.4.1/library/TensileLibrary_lazy_gfx1100.dat"
-        ));
-        assert!(!dest(
-            "rocblas/4.4.1/library/TensileLibrary_lazy_gfx1030.dat"
-        ));
+        assert!(dest("rocblas/5/library/TensileLibrary_lazy_gfx1100.dat"));
+        assert!(!dest("rocblas/5/library/TensileLibrary_lazy_gfx1030.dat"));
         assert!(!p.files.iter().any(|f| f.dest.starts_with("lib/")));
     }
 
     #[test]
     fn a_rocblas_folder_of_another_version_is_refused_with_the_fix() {
         let t = tracks();
-        let track = t.track("linux-hip-rocm6").unwrap();
-        let facts = debian_rocblas_facts(track, "lib/x86_64-linux-gnu/rocblas/4.5.0/library");
-        let err = plan("linux-hip-rocm6", track, &facts)
+        let track = t.track("linux-hip-rocm7").unwrap();
+        let facts = debian_rocblas_facts(track, "lib/x86_64-linux-gnu/rocblas/4.4.1/library");
+        let err = plan("linux-hip-rocm7", track, &facts)
             .unwrap_err()
             .to_string();
+        assert!(err.contains("rocblas/5/library"), "{err}");
         assert!(err.contains("rocblas/4.4.1/library"), "{err}");
-        assert!(err.contains("rocblas/4.5.0/library"), "{err}");
         assert!(err.contains("update the track's source and dest"), "{err}");
     }
 

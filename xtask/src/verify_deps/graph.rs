@@ -146,8 +146,11 @@ impl<'p> ImportGraph<'p> {
                 .iter()
                 .filter(|d| d.load == Load::RuntimeLoaded)
             {
+                // The name may be a glob (`amd_comgr*.dll`: AMD's builds name it
+                // differently), matched as the declaration check below matches it.
+                let glob = Glob::new(&d.name).ok();
                 for (i, f) in files.iter().enumerate() {
-                    if f.binary().is_some() && f.name().eq_ignore_ascii_case(&d.name) {
+                    if f.binary().is_some() && glob.as_ref().is_some_and(|g| g.matches(f.name())) {
                         roots.push((i, Role::RuntimeLoaded));
                     }
                 }

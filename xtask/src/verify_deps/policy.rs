@@ -149,9 +149,13 @@ impl Policy {
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        // Only MSVC's CRT carries the toolset version the stale-CRT rule compares with a
+        // binary's linker version; MinGW's runtime DLLs do not (and lld, which links the
+        // cross-built ggml-hip.dll, writes MSVC's 14.0 as its linker version).
         let crt_of = |t: &Track| -> Vec<String> {
             t.crt
                 .iter()
+                .filter(|c| c.kind == crate::tracks::CrtKind::Msvc)
                 .flat_map(|c| c.files.iter().map(|f| f.to_ascii_lowercase()))
                 .collect()
         };
@@ -281,4 +285,25 @@ fn track_rules(name: &str, t: &Track) -> anyhow::Result<TrackRules> {
             .filter(|c| c.kind == crate::tracks::CrtKind::Msvc)
             .and_then(|c| parse_version(&c.toolset)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_msvc_runtimes_are_checked_against_the_linker_version() {
+        let path = TracksFile::default_path();
+        let tracks = TracksFile::load(&path).unwrap();
+        let msvc = Policy::new(&tracks, &path, Some("rocm6")).unwrap();
+        assert!(
+            msvc.crt_names.contains("msvcp140.dll"),
+            "{:?}",
+            msvc.crt_names
+        );
+        let mingw = Policy::new(&tracks, &path, Some("windows-hip-rocm7-gnu")).unwrap();
+        assert!(mingw.crt_names.is_empty(), "{:?}", mingw.crt_names);
+        let all = Policy::new(&tracks, &path, None).unwrap();
+        assert!(!all.crt_names.contains("libwinpthread-1.dll"));
+    }
 }

@@ -4,6 +4,7 @@
 //! llvm-dis/llvm-as, links), so clang-22 can compile HIP for a MinGW host. The SDK's own
 //! files are only read. Files are written only when their contents change.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -188,23 +189,66 @@ fn run_filter(program: &str, args: &[&str], input: Option<&[u8]>) -> Result<Vec<
     Ok(out.stdout)
 }
 
-/// Makes the root and the sysroot under `base` (`/` when run inside the chroot).
-pub fn apply(spec: &RootSpec, base: &Path) -> Result<()> {
+/// Reads a file or a folder tree into `files` (destination path, contents).
+fn collect_tree(from: &Path, to: &Path, files: &mut BTreeMap<PathBuf, Vec<u8>>) -> Result<()> {
+    let meta = std::fs::metadata(from).with_context(|| format!("reading {}", from.display()))?;
+    if meta.is_file() {
+        let data = std::fs::read(from).with_context(|| format!("reading {}", from.display()))?;
+        files.insert(to.to_path_buf(), data);
+        return Ok(());
+    }
+    for e in std::fs::read_dir(from)
+        .with_context(|| format!("reading {}", from.display()))?
+        .flatten()
+    {
+        collect_tree(&e.path(), &to.join(e.file_name()), files)?;
+    }
+    Ok(())
+}
+
+/// The root's header copies with the recipe's patches applied, computed in memory from
+/// the SDK's files: each file is then written once, and only when its final contents
+/// differ, so an unchanged recipe leaves every timestamp alone (a patched header that
+/// was first restored to the SDK's text and then patched again would make ninja
+/// recompile all of ggml-hip, about 35 min per GPU target).
+pub fn header_files(spec: &RootSpec, base: &Path) -> Result<BTreeMap<PathBuf, Vec<u8>>> {
     let root = under(base, &spec.root);
+    let mut files = BTreeMap::new();
     for c in &spec.copy {
-        copy_tree(&under(base, &c.from), &root.join(&c.to))?;
+        collect_tree(&under(base, &c.from), &root.join(&c.to), &mut files)?;
     }
     for p in &spec.patch {
         let path = root.join(&p.file);
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        // The copy above restored the SDK's text if it differed, so this always starts
-        // from the SDK's file, unless a previous run already left the patched text.
-        if text.contains(&p.replace) && !text.contains(&p.find) {
-            continue;
-        }
-        write_if_changed(&path, patched(&text, p)?.as_bytes())?;
+        let data = files.get_mut(&path).with_context(|| {
+            format!(
+                "{}: the recipe patches {}, which no copy step brings into the root",
+                spec.root, p.file
+            )
+        })?;
+        let text = String::from_utf8(std::mem::take(data))
+            .with_context(|| format!("{} is not UTF-8 text", path.display()))?;
+        *data = patched(&text, p)?.into_bytes();
     }
+    Ok(files)
+}
+
+/// Writes [`header_files`]; returns how many files it wrote.
+pub fn write_headers(spec: &RootSpec, base: &Path) -> Result<usize> {
+    let mut written = 0;
+    for (path, data) in header_files(spec, base)? {
+        written += usize::from(write_if_changed(&path, &data)?);
+    }
+    Ok(written)
+}
+
+/// Makes the root and the sysroot under `base` (`/` when run inside the chroot).
+pub fn apply(spec: &RootSpec, base: &Path) -> Result<()> {
+    let root = under(base, &spec.root);
+    let written = write_headers(spec, base)?;
+    eprintln!(
+        "winhip: {written} header file(s) of {} written (0: unchanged)",
+        spec.root
+    );
     let b = &spec.bitcode;
     let from = under(base, &b.from);
     let mut modules: Vec<PathBuf> = std::fs::read_dir(&from)
@@ -278,6 +322,70 @@ mod tests {
         assert!(!write_if_changed(&f, b"one").unwrap());
         assert!(write_if_changed(&f, b"two").unwrap());
         assert_eq!(std::fs::read(&f).unwrap(), b"two");
+    }
+
+    #[test]
+    fn a_second_run_writes_no_header_so_the_cached_build_stays_valid() {
+        let base = tempfile::tempdir().unwrap();
+        let sdk = base.path().join("usr/include/hip");
+        std::fs::create_dir_all(sdk.join("amd_detail")).unwrap();
+        std::fs::write(sdk.join("hip_runtime.h"), "#pragma once\n").unwrap();
+        std::fs::write(
+            sdk.join("amd_detail/w.h"),
+            "#ifndef _MSC_VER\nx\n#ifndef _MSC_VER\n",
+        )
+        .unwrap();
+        let spec = RootSpec {
+            root: "/opt/r".into(),
+            sysroot: "/opt/s".into(),
+            llvm: "22".into(),
+            copy: vec![CopyStep {
+                from: "/usr/include/hip".into(),
+                to: "include/hip".into(),
+            }],
+            patch: vec![PatchStep {
+                file: "include/hip/amd_detail/w.h".into(),
+                ..step("#ifndef _MSC_VER", 2)
+            }],
+            bitcode: BitcodeStep {
+                from: "/unused".into(),
+                to: "amdgcn/bitcode".into(),
+                find: String::new(),
+                replace: String::new(),
+            },
+            sysroot_link: vec![],
+            root_link: vec![],
+        };
+        assert_eq!(write_headers(&spec, base.path()).unwrap(), 2);
+        let patched_file = base.path().join("opt/r/include/hip/amd_detail/w.h");
+        assert_eq!(
+            std::fs::read_to_string(&patched_file).unwrap(),
+            "#if __SIZEOF_LONG__ == 8\nx\n#if __SIZEOF_LONG__ == 8\n"
+        );
+        let before = std::fs::metadata(&patched_file)
+            .unwrap()
+            .modified()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(write_headers(&spec, base.path()).unwrap(), 0);
+        assert_eq!(
+            std::fs::metadata(&patched_file)
+                .unwrap()
+                .modified()
+                .unwrap(),
+            before,
+            "the patched header was rewritten"
+        );
+        // A changed SDK header is written again, patched.
+        std::fs::write(
+            sdk.join("amd_detail/w.h"),
+            "#ifndef _MSC_VER\ny\n#ifndef _MSC_VER\n",
+        )
+        .unwrap();
+        assert_eq!(write_headers(&spec, base.path()).unwrap(), 1);
+        assert!(std::fs::read_to_string(&patched_file)
+            .unwrap()
+            .contains("\ny\n"));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! ggml's own functions may not touch AVX `ymm` registers either (ggml's defaults with
 //! GGML_NATIVE=OFF are AVX2; the plan turns them off). Rust crates that pick AVX code at
 //! run time after a CPU check (rustfft, memchr) may keep their `ymm` paths, and so may
-//! the engine's CPU kernels (`audiocpp_engine::ggml::cpu_ops`), which are entered only
+//! the engine's CPU kernels (`audiocpp_engine::cpu_kernels`), which are entered only
 //! after `is_x86_feature_detected!` says the CPU has AVX-512; those are counted apart.
 //! A second test proves the check would see AVX-512 code if there were any.
 
@@ -16,7 +16,7 @@ use xtask::tracks::Backend;
 
 /// The mangled prefix of the engine's CPU kernel module, whose AVX-512 functions run
 /// only after a run-time CPU check.
-const DISPATCHED_KERNELS: &str = "_ZN15audiocpp_engine4ggml7cpu_ops";
+const DISPATCHED_KERNELS: &str = "_ZN15audiocpp_engine11cpu_kernels";
 
 /// What the disassembly holds.
 struct Scan {

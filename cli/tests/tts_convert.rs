@@ -267,7 +267,10 @@ fn bad_flags_are_exit_2_before_any_work() {
     let out = dir.path().join("out.gguf");
     let model = src.join("kokoro.onnx");
     let run = convert(&model, &src.join("voices"), &out, &["--quantize", "q4_k"]);
-    assert_user_error(&run, "--quantize 'q4_k' for kokoro (expected f32, f16 or q8_0)");
+    assert_user_error(
+        &run,
+        "--quantize 'q4_k' for kokoro (expected f32, f16 or q8_0)",
+    );
     let run = convert(&model, &dir.path().join("nope"), &out, &[]);
     assert_user_error(&run, "--voices");
     let run = cli(&[

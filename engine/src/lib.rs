@@ -21,6 +21,7 @@ pub mod output;
 pub mod spec;
 pub mod tasks;
 pub mod vad;
+pub mod weights;
 
 pub use error::{EngineError, Result};
 

@@ -15,11 +15,12 @@ use std::path::Path;
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
 use crate::families::{Conversion, ConvertOptions, Family, LegacyFormat, LoaderInfo};
-use crate::ggml::{self, Buffer, Context, DType, GgufValue, HostTensor, Tensor};
+use crate::ggml::{self, Context, DType, GgufValue, HostTensor, Tensor};
 use crate::model_file::{ByteReader, LegacyContents, ModelFile, ModelFormat};
 use crate::spec::ModelSpec;
 use crate::tasks::SpeechDetector;
 use crate::vad::VadParams;
+use crate::weights::{f32_tensor, WeightStore};
 
 /// The family's registry entry: VAD, and conversion of whisper.cpp's `.bin` (or a GGUF)
 /// to a GGUF with the spec embedded.
@@ -262,8 +263,7 @@ pub fn frames(samples: &[f32], window: usize, context: usize) -> Vec<f32> {
 
 /// Loaded Silero weights on a device, ready to run.
 pub struct SileroVad {
-    weights_ctx: Context,
-    _weights: Buffer,
+    weights: WeightStore,
     runtime: Runtime,
     window: usize,
     context: usize,
@@ -333,21 +333,17 @@ impl SileroVad {
             .copied()
             .unwrap_or(128) as usize;
 
-        let ctx = Context::new(spec.tensors.len() + 4, 0)?;
-        let mut uploads = Vec::new();
-        for (name, ne) in &spec.tensors {
-            let t = ctx.new_tensor(DType::F32, &squeeze(ne), name);
-            let host = file.tensor(name).expect("checked above");
-            uploads.push((t, host.to_f32()));
-        }
-        let buffer = Buffer::alloc_context(&ctx, runtime.main())?;
-        for (t, data) in &uploads {
-            t.write_f32(data)?;
-        }
-        drop(uploads);
+        let host: Vec<HostTensor> = spec
+            .tensors
+            .iter()
+            .map(|(name, ne)| {
+                let t = file.tensor(name).expect("checked above");
+                f32_tensor(name.clone(), squeeze(ne), &t.to_f32())
+            })
+            .collect();
+        let weights = WeightStore::upload(&file.path, host, &runtime)?;
         Ok(SileroVad {
-            weights_ctx: ctx,
-            _weights: buffer,
+            weights,
             runtime,
             window,
             context,
@@ -371,8 +367,8 @@ impl SileroVad {
     }
 
     fn weight(&self, name: &str) -> Tensor<'_> {
-        self.weights_ctx
-            .tensor_by_name(name)
+        self.weights
+            .tensor(name)
             .expect("weights were created from the spec")
     }
 

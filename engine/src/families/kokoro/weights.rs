@@ -1,6 +1,6 @@
-//! Kokoro's weight store: every tensor of the GGUF except the voices, uploaded once to
-//! the device, each looked up by name with an error naming the tensor when it is
-//! missing or misshapen.
+//! Kokoro's weights: every tensor of the GGUF except the voices, re-laid out here and
+//! uploaded once through the engine's [`WeightStore`], each looked up by name with an
+//! error naming the tensor when it is missing or misshapen.
 //!
 //! The converter stores tensors exactly as the ONNX initializers are shaped (ggml `ne`
 //! = ONNX dims reversed), and [`Weights::get`] returns them so, with two additions:
@@ -26,13 +26,13 @@
 //! one place that chooses storage; on other backends it stays Q8_0.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
-use crate::ggml::{Buffer, Context, DType, GgufValue, HostTensor, Tensor};
+use crate::ggml::{DType, GgufValue, HostTensor, Tensor};
 use crate::layers::{Layers, WeightUse};
 use crate::model_file::ModelFile;
+use crate::weights::{f32_tensor, WeightStore};
 
 /// Metadata: names of the convolution kernels stored block-quantized as [IC * K, OC].
 pub const QUANTIZED_KERNELS_KEY: &str = "kokoro.quantized_kernels";
@@ -46,14 +46,9 @@ const TRANSPOSED_SUFFIX: &str = "#T";
 
 /// The device copy of the model's weights.
 pub struct Weights {
-    ctx: Context,
-    _buf: Buffer,
-    /// Model name -> the ggml name (`w<index>`: ggml truncates names at 63 bytes, and
-    /// ALBERT's module paths are longer).
-    names: HashMap<String, String>,
+    store: WeightStore,
     /// ONNX dims (ggml order) of the kernels held block-quantized as [IC * K, OC].
     quantized_dims: HashMap<String, [i64; 4]>,
-    path: PathBuf,
 }
 
 impl Weights {
@@ -66,7 +61,6 @@ impl Weights {
         let widths = quantized_kernel_widths(file).map_err(bad)?;
         let layers = Layers::new(runtime);
         let mut tensors = Vec::new();
-        let mut quantized = Vec::new();
         let mut quantized_dims = HashMap::new();
         for t in &file.tensors {
             if t.name.starts_with(VOICE_PREFIX) {
@@ -74,52 +68,24 @@ impl Weights {
             }
             if let Some(&k) = widths.get(&t.name) {
                 quantized_dims.insert(t.name.clone(), quantized_kernel_dims(t, k).map_err(bad)?);
-                let stored = layers.store(t.clone(), WeightUse::Linear);
-                quantized.push((t.name.clone(), stored.dtype, stored.ne, stored.data));
+                tensors.push(layers.store(t.clone(), WeightUse::Linear));
                 continue;
             }
             let t = device_layout(t, file).map_err(bad)?;
             if let Some(transposed) = matmul_transposed(&t) {
-                tensors.push(transposed);
+                tensors.push(transposed.into_host());
             }
-            tensors.push(t);
+            tensors.push(t.into_host());
         }
         if let Some(missing) = widths.keys().find(|n| !quantized_dims.contains_key(*n)) {
             return Err(bad(format!(
                 "'{QUANTIZED_KERNELS_KEY}' lists '{missing}', which the file lacks"
             )));
         }
-        let ctx = Context::new(tensors.len() + quantized.len() + 4, 0)?;
-        let mut names = HashMap::new();
-        for (i, t) in tensors.iter().enumerate() {
-            let short = format!("w{i}");
-            ctx.new_tensor(DType::F32, &t.ne, &short);
-            names.insert(t.name.clone(), short);
-        }
-        for (i, (name, dtype, ne, _)) in quantized.iter().enumerate() {
-            let short = format!("q{i}");
-            ctx.new_tensor(*dtype, ne, &short);
-            names.insert(name.clone(), short);
-        }
-        let buf = Buffer::alloc_context(&ctx, runtime.main())?;
-        for (i, t) in tensors.into_iter().enumerate() {
-            let on_device = ctx
-                .tensor_by_name(&format!("w{i}"))
-                .expect("created above with this name");
-            on_device.write_f32(&t.data)?;
-        }
-        for (i, (_, _, _, data)) in quantized.iter().enumerate() {
-            let on_device = ctx
-                .tensor_by_name(&format!("q{i}"))
-                .expect("created above with this name");
-            on_device.write_bytes(data)?;
-        }
+        let store = WeightStore::upload(&file.path, tensors, runtime)?;
         Ok(Weights {
-            ctx,
-            _buf: buf,
-            names,
+            store,
             quantized_dims,
-            path: file.path.clone(),
         })
     }
 
@@ -134,17 +100,15 @@ impl Weights {
 
     /// The tensor `name`, or an error naming it.
     pub fn get(&self, name: &str) -> Result<Tensor<'_>> {
-        self.names
-            .get(name)
-            .and_then(|short| self.ctx.tensor_by_name(short))
+        self.store
+            .tensor(name)
             .ok_or_else(|| self.error(format!("tensor '{name}' is missing")))
     }
 
     /// The transposed copy of the 2-D MatMul weight `name` (ggml [in, out]).
     pub fn get_t(&self, name: &str) -> Result<Tensor<'_>> {
-        self.names
-            .get(&format!("{name}{TRANSPOSED_SUFFIX}"))
-            .and_then(|short| self.ctx.tensor_by_name(short))
+        self.store
+            .tensor(&format!("{name}{TRANSPOSED_SUFFIX}"))
             .ok_or_else(|| self.error(format!("tensor '{name}' (a 2-D MatMul weight) is missing")))
     }
 
@@ -165,7 +129,7 @@ impl Weights {
 
     fn error(&self, reason: String) -> EngineError {
         EngineError::Model {
-            path: self.path.clone(),
+            path: self.store.path().to_path_buf(),
             reason: format!("{reason}; convert the ONNX again (task 'convert', family 'kokoro')"),
         }
     }
@@ -234,6 +198,13 @@ struct F32Tensor {
     name: String,
     ne: Vec<i64>,
     data: Vec<f32>,
+}
+
+impl F32Tensor {
+    /// The tensor as the [`WeightStore`] uploads it.
+    fn into_host(self) -> HostTensor {
+        f32_tensor(self.name, self.ne, &self.data)
+    }
 }
 
 /// True for the tables that are indexed by `get_rows` rather than multiplied.

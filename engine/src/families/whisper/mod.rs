@@ -849,7 +849,7 @@ impl Whisper {
             )));
         }
         let tok = Tokenizer::new(vocab).map_err(bad)?;
-        let net = WhisperNet::new(hp, tensors, runtime)?;
+        let net = WhisperNet::new(hp, tensors, runtime, &path)?;
         let sched = net.scheduler()?;
         Ok(Whisper {
             net,

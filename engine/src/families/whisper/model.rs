@@ -4,10 +4,13 @@
 //! (new tokens against the self-attention cache). Weights and caches live on the device
 //! in their own buffers; the scheduler runs the graphs.
 
+use std::path::Path;
+
 use crate::backend::Runtime;
 use crate::error::Result;
 use crate::ggml::{Buffer, Context, DType, HostTensor, Scheduler, Tensor};
 use crate::layers::{Layers, WeightUse};
+use crate::weights::WeightStore;
 
 /// Model dimensions (from the GGUF metadata).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,8 +135,7 @@ const CONV_KERNEL_WIDTH: i64 = 3;
 /// Weights and caches on the device.
 pub struct WhisperNet {
     hp: HParams,
-    weights: Context,
-    _weights_buf: Buffer,
+    weights: WeightStore,
     cache: Context,
     _cache_buf: Buffer,
     runtime: Runtime,
@@ -152,8 +154,15 @@ impl WhisperNet {
     /// compute in: see [`is_matmul_weight`]) and allocates the caches. Keys are cached
     /// position-major ([state, positions]); values transposed ([positions, state]), so
     /// that attention reads both without copying. Each weight is stored as its layer
-    /// computes from it on this runtime ([`Layers::store`]).
-    pub fn new(hp: HParams, tensors: Vec<HostTensor>, runtime: Runtime) -> Result<Self> {
+    /// computes from it on this runtime ([`Layers::store`]), then uploaded through the
+    /// [`WeightStore`] (which frees each host copy once it is on the device); `path` is
+    /// the file they came from, for errors.
+    pub fn new(
+        hp: HParams,
+        tensors: Vec<HostTensor>,
+        runtime: Runtime,
+        path: &Path,
+    ) -> Result<Self> {
         let layers = Layers::new(&runtime);
         let tensors: Vec<HostTensor> = tensors
             .into_iter()
@@ -162,19 +171,7 @@ impl WhisperNet {
                 layers.store(t, usage)
             })
             .collect();
-        let weights = Context::new(tensors.len() + 4, 0)?;
-        for t in &tensors {
-            weights.new_tensor(t.dtype, &t.ne, &t.name);
-        }
-        let weights_buf = Buffer::alloc_context(&weights, runtime.main())?;
-        // Each host copy is freed as soon as it is uploaded: the device buffer's pages
-        // fill as the host ones go, so loading holds a weight twice only one at a time.
-        for t in tensors {
-            let on_device = weights
-                .tensor_by_name(&t.name)
-                .expect("created above with this name");
-            on_device.write_bytes(&t.data)?;
-        }
+        let weights = WeightStore::upload(path, tensors, &runtime)?;
         let cache = Context::new(4 * hp.n_text_layer + 4, 0)?;
         let (t, a_ctx, t_ctx) = (
             hp.n_text_state as i64,
@@ -191,7 +188,6 @@ impl WhisperNet {
         Ok(WhisperNet {
             hp,
             weights,
-            _weights_buf: weights_buf,
             cache,
             _cache_buf: cache_buf,
             runtime,
@@ -211,7 +207,7 @@ impl WhisperNet {
 
     fn w(&self, name: &str) -> Tensor<'_> {
         self.weights
-            .tensor_by_name(name)
+            .tensor(name)
             .unwrap_or_else(|| panic!("weight {name} was created at load"))
     }
 

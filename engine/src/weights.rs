@@ -15,6 +15,39 @@ use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
 use crate::ggml::{Buffer, Context, DType, HostTensor, Tensor};
 
+/// A tensor's host values, in the form the family prepared them (f32 values are
+/// uploaded as they are, with no byte copy).
+pub enum HostData {
+    /// Raw little-endian element bytes of the tensor's type (f16, Q8_0 blocks, ...).
+    Bytes(Vec<u8>),
+    /// f32 values.
+    F32(Vec<f32>),
+}
+
+/// One weight as a family hands it to [`WeightStore::upload`]: in the type and layout
+/// it will compute in.
+pub struct WeightTensor {
+    /// Model name, looked up by [`WeightStore::tensor`].
+    pub name: String,
+    /// Element type on the device.
+    pub dtype: DType,
+    /// Dims in ggml order.
+    pub ne: Vec<i64>,
+    /// The values.
+    pub data: HostData,
+}
+
+impl From<HostTensor> for WeightTensor {
+    fn from(t: HostTensor) -> Self {
+        WeightTensor {
+            name: t.name,
+            dtype: t.dtype,
+            ne: t.ne,
+            data: HostData::Bytes(t.data),
+        }
+    }
+}
+
 /// Tensors on the device, by model name.
 pub struct WeightStore {
     ctx: Context,
@@ -29,7 +62,7 @@ pub struct WeightStore {
 impl WeightStore {
     /// Uploads `tensors` (names unique) to `runtime`'s main device; `path` is the file
     /// they came from, named in lookup errors.
-    pub fn upload(path: &Path, tensors: Vec<HostTensor>, runtime: &Runtime) -> Result<Self> {
+    pub fn upload(path: &Path, tensors: Vec<WeightTensor>, runtime: &Runtime) -> Result<Self> {
         let bad = |reason: String| EngineError::Model {
             path: path.to_path_buf(),
             reason,
@@ -54,9 +87,15 @@ impl WeightStore {
             let on_device = ctx
                 .tensor_by_name(&format!("w{i}"))
                 .expect("created above with this name");
-            on_device
-                .write_bytes(&t.data)
-                .map_err(|e| bad(format!("tensor '{}': {e}", t.name)))?;
+            match &t.data {
+                HostData::Bytes(b) => on_device.write_bytes(b),
+                HostData::F32(v) if t.dtype == DType::F32 => on_device.write_f32(v),
+                HostData::F32(_) => Err(crate::ggml::GgmlError::Failed(format!(
+                    "f32 values for a {:?} tensor",
+                    t.dtype
+                ))),
+            }
+            .map_err(|e| bad(format!("tensor '{}': {e}", t.name)))?;
             drop(t);
         }
         Ok(WeightStore {
@@ -104,13 +143,13 @@ impl WeightStore {
     }
 }
 
-/// A host f32 tensor, ready for [`WeightStore::upload`].
-pub fn f32_tensor(name: String, ne: Vec<i64>, data: &[f32]) -> HostTensor {
-    HostTensor {
+/// An f32 weight, ready for [`WeightStore::upload`].
+pub fn f32_tensor(name: String, ne: Vec<i64>, data: Vec<f32>) -> WeightTensor {
+    WeightTensor {
         name,
         dtype: DType::F32,
         ne,
-        data: data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        data: HostData::F32(data),
     }
 }
 
@@ -132,8 +171,8 @@ mod tests {
         let runtime = Runtime::new(&RuntimeOptions::default()).unwrap();
         let long = "a.module.path.much.longer.than.the.sixty.three.bytes.ggml.keeps.weight";
         let tensors = vec![
-            f32_tensor("bias".into(), vec![3], &[1.0, -2.0, 3.5]),
-            f32_tensor(long.into(), vec![2, 2], &[0.25, 0.5, 0.75, 1.0]),
+            f32_tensor("bias".into(), vec![3], vec![1.0, -2.0, 3.5]),
+            f32_tensor(long.into(), vec![2, 2], vec![0.25, 0.5, 0.75, 1.0]),
         ];
         WeightStore::upload(Path::new("model.gguf"), tensors, &runtime).unwrap()
     }
@@ -164,15 +203,15 @@ mod tests {
     fn refuses_a_duplicate_name_and_wrong_byte_count() {
         let runtime = Runtime::new(&RuntimeOptions::default()).unwrap();
         let twice = vec![
-            f32_tensor("x".into(), vec![1], &[1.0]),
-            f32_tensor("x".into(), vec![1], &[2.0]),
+            f32_tensor("x".into(), vec![1], vec![1.0]),
+            f32_tensor("x".into(), vec![1], vec![2.0]),
         ];
         let msg = WeightStore::upload(Path::new("m"), twice, &runtime)
             .err()
             .unwrap()
             .to_string();
         assert!(msg.contains("'x' appears twice"), "{msg}");
-        let short = vec![f32_tensor("y".into(), vec![2], &[1.0])];
+        let short = vec![f32_tensor("y".into(), vec![2], vec![1.0])];
         let msg = WeightStore::upload(Path::new("m"), short, &runtime)
             .err()
             .unwrap()

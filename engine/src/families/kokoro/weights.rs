@@ -32,7 +32,7 @@ use crate::error::{EngineError, Result};
 use crate::ggml::{DType, GgufValue, HostTensor, Tensor};
 use crate::layers::{Layers, WeightUse};
 use crate::model_file::ModelFile;
-use crate::weights::{f32_tensor, WeightStore};
+use crate::weights::{f32_tensor, WeightStore, WeightTensor};
 
 /// Metadata: names of the convolution kernels stored block-quantized as [IC * K, OC].
 pub const QUANTIZED_KERNELS_KEY: &str = "kokoro.quantized_kernels";
@@ -68,7 +68,7 @@ impl Weights {
             }
             if let Some(&k) = widths.get(&t.name) {
                 quantized_dims.insert(t.name.clone(), quantized_kernel_dims(t, k).map_err(bad)?);
-                tensors.push(layers.store(t.clone(), WeightUse::Linear));
+                tensors.push(layers.store(t.clone(), WeightUse::Linear).into());
                 continue;
             }
             let t = device_layout(t, file).map_err(bad)?;
@@ -202,8 +202,8 @@ struct F32Tensor {
 
 impl F32Tensor {
     /// The tensor as the [`WeightStore`] uploads it.
-    fn into_host(self) -> HostTensor {
-        f32_tensor(self.name, self.ne, &self.data)
+    fn into_host(self) -> WeightTensor {
+        f32_tensor(self.name, self.ne, self.data)
     }
 }
 

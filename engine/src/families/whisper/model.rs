@@ -10,7 +10,7 @@ use crate::backend::Runtime;
 use crate::error::Result;
 use crate::ggml::{Buffer, Context, DType, HostTensor, Scheduler, Tensor};
 use crate::layers::{Layers, WeightUse};
-use crate::weights::WeightStore;
+use crate::weights::{WeightStore, WeightTensor};
 
 /// Model dimensions (from the GGUF metadata).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,11 +164,11 @@ impl WhisperNet {
         path: &Path,
     ) -> Result<Self> {
         let layers = Layers::new(&runtime);
-        let tensors: Vec<HostTensor> = tensors
+        let tensors: Vec<WeightTensor> = tensors
             .into_iter()
             .map(|t| {
                 let usage = weight_use(&t.name);
-                layers.store(t, usage)
+                layers.store(t, usage).into()
             })
             .collect();
         let weights = WeightStore::upload(path, tensors, &runtime)?;

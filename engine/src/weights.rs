@@ -1,9 +1,10 @@
 //! The one weight store every family loads through: it takes the host tensors a family
-//! has prepared (in the type and layout they will compute in), creates their ggml
-//! context, allocates one device buffer on the runtime's main backend, uploads each
-//! tensor and frees its host copy right after (so loading holds a weight twice only one
-//! tensor at a time), and gives the tensors back by name, checking shapes with an error
-//! that names the tensor and both shapes.
+//! prepares (in the type and layout they will compute in) one at a time, uploads them in
+//! batches of about [`BATCH_BYTES`] (a ggml context and one device buffer on the
+//! runtime's main backend per batch) and frees each batch's host copies right after, so
+//! loading holds at most one batch on the host beyond what the family keeps; it gives the
+//! tensors back by name, checking shapes with an error that names the tensor and both
+//! shapes.
 //!
 //! Conversions stay in the families (Silero's f32 widening, [`crate::layers::Layers::store`]
 //! packing, Kokoro's layouts); the store only uploads and looks up.
@@ -15,6 +16,10 @@ use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
 use crate::ggml::{Buffer, Context, DType, HostTensor, Tensor};
 
+/// Host bytes gathered before a batch is uploaded: small against a model (Kokoro's
+/// device weights are 365 MB), large enough that a model needs few buffers.
+pub const BATCH_BYTES: usize = 16 << 20;
+
 /// A tensor's host values, in the form the family prepared them (f32 values are
 /// uploaded as they are, with no byte copy).
 pub enum HostData {
@@ -22,6 +27,16 @@ pub enum HostData {
     Bytes(Vec<u8>),
     /// f32 values.
     F32(Vec<f32>),
+}
+
+impl HostData {
+    /// Host bytes held.
+    fn len_bytes(&self) -> usize {
+        match self {
+            HostData::Bytes(b) => b.len(),
+            HostData::F32(v) => 4 * v.len(),
+        }
+    }
 }
 
 /// One weight as a family hands it to [`WeightStore::upload`]: in the type and layout
@@ -48,44 +63,75 @@ impl From<HostTensor> for WeightTensor {
     }
 }
 
-/// Tensors on the device, by model name.
-pub struct WeightStore {
+/// One uploaded batch: its tensors' metadata and the device memory behind them.
+struct Batch {
     ctx: Context,
     _buf: Buffer,
-    /// Model name -> the ggml name (`w<index>`: ggml truncates names at 63 bytes, and
-    /// some module paths are longer).
-    names: HashMap<String, String>,
+}
+
+/// Tensors on the device, by model name.
+pub struct WeightStore {
+    batches: Vec<Batch>,
+    /// Model name -> its batch and ggml name (`w<index>`: ggml truncates names at 63
+    /// bytes, and some module paths are longer).
+    names: HashMap<String, (usize, String)>,
     /// The file the weights came from, for errors.
     path: PathBuf,
 }
 
 impl WeightStore {
-    /// Uploads `tensors` (names unique) to `runtime`'s main device; `path` is the file
-    /// they came from, named in lookup errors.
-    pub fn upload(path: &Path, tensors: Vec<WeightTensor>, runtime: &Runtime) -> Result<Self> {
-        let bad = |reason: String| EngineError::Model {
+    /// Uploads `tensors` (names unique), taking them one at a time, to `runtime`'s main
+    /// device; the first error a family's conversion yields stops the load. `path` is
+    /// the file they came from, named in errors.
+    pub fn upload(
+        path: &Path,
+        tensors: impl IntoIterator<Item = Result<WeightTensor>>,
+        runtime: &Runtime,
+    ) -> Result<Self> {
+        let mut store = WeightStore {
+            batches: Vec::new(),
+            names: HashMap::new(),
             path: path.to_path_buf(),
-            reason,
         };
-        let ctx = Context::new(tensors.len() + 4, 0)?;
-        let mut names = HashMap::with_capacity(tensors.len());
-        for (i, t) in tensors.iter().enumerate() {
+        let mut pending = Vec::new();
+        let mut pending_bytes = 0;
+        for t in tensors {
+            let t = t?;
             if !(1..=4).contains(&t.ne.len()) || t.ne.iter().any(|&n| n < 1) {
-                return Err(bad(format!(
+                return Err(store.error(format!(
                     "tensor '{}' has dims {:?}; a weight has 1 to 4 positive dims",
                     t.name, t.ne
                 )));
             }
-            let short = format!("w{i}");
-            if names.insert(t.name.clone(), short.clone()).is_some() {
-                return Err(bad(format!("tensor '{}' appears twice", t.name)));
+            let short = format!("w{}", store.names.len());
+            let at = (store.batches.len(), short);
+            if store.names.insert(t.name.clone(), at).is_some() {
+                return Err(store.error(format!("tensor '{}' appears twice", t.name)));
             }
-            ctx.new_tensor(t.dtype, &t.ne, &short);
+            pending_bytes += t.data.len_bytes();
+            pending.push(t);
+            if pending_bytes >= BATCH_BYTES {
+                store.upload_batch(std::mem::take(&mut pending), runtime)?;
+                pending_bytes = 0;
+            }
+        }
+        if !pending.is_empty() {
+            store.upload_batch(pending, runtime)?;
+        }
+        Ok(store)
+    }
+
+    /// Creates `tensors` in a context of their own, allocates its device buffer, writes
+    /// them and drops their host copies.
+    fn upload_batch(&mut self, tensors: Vec<WeightTensor>, runtime: &Runtime) -> Result<()> {
+        let ctx = Context::new(tensors.len() + 4, 0)?;
+        for t in &tensors {
+            ctx.new_tensor(t.dtype, &t.ne, &self.names[&t.name].1);
         }
         let buf = Buffer::alloc_context(&ctx, runtime.main())?;
-        for (i, t) in tensors.into_iter().enumerate() {
+        for t in tensors {
             let on_device = ctx
-                .tensor_by_name(&format!("w{i}"))
+                .tensor_by_name(&self.names[&t.name].1)
                 .expect("created above with this name");
             match &t.data {
                 HostData::Bytes(b) => on_device.write_bytes(b),
@@ -95,22 +141,16 @@ impl WeightStore {
                     t.dtype
                 ))),
             }
-            .map_err(|e| bad(format!("tensor '{}': {e}", t.name)))?;
-            drop(t);
+            .map_err(|e| self.error(format!("tensor '{}': {e}", t.name)))?;
         }
-        Ok(WeightStore {
-            ctx,
-            _buf: buf,
-            names,
-            path: path.to_path_buf(),
-        })
+        self.batches.push(Batch { ctx, _buf: buf });
+        Ok(())
     }
 
     /// The tensor `name`, if the store holds it.
     pub fn tensor(&self, name: &str) -> Option<Tensor<'_>> {
-        self.names
-            .get(name)
-            .and_then(|short| self.ctx.tensor_by_name(short))
+        let (batch, short) = self.names.get(name)?;
+        self.batches.get(*batch)?.ctx.tensor_by_name(short)
     }
 
     /// The tensor `name` with dims `ne` (ggml order; trailing ones may be left out), or
@@ -174,7 +214,12 @@ mod tests {
             f32_tensor("bias".into(), vec![3], vec![1.0, -2.0, 3.5]),
             f32_tensor(long.into(), vec![2, 2], vec![0.25, 0.5, 0.75, 1.0]),
         ];
-        WeightStore::upload(Path::new("model.gguf"), tensors, &runtime).unwrap()
+        WeightStore::upload(
+            Path::new("model.gguf"),
+            tensors.into_iter().map(Ok),
+            &runtime,
+        )
+        .unwrap()
     }
 
     #[test]
@@ -186,6 +231,43 @@ mod tests {
         let w = s.get(long, &[2, 2, 1]).unwrap();
         assert_eq!(w.read_f32().unwrap(), vec![0.25, 0.5, 0.75, 1.0]);
         assert!(s.tensor("absent").is_none());
+    }
+
+    #[test]
+    fn uploads_in_batches_and_finds_every_tensor() {
+        let runtime = Runtime::new(&RuntimeOptions::default()).unwrap();
+        let n = BATCH_BYTES / 4 / 2 + 1;
+        let tensors = (0..5).map(|i| {
+            Ok(f32_tensor(
+                format!("t{i}"),
+                vec![n as i64],
+                vec![i as f32; n],
+            ))
+        });
+        let s = WeightStore::upload(Path::new("m"), tensors, &runtime).unwrap();
+        assert_eq!(s.batches.len(), 3, "two tensors pass the batch size");
+        for i in 0..5 {
+            let v = s
+                .get(&format!("t{i}"), &[n as i64])
+                .unwrap()
+                .read_f32()
+                .unwrap();
+            assert!(v.len() == n && v.iter().all(|&x| x == i as f32), "t{i}");
+        }
+    }
+
+    #[test]
+    fn stops_at_the_first_conversion_error() {
+        let runtime = Runtime::new(&RuntimeOptions::default()).unwrap();
+        let tensors = [
+            Ok(f32_tensor("a".into(), vec![1], vec![1.0])),
+            Err(EngineError::Usage("bad tensor".into())),
+        ];
+        let msg = WeightStore::upload(Path::new("m"), tensors, &runtime)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(msg.contains("bad tensor"), "{msg}");
     }
 
     #[test]
@@ -206,13 +288,13 @@ mod tests {
             f32_tensor("x".into(), vec![1], vec![1.0]),
             f32_tensor("x".into(), vec![1], vec![2.0]),
         ];
-        let msg = WeightStore::upload(Path::new("m"), twice, &runtime)
+        let msg = WeightStore::upload(Path::new("m"), twice.into_iter().map(Ok), &runtime)
             .err()
             .unwrap()
             .to_string();
         assert!(msg.contains("'x' appears twice"), "{msg}");
         let short = vec![f32_tensor("y".into(), vec![2], vec![1.0])];
-        let msg = WeightStore::upload(Path::new("m"), short, &runtime)
+        let msg = WeightStore::upload(Path::new("m"), short.into_iter().map(Ok), &runtime)
             .err()
             .unwrap()
             .to_string();

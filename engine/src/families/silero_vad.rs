@@ -20,7 +20,7 @@ use crate::model_file::{ByteReader, LegacyContents, ModelFile, ModelFormat};
 use crate::spec::ModelSpec;
 use crate::tasks::SpeechDetector;
 use crate::vad::VadParams;
-use crate::weights::{f32_tensor, WeightStore, WeightTensor};
+use crate::weights::{f32_tensor, WeightStore};
 
 /// The family's registry entry: VAD, and conversion of whisper.cpp's `.bin` (or a GGUF)
 /// to a GGUF with the spec embedded.
@@ -333,14 +333,10 @@ impl SileroVad {
             .copied()
             .unwrap_or(128) as usize;
 
-        let host: Vec<WeightTensor> = spec
-            .tensors
-            .iter()
-            .map(|(name, ne)| {
-                let t = file.tensor(name).expect("checked above");
-                f32_tensor(name.clone(), squeeze(ne), t.to_f32())
-            })
-            .collect();
+        let host = spec.tensors.iter().map(|(name, ne)| {
+            let t = file.tensor(name).expect("checked above");
+            Ok(f32_tensor(name.clone(), squeeze(ne), t.to_f32()))
+        });
         let weights = WeightStore::upload(&file.path, host, &runtime)?;
         Ok(SileroVad {
             weights,

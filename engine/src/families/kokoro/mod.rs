@@ -213,8 +213,10 @@ pub struct Kokoro {
     frames_sched: SchedulerSlot,
     runtime: Runtime,
     /// The English front end per dialect: the lexicon texts from the file, parsed into a
-    /// [`G2p`] on a thread of its own started at load (that costs about a quarter
-    /// second a dialect, which a first request would otherwise wait for).
+    /// [`G2p`]. The default voice's dialect is parsed on a thread of its own started at
+    /// load (that costs about a quarter second, which a first request would otherwise
+    /// wait for); the other dialect on its first use, so a process that speaks one
+    /// dialect holds one parsed lexicon (each is a few hundred MiB).
     front_ends: Vec<FrontEnd>,
 }
 
@@ -246,13 +248,23 @@ impl SchedulerSlot {
 /// What a dialect's lexicon parse gave (the error is the parser's message).
 type ParsedG2p = std::result::Result<G2p, String>;
 
-/// One dialect's text front end: being built, or built.
+/// One dialect's text front end: not parsed yet, being built, or built.
 struct FrontEnd {
     dialect: Dialect,
-    /// The parse started at load; `None` when the file has no lexicon for the dialect,
-    /// or once it is joined into `g2p`.
+    /// The file's gold and silver lexicon texts, until they are parsed; `None` when the
+    /// file has no lexicon for the dialect.
+    texts: Option<(String, String)>,
+    /// The parse started at load; `None` when none was started, or once it is joined
+    /// into `g2p`.
     building: Option<std::thread::JoinHandle<ParsedG2p>>,
     g2p: Option<ParsedG2p>,
+}
+
+/// Parses a dialect's lexicon texts into its front end.
+fn parse_front_end(gold: &str, silver: &str, dialect: Dialect) -> ParsedG2p {
+    Lexicon::from_json(gold, silver)
+        .map(|l| G2p::new(l, dialect).with_max_symbols(MAX_PHONEMES))
+        .map_err(|e| e.to_string())
 }
 
 /// Loads the model for the TTS registry.
@@ -309,28 +321,26 @@ impl Kokoro {
                 voices.insert(0, v);
             }
         }
+        let default_dialect = Dialect::for_voice(&voices[0].0);
         let mut front_ends = Vec::new();
         for dialect in [Dialect::Us, Dialect::Gb] {
             let (gold, silver) = dialect.gguf_keys();
-            let texts = file
+            let mut texts = file
                 .meta_str(gold)
                 .zip(file.meta_str(silver))
                 .map(|(g, s)| (g.to_string(), s.to_string()));
-            let building = match texts {
+            let building = match texts.take_if(|_| Some(dialect) == default_dialect) {
                 Some((gold, silver)) => Some(
                     std::thread::Builder::new()
                         .name("kokoro-lexicon".into())
-                        .spawn(move || {
-                            Lexicon::from_json(&gold, &silver)
-                                .map(|l| G2p::new(l, dialect).with_max_symbols(MAX_PHONEMES))
-                                .map_err(|e| e.to_string())
-                        })
+                        .spawn(move || parse_front_end(&gold, &silver, dialect))
                         .map_err(|e| bad(format!("cannot start the lexicon parse: {e}")))?,
                 ),
                 None => None,
             };
             front_ends.push(FrontEnd {
                 dialect,
+                texts,
                 building,
                 g2p: None,
             });
@@ -741,17 +751,20 @@ impl Kokoro {
             .find(|f| f.dialect == dialect)
             .expect("a front end per dialect");
         if front.g2p.is_none() {
-            let building = front.building.take().ok_or_else(|| {
+            if let Some(building) = front.building.take() {
+                front.g2p = Some(
+                    building
+                        .join()
+                        .unwrap_or_else(|_| Err("the lexicon parse stopped with a panic".into())),
+                );
+            } else if let Some((gold, silver)) = front.texts.take() {
+                front.g2p = Some(parse_front_end(&gold, &silver, dialect));
+            } else {
                 let (g, s) = dialect.gguf_keys();
-                EngineError::Usage(format!(
+                return Err(EngineError::Usage(format!(
                     "parameter 'input': the model file has no '{g}'/'{s}' lexicon for text input; convert it again (task 'convert', family 'kokoro', which embeds misaki's lexicons), or pass phonemes"
-                ))
-            })?;
-            front.g2p = Some(
-                building
-                    .join()
-                    .unwrap_or_else(|_| Err("the lexicon parse stopped with a panic".into())),
-            );
+                )));
+            }
         }
         let g2p = match front.g2p.as_ref().expect("joined above") {
             Ok(g2p) => g2p,

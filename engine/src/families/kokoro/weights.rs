@@ -60,29 +60,36 @@ impl Weights {
         };
         let widths = quantized_kernel_widths(file).map_err(bad)?;
         let layers = Layers::new(runtime);
-        let mut tensors = Vec::new();
         let mut quantized_dims = HashMap::new();
-        for t in &file.tensors {
-            if t.name.starts_with(VOICE_PREFIX) {
-                continue;
-            }
-            if let Some(&k) = widths.get(&t.name) {
-                quantized_dims.insert(t.name.clone(), quantized_kernel_dims(t, k).map_err(bad)?);
-                tensors.push(layers.store(t.clone(), WeightUse::Linear).into());
-                continue;
-            }
-            let t = device_layout(t, file).map_err(bad)?;
-            if let Some(transposed) = matmul_transposed(&t) {
-                tensors.push(transposed.into_host());
-            }
-            tensors.push(t.into_host());
-        }
+        let tensors = file
+            .tensors
+            .iter()
+            .filter(|t| !t.name.starts_with(VOICE_PREFIX))
+            .flat_map(|t| -> Vec<Result<WeightTensor>> {
+                if let Some(&k) = widths.get(&t.name) {
+                    return match quantized_kernel_dims(t, k) {
+                        Ok(dims) => {
+                            quantized_dims.insert(t.name.clone(), dims);
+                            vec![Ok(layers.store(t.clone(), WeightUse::Linear).into())]
+                        }
+                        Err(e) => vec![Err(bad(e))],
+                    };
+                }
+                match device_layout(t, file) {
+                    Ok(t) => matmul_transposed(&t)
+                        .into_iter()
+                        .chain([t])
+                        .map(|t| Ok(t.into_host()))
+                        .collect(),
+                    Err(e) => vec![Err(bad(e))],
+                }
+            });
+        let store = WeightStore::upload(&file.path, tensors, runtime)?;
         if let Some(missing) = widths.keys().find(|n| !quantized_dims.contains_key(*n)) {
             return Err(bad(format!(
                 "'{QUANTIZED_KERNELS_KEY}' lists '{missing}', which the file lacks"
             )));
         }
-        let store = WeightStore::upload(&file.path, tensors, runtime)?;
         Ok(Weights {
             store,
             quantized_dims,

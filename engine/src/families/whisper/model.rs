@@ -164,13 +164,10 @@ impl WhisperNet {
         path: &Path,
     ) -> Result<Self> {
         let layers = Layers::new(&runtime);
-        let tensors: Vec<WeightTensor> = tensors
-            .into_iter()
-            .map(|t| {
-                let usage = weight_use(&t.name);
-                layers.store(t, usage).into()
-            })
-            .collect();
+        let tensors = tensors.into_iter().map(|t| {
+            let usage = weight_use(&t.name);
+            Ok(WeightTensor::from(layers.store(t, usage)))
+        });
         let weights = WeightStore::upload(path, tensors, &runtime)?;
         let cache = Context::new(4 * hp.n_text_layer + 4, 0)?;
         let (t, a_ctx, t_ctx) = (

@@ -84,3 +84,46 @@ fn info_describes_a_legacy_silero_model_and_a_converted_whisper_one() {
     ]);
     assert_user_error(&wrong, "is a 'whisper' model, not 'silero_vad'");
 }
+
+/// Loading a model holds its weights about once: `--task info` of Whisper base (f16)
+/// peaks at no more than the file, its largest tensor and 32 MiB (measured by GNU time),
+/// since the weight store uploads host copies batch by batch and frees each batch.
+#[test]
+fn loading_whisper_base_peaks_below_file_plus_largest_tensor_plus_32_mib() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("base.gguf");
+    let convert = cli(&[
+        "--task",
+        "convert",
+        "--family",
+        "whisper",
+        "--model",
+        s(&assets().join("whisper-base-ct2")),
+        "--out",
+        s(&gguf),
+        "--model-spec-override",
+        s(&specs()),
+    ]);
+    assert_eq!(convert.code, 0, "{}", convert.stderr);
+    let out = std::process::Command::new("/usr/bin/time")
+        .args(["-f", "peak_kib=%M", env!("CARGO_BIN_EXE_audiocpp_cli")])
+        .args(["--task", "info", "--family", "whisper", "--json", "--model"])
+        .arg(&gguf)
+        .output()
+        .expect("GNU time runs (apt-get install time)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let peak_kib: u64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("peak_kib="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak in {stderr}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let file = std::fs::metadata(&gguf).unwrap().len();
+    let largest = v["largest_tensor_bytes"].as_u64().unwrap();
+    let bound_kib = (file + largest) / 1024 + 32 * 1024;
+    assert!(
+        peak_kib <= bound_kib,
+        "loading Whisper base peaked at {peak_kib} KiB, above {bound_kib} KiB (file {file} B + largest tensor {largest} B + 32 MiB)"
+    );
+}

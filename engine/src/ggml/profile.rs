@@ -65,23 +65,28 @@ struct StageClock {
     stages: Vec<(String, f64)>,
 }
 
-/// ggml's eval callback: asks to stop at every stage tensor, then logs the time.
+/// ggml's eval callback: asks to stop at every stage tensor, then logs the time. A
+/// panic in it is caught (none may cross into ggml): the compute goes on, that stage
+/// unrecorded.
 unsafe extern "C" fn on_node(t: *mut sys::ggml_tensor, ask: bool, user_data: *mut c_void) -> bool {
-    // SAFETY: ggml passes a live tensor, whose name is a NUL-terminated array.
-    let name = unsafe { CStr::from_ptr((*t).name.as_ptr()) }.to_string_lossy();
-    // ggml names the views and copies of a named tensor after it ("<name> (cont)"):
-    // only the tensor itself ends its stage.
-    let Some(stage) = name.strip_prefix(STAGE_PREFIX).filter(|s| !s.contains(' ')) else {
-        return !ask;
-    };
-    if !ask {
-        // SAFETY: the user data is the StageClock that `compute_recorded` keeps alive
-        // (and lends to nothing else) during the compute that calls this.
-        let clock = unsafe { &mut *(user_data as *mut StageClock) };
-        let elapsed = clock.start.elapsed().as_secs_f64();
-        clock.stages.push((stage.to_string(), elapsed));
-    }
-    true
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: ggml passes a live tensor, whose name is a NUL-terminated array.
+        let name = unsafe { CStr::from_ptr((*t).name.as_ptr()) }.to_string_lossy();
+        // ggml names the views and copies of a named tensor after it ("<name> (cont)"):
+        // only the tensor itself ends its stage.
+        let Some(stage) = name.strip_prefix(STAGE_PREFIX).filter(|s| !s.contains(' ')) else {
+            return !ask;
+        };
+        if !ask {
+            // SAFETY: the user data is the StageClock that `compute_recorded` keeps alive
+            // (and lends to nothing else) during the compute that calls this.
+            let clock = unsafe { &mut *(user_data as *mut StageClock) };
+            let elapsed = clock.start.elapsed().as_secs_f64();
+            clock.stages.push((stage.to_string(), elapsed));
+        }
+        true
+    }))
+    .unwrap_or(true)
 }
 
 impl Scheduler {

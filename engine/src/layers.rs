@@ -153,6 +153,53 @@ impl Layers {
             Ok(ctx.conv_1d_f32_packed(kernel, kernel_width, input, stride, pad)?)
         }
     }
+
+    /// A 1-D convolution (PyTorch cross-correlation) of time-major `x` [T, IC] with a
+    /// kernel of width `kernel_width` as the weight store holds it, plus `bias` [OC]
+    /// (`[stride, pad, dilation]`), returning [T', OC] (time fastest). It follows the
+    /// storage [`Layers::store`] chose at upload: the engine's int8 kernel for a packed
+    /// q8_0 kernel ([`DType::I8`], which adds the bias itself), int8 products over
+    /// im2col for a Q8_0 kernel stored [IC * K, OC], the f32 product over im2col for an
+    /// f32 [K, IC, OC] one, and ggml's product for f16 (which multiplies an f16 matrix
+    /// only from the left, so channels come out fastest and are transposed back).
+    pub fn conv_1d_time_major<'a>(
+        ctx: &'a Context,
+        kernel: Tensor<'a>,
+        kernel_width: i64,
+        x: Tensor<'a>,
+        [stride, pad, dilation]: [i32; 3],
+        bias: Option<Tensor<'a>>,
+    ) -> Result<Tensor<'a>> {
+        if kernel.dtype() == Some(DType::I8) {
+            let bias = bias.map(|b| ctx.to_f32(b));
+            return Ok(ctx.conv_1d_q8_packed_time_major(
+                kernel,
+                kernel_width,
+                x,
+                [stride, pad, dilation],
+                bias,
+            )?);
+        }
+        let y = match kernel.dtype() {
+            Some(DType::F32) => ctx.conv_1d_f32_time_major(kernel, x, stride, pad, dilation),
+            Some(DType::Q8_0) => {
+                ctx.conv_1d_quantized_time_major(kernel, kernel_width, x, stride, pad, dilation)?
+            }
+            _ => {
+                let oc = kernel.ne()[2];
+                let y = ctx.conv_1d_f32_dilated(kernel, x, stride, pad, dilation);
+                let ol = y.ne()[1];
+                ctx.cont(ctx.transpose(ctx.reshape(y, &[oc, ol])))
+            }
+        };
+        Ok(match bias {
+            Some(b) => {
+                let oc = b.ne()[0];
+                ctx.add(y, ctx.reshape(ctx.to_f32(b), &[1, oc]))
+            }
+            None => y,
+        })
+    }
 }
 
 /// A q8_0 weight re-laid out for the q8_0 kernel ([`PackedQ8`]) when its shape fits;

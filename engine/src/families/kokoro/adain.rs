@@ -9,7 +9,8 @@
 //! checks names and shapes once at load and only keeps the names.
 
 use crate::error::{EngineError, Result};
-use crate::ggml::{Context, DType, Tensor};
+use crate::ggml::{Context, Tensor};
+use crate::layers::Layers;
 
 /// PyTorch's `InstanceNorm1d` epsilon, which the exported graph adds to the variance.
 const INSTANCE_NORM_EPS: f32 = 1e-5;
@@ -138,44 +139,18 @@ impl Conv1d {
         w: &'a dyn WeightLookup,
         x: Tensor<'a>,
     ) -> Result<Tensor<'a>> {
-        let kernel = w.tensor(&self.weight)?;
-        let oc = self.out_channels;
-        if kernel.dtype() == Some(DType::I8) {
-            // A q8_0 kernel packed for the engine's CPU kernel, which adds the bias.
-            let bias = match &self.bias {
-                Some(b) => Some(ctx.to_f32(w.tensor(b)?)),
-                None => None,
-            };
-            return Ok(ctx.conv_1d_q8_packed_time_major(
-                kernel,
-                self.kernel_width,
-                x,
-                [self.stride, self.pad, self.dilation],
-                bias,
-            )?);
-        }
-        let y = if kernel.dtype() == Some(DType::F32) {
-            ctx.conv_1d_f32_time_major(kernel, x, self.stride, self.pad, self.dilation)
-        } else if kernel.dtype() == Some(DType::Q8_0) {
-            // Stored [IC * K, OC] (see WeightLookup::dims): int8 products.
-            ctx.conv_1d_quantized_time_major(
-                kernel,
-                self.kernel_width,
-                x,
-                self.stride,
-                self.pad,
-                self.dilation,
-            )?
-        } else {
-            // ggml multiplies an f16 matrix only from the left: channels come out fastest.
-            let y = ctx.conv_1d_f32_dilated(kernel, x, self.stride, self.pad, self.dilation);
-            let ol = y.ne()[1];
-            ctx.cont(ctx.transpose(ctx.reshape(y, &[oc, ol])))
+        let bias = match &self.bias {
+            Some(b) => Some(w.tensor(b)?),
+            None => None,
         };
-        Ok(match &self.bias {
-            Some(b) => ctx.add(y, ctx.reshape(ctx.to_f32(w.tensor(b)?), &[1, oc])),
-            None => y,
-        })
+        Layers::conv_1d_time_major(
+            ctx,
+            w.tensor(&self.weight)?,
+            self.kernel_width,
+            x,
+            [self.stride, self.pad, self.dilation],
+            bias,
+        )
     }
 }
 

@@ -446,6 +446,11 @@ fn cpu_kernels_agree_across_levels_and_are_as_accurate_as_ggml_ops() {
                 "NOTE LOUDLY: this CPU lacks {feature}, so the kernels written for it are \
                  not among the runs compared below"
             );
+            // AVX2 is the kernels' baseline: CI must run them (AVX-512 may be absent).
+            assert!(
+                feature != "AVX2" || std::env::var_os("CI").is_none(),
+                "this CPU lacks AVX2 and CI is set: run CI on a CPU with AVX2, FMA and F16C"
+            );
         }
     }
     let r = reference();

@@ -228,8 +228,9 @@ pub struct Crt {
     /// Which toolchain's runtime this is.
     #[serde(default)]
     pub kind: CrtKind,
-    /// Toolset `MAJOR.MINOR` the binaries are built with (MSVC: DESIGN rule 3, a bundled
-    /// CRT older than the binaries' linker is an error; MinGW: the GCC version).
+    /// Toolset `MAJOR.MINOR` the binaries are built with (MSVC: `docs/architecture.md`
+    /// section 4, rule 3; a bundled CRT older than the binaries' linker is an error;
+    /// MinGW: the GCC version).
     pub toolset: String,
     /// Where the DLLs come from: for MSVC the folder relative to the Visual Studio
     /// install root; for MinGW a description.

@@ -45,7 +45,7 @@ pub fn report_backend_load_errors() {
         if !verbose() {
             let _ = writeln!(
                 std::io::stderr(),
-                "warning: a ggml backend failed to load ({e}); see --verbose"
+                "warning: a ggml backend failed to load ({e}); AUDIOCPP_LOG=1 shows ggml's whole log"
             );
         }
     }

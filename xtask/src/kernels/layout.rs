@@ -3,7 +3,8 @@
 //! Layouts: Windows HIP SDK `bin/rocblas/library`, `bin/hipblaslt/library`; AMD's Linux
 //! `/opt/rocm/lib/rocblas/library`, `lib/hipblaslt/library`; Debian
 //! `/usr/lib/<triplet>/rocblas/<version>/library`, `/usr/lib/<triplet>/hipblaslt/library`;
-//! and our own package layout `rocblas/library`, `hipblaslt/library` (DESIGN section 5).
+//! and our own package layout `rocblas/library`, `hipblaslt/library`
+//! (`docs/architecture.md` section 5).
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! `cargo xtask kernels`: arch-exact report on, and filtering of, rocBLAS/hipBLASLt kernel
-//! libraries (DESIGN section 4, rules 6, 7 and 9).
+//! libraries (`docs/architecture.md` section 4, rules 6, 7 and 9).
 //!
 //! - [`classify`]: path -> arch tokens or arch-independent (pure).
 //! - [`layout`]: where the library folders are in an SDK, and listing them.

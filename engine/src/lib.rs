@@ -1,12 +1,14 @@
-//! audiocpp engine: audio-model inference (VAD today; ASR and TTS families next) on ggml
-//! with CPU, CUDA and HIP/ROCm backends.
+//! audiocpp engine: audio-model inference (voice activity detection, speech recognition,
+//! speech synthesis) on ggml with CPU, CUDA and HIP/ROCm backends.
 //!
-//! Front ends (the CLI and the server) call the task functions in [`tasks`]; model code
-//! lives in [`families`] and asks [`layers`] for its layers; all `unsafe` is confined to
+//! Front ends (the CLI and the server) call the task functions in [`tasks`], which speak
+//! the family-neutral types of [`vad`] and [`asr`] and write through [`output`]; model code lives in
+//! [`families`] and asks [`layers`] for its layers; all `unsafe` is confined to
 //! [`ggml`] and [`cpu_kernels`].
 #![deny(unsafe_code, unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod asr;
 pub mod audio;
 pub mod backend;
 pub mod cpu_kernels;

@@ -2,9 +2,10 @@
 //! weights do not carry, default parameters), one JSON file per family in `model_specs/`.
 //!
 //! Resolution order, first hit wins: `--model-spec-override` (file or directory), the
-//! spec embedded in a GGUF's metadata, the catalog compiled into the binary (cargo
-//! feature `deployment`), then on-disk search next to the model and upward from the
-//! working directory.
+//! spec embedded in a GGUF's metadata, the family's spec compiled into the binary (its
+//! registry entry's [`crate::families::Family::spec`], consulted in builds with the cargo
+//! feature `deployment`, so that a development build reads the edited file on disk),
+//! then on-disk search next to the model and upward from the working directory.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -61,19 +62,6 @@ impl std::fmt::Display for SpecSource {
         }
     }
 }
-
-/// The spec catalog compiled into deployment builds.
-#[cfg(feature = "deployment")]
-const EMBEDDED: &[(&str, &str)] = &[
-    (
-        "silero_vad",
-        include_str!("../../model_specs/silero_vad.json"),
-    ),
-    ("whisper", include_str!("../../model_specs/whisper.json")),
-    ("kokoro", include_str!("../../model_specs/kokoro.json")),
-];
-#[cfg(not(feature = "deployment"))]
-const EMBEDDED: &[(&str, &str)] = &[];
 
 impl ModelSpec {
     /// Parses and validates a spec; `origin` names it in errors.
@@ -135,6 +123,9 @@ pub struct SpecQuery<'a> {
     pub override_path: Option<&'a Path>,
     /// Spec JSON embedded in the model file, if any.
     pub embedded_in_model: Option<&'a str>,
+    /// The family's spec JSON compiled into the binary (its registry entry's), used in
+    /// `deployment` builds only.
+    pub compiled_in: Option<&'a str>,
     /// The model file (its folder is searched).
     pub model_path: Option<&'a Path>,
     /// Working directory to search upward from.
@@ -186,17 +177,16 @@ pub fn resolve(q: &SpecQuery<'_>) -> Result<(ModelSpec, SpecSource)> {
     }
     searched.push("model metadata (none)".to_string());
 
-    if let Some((_, json)) = EMBEDDED.iter().find(|(f, _)| *f == q.family) {
-        return check_family(
-            ModelSpec::parse(json, "embedded catalog")?,
-            SpecSource::Embedded,
-        );
+    match q.compiled_in {
+        Some(json) if cfg!(feature = "deployment") => {
+            return check_family(
+                ModelSpec::parse(json, "embedded catalog")?,
+                SpecSource::Embedded,
+            );
+        }
+        Some(_) => searched.push("embedded catalog (not in this build)".to_string()),
+        None => searched.push("embedded catalog (none for this family)".to_string()),
     }
-    searched.push(if cfg!(feature = "deployment") {
-        "embedded catalog (no such family)".to_string()
-    } else {
-        "embedded catalog (not in this build)".to_string()
-    });
 
     let mut candidates = Vec::new();
     if let Some(dir) = q.model_path.and_then(Path::parent) {
@@ -258,6 +248,7 @@ mod tests {
             family: "silero_vad",
             override_path: Some(&d.join("over")),
             embedded_in_model: Some(SPEC),
+            compiled_in: Some(SPEC),
             model_path: None,
             cwd: Some(&d),
         })
@@ -266,12 +257,13 @@ mod tests {
     }
 
     #[test]
-    fn metadata_beats_disk() {
+    fn metadata_beats_compiled_in_and_disk() {
         let d = tmp();
         write(&d, "model_specs/silero_vad.json", SPEC);
         let (_, src) = resolve(&SpecQuery {
             family: "silero_vad",
             embedded_in_model: Some(SPEC),
+            compiled_in: Some(SPEC),
             cwd: Some(&d),
             ..Default::default()
         })
@@ -293,13 +285,27 @@ mod tests {
             cwd: Some(&deep),
             ..Default::default()
         };
-        if cfg!(feature = "deployment") {
-            assert_eq!(resolve(&q).unwrap().1, SpecSource::Embedded);
-            return;
-        }
         assert_eq!(resolve(&q).unwrap().1, SpecSource::Disk(next.clone()));
         std::fs::remove_file(&next).unwrap();
         assert_eq!(resolve(&q).unwrap().1, SpecSource::Disk(up));
+    }
+
+    #[test]
+    fn compiled_in_spec_is_used_by_deployment_builds_only() {
+        let d = tmp();
+        let on_disk = write(&d, "model_specs/silero_vad.json", SPEC);
+        let q = SpecQuery {
+            family: "silero_vad",
+            compiled_in: Some(SPEC),
+            cwd: Some(&d),
+            ..Default::default()
+        };
+        let expected = if cfg!(feature = "deployment") {
+            SpecSource::Embedded
+        } else {
+            SpecSource::Disk(on_disk)
+        };
+        assert_eq!(resolve(&q).unwrap().1, expected);
     }
 
     #[test]

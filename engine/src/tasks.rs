@@ -18,7 +18,7 @@ use crate::model_file::{self, ModelFile, GGUF_FAMILY_KEY};
 use crate::spec::{self, ModelSpec, SpecQuery, SpecSource, GGUF_SPEC_KEY};
 use crate::vad::{self, Segment, VadParams};
 
-pub use crate::families::whisper::{DecodeOptions, Segment as AsrSegment, Transcript};
+pub use crate::asr::{DecodeOptions, Segment as AsrSegment, Transcript};
 
 /// A model file with its resolved spec.
 pub struct ResolvedModel {
@@ -36,7 +36,7 @@ pub fn resolve_model(
     model: &Path,
     spec_override: Option<&Path>,
 ) -> Result<ResolvedModel> {
-    families::find(family)?;
+    let entry = families::find(family)?;
     let file = model_file::read(model)?;
     if let Some(f) = &file.family {
         if f != family {
@@ -51,6 +51,7 @@ pub fn resolve_model(
         family,
         override_path: spec_override,
         embedded_in_model: file.meta_str(GGUF_SPEC_KEY),
+        compiled_in: entry.spec,
         model_path: Some(model),
         cwd: cwd.as_deref(),
     })?;
@@ -68,11 +69,13 @@ pub fn resolve_source_spec(
     model: &Path,
     spec_override: Option<&Path>,
 ) -> Result<ModelSpec> {
+    let entry = families::find(family)?;
     let cwd = std::env::current_dir().ok();
     let (spec, _) = spec::resolve(&SpecQuery {
         family,
         override_path: spec_override,
         embedded_in_model: None,
+        compiled_in: entry.spec,
         model_path: Some(model),
         cwd: cwd.as_deref(),
     })?;
@@ -155,13 +158,11 @@ impl VadModel {
         resolved: ResolvedModel,
         opts: &RuntimeOptions,
     ) -> Result<Self> {
-        let load = entry.vad.ok_or_else(|| wrong_task(entry, "vad"))?;
-        let runtime = Runtime::new(opts)?;
-        let model = load(&resolved.file, &resolved.spec, runtime)?;
+        let (model, family, spec_source) = load_resolved(entry, "vad", entry.vad, resolved, opts)?;
         Ok(VadModel {
             model,
-            family: entry.info.family.to_string(),
-            spec_source: resolved.spec_source,
+            family,
+            spec_source,
         })
     }
 
@@ -212,6 +213,22 @@ impl VadModel {
         let a = crate::audio::load(audio, self.sample_rate())?;
         self.run_samples(&a.samples, params)
     }
+}
+
+/// Loads a resolved model with `loader`, the family's loader for `task` (an error
+/// naming the task when it has none), onto the device `opts` selects: the model, its
+/// family's name and where its spec came from.
+fn load_resolved<T: ?Sized>(
+    entry: &Family,
+    task: &str,
+    loader: Option<families::Loader<T>>,
+    resolved: ResolvedModel,
+    opts: &RuntimeOptions,
+) -> Result<(Box<T>, String, SpecSource)> {
+    let load = loader.ok_or_else(|| wrong_task(entry, task))?;
+    let runtime = Runtime::new(opts)?;
+    let model = load(resolved.file, &resolved.spec, runtime)?;
+    Ok((model, entry.info.family.to_string(), resolved.spec_source))
 }
 
 /// The error for a family asked for a task it has no loader for.
@@ -360,13 +377,11 @@ impl AsrModel {
         resolved: ResolvedModel,
         opts: &RuntimeOptions,
     ) -> Result<Self> {
-        let load = entry.asr.ok_or_else(|| wrong_task(entry, "asr"))?;
-        let runtime = Runtime::new(opts)?;
-        let model = load(resolved.file, &resolved.spec, runtime)?;
+        let (model, family, spec_source) = load_resolved(entry, "asr", entry.asr, resolved, opts)?;
         Ok(AsrModel {
             model,
-            family: entry.info.family.to_string(),
-            spec_source: resolved.spec_source,
+            family,
+            spec_source,
         })
     }
 
@@ -780,13 +795,11 @@ impl TtsModel {
         resolved: ResolvedModel,
         opts: &RuntimeOptions,
     ) -> Result<Self> {
-        let load = entry.tts.ok_or_else(|| wrong_task(entry, "tts"))?;
-        let runtime = Runtime::new(opts)?;
-        let synth = load(&resolved.file, &resolved.spec, runtime)?;
+        let (synth, family, spec_source) = load_resolved(entry, "tts", entry.tts, resolved, opts)?;
         Ok(TtsModel {
             synth,
-            family: entry.info.family.to_string(),
-            spec_source: resolved.spec_source,
+            family,
+            spec_source,
         })
     }
 

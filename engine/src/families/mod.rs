@@ -5,8 +5,8 @@
 //! runs: a [`crate::tasks::SpeechDetector`] for VAD, a [`crate::tasks::Recognizer`] for
 //! ASR, a [`crate::tasks::Synthesizer`] for TTS. [`crate::tasks`] runs every task
 //! through these entries and names no family. A new family is a module here (its
-//! `FAMILY` entry and the traits it implements), one line in [`FAMILIES`] and a model
-//! spec (`model_specs/<family>.json`).
+//! `FAMILY` entry, which compiles in its model spec `model_specs/<family>.json`, and the
+//! traits it implements) and one line in [`FAMILIES`].
 //!
 //! The test-only family [`test_tone`] is compiled into this crate's own tests and, through
 //! the cargo feature `test-families`, into the CLI's and server's tests (their
@@ -56,15 +56,18 @@ pub struct LegacyFormat {
     pub read: fn(&[u8]) -> std::result::Result<LegacyContents, String>,
 }
 
-/// Loads a family's voice-activity detector from a read model file and its spec.
-pub type VadLoader = fn(&ModelFile, &ModelSpec, Runtime) -> Result<Box<dyn SpeechDetector>>;
+/// Loads a family's model for one task from a read model file and its spec; it takes
+/// the file, so that it can upload each weight and drop its host copy.
+pub type Loader<T> = fn(ModelFile, &ModelSpec, Runtime) -> Result<Box<T>>;
 
-/// Loads a family's speech recognizer; it takes the file, so that it can upload each
-/// weight and drop its host copy.
-pub type AsrLoader = fn(ModelFile, &ModelSpec, Runtime) -> Result<Box<dyn Recognizer>>;
+/// Loads a family's voice-activity detector.
+pub type VadLoader = Loader<dyn SpeechDetector>;
 
-/// Loads a family's speech synthesizer from a read model file and its spec.
-pub type TtsLoader = fn(&ModelFile, &ModelSpec, Runtime) -> Result<Box<dyn Synthesizer>>;
+/// Loads a family's speech recognizer.
+pub type AsrLoader = Loader<dyn Recognizer>;
+
+/// Loads a family's speech synthesizer.
+pub type TtsLoader = Loader<dyn Synthesizer>;
 
 /// What a conversion is asked for, beyond the family: the engine's parameters
 /// `model`, `model_spec_override`, `quantize` and the family's further `sources`.
@@ -128,6 +131,10 @@ pub type Converter = fn(&Path, Option<&Path>, &ConvertOptions) -> Result<Convers
 pub struct Family {
     /// Name, tasks, formats, description.
     pub info: LoaderInfo,
+    /// Its model spec (`model_specs/<family>.json`) compiled in, which `deployment`
+    /// builds resolve to when neither an override nor the GGUF gives one; `None` for a
+    /// family whose spec always comes from elsewhere (the test-only family's).
+    pub spec: Option<&'static str>,
     /// The legacy containers its files may come in (picked by magic).
     pub legacy: &'static [LegacyFormat],
     /// `--task convert`.
@@ -228,6 +235,24 @@ mod tests {
             for task in f.info.tasks {
                 assert!(f.does(task), "{}: unknown task '{task}'", f.info.family);
             }
+        }
+    }
+
+    #[test]
+    fn every_shipped_family_compiles_in_its_own_valid_spec() {
+        for f in FAMILIES {
+            let name = f.info.family;
+            let json = f
+                .spec
+                .unwrap_or_else(|| panic!("family '{name}' ships no spec"));
+            let spec = ModelSpec::parse(json, name).unwrap();
+            assert_eq!(spec.family, name);
+            assert!(
+                f.info.tasks.contains(&spec.task.as_str()),
+                "family '{name}': spec task '{}' is not one of {:?}",
+                spec.task,
+                f.info.tasks
+            );
         }
     }
 

@@ -31,6 +31,7 @@ pub const FAMILY: Family = Family {
         formats: &["gguf", "ggml-silero (whisper.cpp .bin)"],
         description: "Silero VAD v5/v6, 16 kHz speech probabilities and segments",
     },
+    spec: Some(include_str!("../../../model_specs/silero_vad.json")),
     legacy: &[LegacyFormat {
         magic: *b"lmgg",
         read: parse_legacy,
@@ -43,11 +44,11 @@ pub const FAMILY: Family = Family {
 
 /// The registry's VAD loader: [`SileroVad::load`].
 fn load_detector(
-    file: &ModelFile,
+    file: ModelFile,
     spec: &ModelSpec,
     runtime: Runtime,
 ) -> Result<Box<dyn SpeechDetector>> {
-    Ok(Box::new(SileroVad::load(file, spec, runtime)?))
+    Ok(Box::new(SileroVad::load(&file, spec, runtime)?))
 }
 
 /// The registry's converter: reads the `.bin` or GGUF, checks its tensors against the

@@ -26,6 +26,7 @@ pub const INFO: LoaderInfo = LoaderInfo {
 /// The family's registry entry: TTS only.
 pub const FAMILY: Family = Family {
     info: INFO,
+    spec: None,
     legacy: &[],
     convert: None,
     vad: None,
@@ -85,7 +86,7 @@ pub fn write_model(
 }
 
 /// Loads the model: its one tensor, `tone.gain` ([1] f32), checked by name and shape.
-pub fn load(file: &ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Box<dyn Synthesizer>> {
+pub fn load(file: ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Box<dyn Synthesizer>> {
     let t = file
         .tensor("tone.gain")
         .filter(|t| t.dtype == DType::F32 && t.ne == [1])

@@ -268,8 +268,8 @@ fn parse_front_end(gold: &str, silver: &str, dialect: Dialect) -> ParsedG2p {
 }
 
 /// Loads the model for the TTS registry.
-pub fn load(file: &ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Box<dyn Synthesizer>> {
-    Ok(Box::new(Kokoro::load(file, spec, runtime)?))
+pub fn load(file: ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Box<dyn Synthesizer>> {
+    Ok(Box::new(Kokoro::load(&file, spec, runtime)?))
 }
 
 impl Kokoro {
@@ -816,6 +816,7 @@ impl Synthesizer for Kokoro {
 /// The family's registry entry: TTS, and conversion from the ONNX release.
 pub const FAMILY: crate::families::Family = crate::families::Family {
     info: INFO,
+    spec: Some(include_str!("../../../../model_specs/kokoro.json")),
     legacy: &[],
     convert: Some(convert_sources),
     vad: None,

@@ -18,8 +18,7 @@ pub mod tokenizer;
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-
+use crate::asr::{DecodeOptions, Segment, Transcript};
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
 use crate::families::{Conversion, ConvertOptions, Family, LoaderInfo};
@@ -44,6 +43,7 @@ pub const FAMILY: Family = Family {
         description:
             "OpenAI Whisper speech recognition (tiny.en tested), greedy decoding without timestamps",
     },
+    spec: Some(include_str!("../../../../model_specs/whisper.json")),
     legacy: &[],
     convert: Some(convert),
     vad: None,
@@ -459,31 +459,6 @@ fn describe_dimensions(hp: &HParams) -> String {
     )
 }
 
-/// One transcribed stretch: a timed piece of a window, or a whole window when decoding
-/// ran [`DecodeOptions::without_timestamps`].
-#[derive(Debug, Clone, Serialize)]
-pub struct Segment {
-    /// Start in seconds.
-    pub start: f64,
-    /// End in seconds.
-    pub end: f64,
-    /// Text (with its leading space, as Whisper writes it).
-    pub text: String,
-    /// Generated text token ids (no prompt, timestamps or end-of-text).
-    pub tokens: Vec<u32>,
-    /// Mel frame (10 ms) where the 30 s window this segment was decoded from starts, in
-    /// the whole audio: OpenAI's `seek`.
-    pub seek: usize,
-    /// Temperature of the decode that was kept for the window (0: greedy).
-    pub temperature: f32,
-    /// Mean log-probability per token of the window's kept decode.
-    pub avg_logprob: f32,
-    /// zlib compression ratio of the window's text (high: repetitive).
-    pub compression_ratio: f32,
-    /// Probability of the no-speech token at the window's start.
-    pub no_speech_prob: f32,
-}
-
 /// The decode [`Whisper::decode_with_fallback`] kept for one window, with the numbers
 /// the fallback judged it by (each of the window's segments reports them, as OpenAI's
 /// segments do).
@@ -492,48 +467,6 @@ struct WindowDecode {
     temperature: f32,
     attempt: Attempt,
     passes: usize,
-}
-
-/// What [`Whisper::transcribe`] produced.
-#[derive(Debug, Clone)]
-pub struct Transcript {
-    /// The segments that held speech.
-    pub segments: Vec<Segment>,
-    /// Decoder passes over all windows, each sampled draw counted: one per window when
-    /// greedy decoding passes its checks, more when temperature fallback had to sample.
-    pub decode_passes: usize,
-}
-
-/// Decoding options.
-#[derive(Debug, Clone)]
-pub struct DecodeOptions {
-    /// Language code (`en`, `de`, ...) or `auto` (detect it on multilingual models, `en`
-    /// on English-only ones, which accept only `en`).
-    pub language: String,
-    /// A window whose no-speech probability is above this...
-    pub no_speech_threshold: f32,
-    /// ...and whose mean token log-probability is below this is dropped as silence.
-    pub log_prob_threshold: f32,
-    /// Suppress timestamp tokens (faster-whisper's `without_timestamps=True`): one
-    /// segment per 30 s window, read back to back, and a window whose text ends early
-    /// loses the rest of its speech (tiny.en loses the first 30 s of a 60 s clip this
-    /// way, as faster-whisper does). Off (the default, faster-whisper's too):
-    /// timestamp tokens are predicted, segments get their own start and end, and a
-    /// window that ends inside speech is re-read from its last timestamp.
-    pub without_timestamps: bool,
-    /// With timestamp tokens, the latest the first timestamp may be, in seconds (1.0 as
-    /// in faster-whisper and OpenAI's Whisper).
-    pub max_initial_timestamp: f32,
-    /// Temperatures tried in order until a window's result passes the checks below
-    /// (faster-whisper: 0.0, 0.2, ..., 1.0); 0 is greedy, above 0 samples.
-    pub temperatures: Vec<f32>,
-    /// A result whose text compresses (zlib) better than this ratio is repetitive and
-    /// retried at the next temperature (2.4); `None` disables the check.
-    pub compression_ratio_threshold: Option<f32>,
-    /// Samples drawn per temperature above 0; the one with the best log-probability wins.
-    pub best_of: usize,
-    /// Seed of the sampler, so sampled results are reproducible.
-    pub seed: u64,
 }
 
 /// The temperatures faster-whisper and OpenAI's Whisper fall back through.

@@ -1596,7 +1596,7 @@ mod tests {
 
     /// True when this CPU runs the custom ops' kernels; otherwise says so, and fails
     /// under CI (where a test that asserts nothing must not pass).
-    fn kernels_here() -> bool {
+    pub(super) fn kernels_here() -> bool {
         use crate::cpu_kernels as k;
         let here = k::q8_kernel_available()
             && k::attention_kernel_available()

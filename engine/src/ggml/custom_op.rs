@@ -500,3 +500,158 @@ mod fault {
     #[inline(always)]
     pub(super) fn maybe_panic(_op: super::CustomOp, _ith: usize) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ggml::tests::kernels_here;
+    use crate::ggml::{devices, Backend, Buffer, Context, DeviceType, Scheduler};
+
+    const N: i64 = 64;
+
+    fn cpu() -> Backend {
+        let cpu = devices()
+            .into_iter()
+            .find(|d| d.device_type == DeviceType::Cpu)
+            .expect("ggml lists a CPU device");
+        Backend::new(&cpu).unwrap()
+    }
+
+    /// Builds a GELU node over `N` host floats (1.0 each), lets `tamper` change the node
+    /// or its input after the builder checked them, and returns what the callback's
+    /// check and kernel said, with the result when they ran.
+    fn gelu_after(
+        tamper: impl FnOnce(&mut sys::ggml_tensor, &mut sys::ggml_tensor),
+        ith: usize,
+        nth: usize,
+    ) -> Result<Vec<f32>, String> {
+        let ctx = Context::new(4, 0).unwrap();
+        let x = ctx.new_tensor(DType::F32, &[N], "x");
+        let y = ctx.gelu_erf_cpu(x).unwrap();
+        let backend = cpu();
+        let _buffer = Buffer::alloc_context(&ctx, &backend).unwrap();
+        x.write_f32(&[1.0; N as usize]).unwrap();
+        // SAFETY: two distinct live tensors of this context, no other reference to them
+        // held while `tamper` changes their fields.
+        unsafe { tamper(&mut *y.raw(), &mut *x.raw()) };
+        // SAFETY: `y` is a live, allocated node of this context (whatever `tamper` did
+        // to its fields, which is what the check must catch).
+        unsafe { run_checked(CustomOp::GeluErf, y.raw(), ith, nth) }?;
+        Ok(y.read_f32().unwrap())
+    }
+
+    fn refused_with(r: Result<Vec<f32>, String>, needle: &str) {
+        match r {
+            Err(reason) => assert!(reason.contains(needle), "'{reason}' lacks '{needle}'"),
+            Ok(_) => panic!("the callback ran the kernel on an operand it must refuse ({needle})"),
+        }
+    }
+
+    #[test]
+    fn the_callback_runs_what_it_accepts() {
+        if !kernels_here() {
+            return;
+        }
+        let y = gelu_after(|_, _| {}, 0, 1).unwrap();
+        assert_eq!(y.len(), N as usize);
+        for v in y {
+            assert!((v - 0.841_344_7).abs() < 1e-5, "gelu(1) = {v}");
+        }
+    }
+
+    #[test]
+    fn the_callback_checks_every_operand_again() {
+        if !kernels_here() {
+            return;
+        }
+        refused_with(
+            gelu_after(|_, x| x.type_ = sys::GGML_TYPE_F16, 0, 1),
+            "the input: F16",
+        );
+        refused_with(
+            gelu_after(|_, x| x.type_ = 1000, 0, 1),
+            "the input: a type the engine does not use",
+        );
+        refused_with(
+            gelu_after(|y, _| y.type_ = sys::GGML_TYPE_F16, 0, 1),
+            "the result: F16",
+        );
+        refused_with(gelu_after(|_, x| x.ne[0] = 2 * N, 0, 1), "the result: dims");
+        refused_with(
+            gelu_after(
+                |y, x| {
+                    x.ne = [N / 2, 2, 1, 1];
+                    x.nb[1] *= 2;
+                    y.ne = [N / 2, 2, 1, 1];
+                },
+                0,
+                1,
+            ),
+            "the input: not contiguous",
+        );
+        refused_with(
+            gelu_after(|_, x| x.buffer = std::ptr::null_mut(), 0, 1),
+            "operand 0 is not in host memory",
+        );
+        refused_with(
+            gelu_after(|y, x| y.data = x.data, 0, 1),
+            "the result overlaps an operand",
+        );
+        refused_with(gelu_after(|_, _| {}, 1, 1), "thread 1 of 1");
+        refused_with(
+            gelu_after(|y, _| y.src[0] = std::ptr::null_mut(), 0, 1),
+            "takes 1 operands, got 0",
+        );
+        // SAFETY: a null result is what the check refuses first.
+        let null = unsafe { run_checked(CustomOp::GeluErf, std::ptr::null_mut(), 0, 1) };
+        assert_eq!(null, Err("ggml passed no result tensor".into()));
+    }
+
+    #[test]
+    fn a_refusal_in_the_callback_fails_that_compute_and_not_the_next() {
+        if !kernels_here() {
+            return;
+        }
+        let backend = cpu();
+        let mut sched = Scheduler::new(&[&backend], 16).unwrap();
+        let ctx = Context::new(4, 16).unwrap();
+        let x = ctx.new_tensor(DType::F32, &[N], "x");
+        x.mark_input();
+        let y = ctx.gelu_erf_cpu(x).unwrap();
+        y.mark_output();
+        let mut graph = ctx.new_graph(16);
+        graph.expand(y);
+        // SAFETY: a live tensor of the graph; the type changes after the builder's check.
+        unsafe { (*x.raw()).type_ = sys::GGML_TYPE_F16 };
+        let err = sched.compute(&mut graph, &[]).unwrap_err().to_string();
+        assert!(err.contains("gelu_erf_cpu: the input: F16"), "{err}");
+        // SAFETY: as above, restoring the type the graph was built with.
+        unsafe { (*x.raw()).type_ = sys::GGML_TYPE_F32 };
+        sched
+            .compute(&mut graph, &[(x, &[1.0; N as usize])])
+            .unwrap();
+        let y = y.read_f32().unwrap();
+        assert!((y[0] - 0.841_344_7).abs() < 1e-5, "gelu(1) = {}", y[0]);
+    }
+
+    #[test]
+    fn the_callback_ignores_a_call_without_its_state() {
+        // SAFETY: null userdata is the one case the callback returns on at once.
+        unsafe { callback(std::ptr::null_mut(), 0, 1, std::ptr::null_mut()) };
+        let state = OpState::new(CustomOp::GeluErf);
+        // SAFETY: a live state; a null result is refused before anything is read.
+        unsafe {
+            callback(
+                std::ptr::null_mut(),
+                0,
+                1,
+                (&state as *const OpState).cast_mut().cast(),
+            )
+        };
+        assert_eq!(
+            state.take_failure().as_deref(),
+            Some("gelu_erf_cpu: ggml passed no result tensor")
+        );
+        assert_eq!(state.take_failure(), None);
+    }
+}

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use llama_cpp_sys_2 as sys;
 
-use super::DType;
+use super::{Context, DType, GgmlError, Tensor};
 use crate::cpu_kernels::{
     self as kernels, attention, f16_product, f32_product, gelu, q8, Matrix, Output, Part,
 };
@@ -501,11 +501,384 @@ mod fault {
     pub(super) fn maybe_panic(_op: super::CustomOp, _ith: usize) {}
 }
 
+/// The custom ops' builders: each checks its operands (`CustomOp::check`) and adds a
+/// node whose callback checks them again.
+impl Context {
+    /// [`Context::gelu_erf`] as a CPU-only custom op with a vectorised erf (ggml's
+    /// calls libm's `erff` per element). Refuses an input that is not f32.
+    pub fn gelu_erf_cpu<'a>(&'a self, a: Tensor<'a>) -> super::Result<Tensor<'a>> {
+        let op = CustomOp::GeluErf;
+        let a = self.contiguous_f32(op, a, "the input")?;
+        self.custom_op(op, &[a])
+    }
+
+    /// [`Context::mul_mat`] of a [`crate::cpu_kernels::PackedQ8`] weight (an [`DType::I8`] tensor of
+    /// [`crate::cpu_kernels::PackedQ8::tensor_shape`]) and f32 activations `x` [k, m], plus `bias` (`[n]`
+    /// f32) when given, in one op: the result is [n, m]. A CPU-only custom op; needs
+    /// [`crate::cpu_kernels::q8_kernel_available`]. Refuses any other operand with an error.
+    pub fn mul_mat_q8_packed<'a>(
+        &'a self,
+        packed: Tensor<'a>,
+        x: Tensor<'a>,
+        bias: Option<Tensor<'a>>,
+    ) -> super::Result<Tensor<'a>> {
+        let op = CustomOp::Q8Packed;
+        let mut args = vec![packed, self.contiguous_f32(op, x, "the activations")?];
+        if let Some(b) = bias {
+            args.push(self.contiguous_f32(op, b, "the bias")?);
+        }
+        self.custom_op(op, &args)
+    }
+
+    /// Multi-head self-attention without a mask, scale 1/sqrt(64), as a CPU-only custom
+    /// op: `qkv` is [3 d, t] f32 (each row the stacked query, key and value), the
+    /// result [d, t] with heads side by side. Needs [`kernels::attention_kernel_available`] and
+    /// `d = heads * ATTENTION_HEAD_DIM`. The whole score row of a query stays in cache,
+    /// so the softmax is exact, with no running rescale. Refuses any other operand.
+    pub fn self_attention_cpu<'a>(
+        &'a self,
+        qkv: Tensor<'a>,
+        heads: usize,
+    ) -> super::Result<Tensor<'a>> {
+        let op = CustomOp::SelfAttention { heads };
+        let qkv = self.contiguous_f32(op, qkv, "the stacked q, k, v")?;
+        self.custom_op(op, &[qkv])
+    }
+
+    /// `x W^T` for an f32 weight packed by [`crate::cpu_kernels::pack_f32_transposed`] (a contiguous f32
+    /// tensor [n, k], `n` whole runs of [`crate::cpu_kernels::F32_PRODUCT_COLS`]) and f32 activations `x`
+    /// [k, m]: the result is [n, m]. A CPU-only custom op; needs
+    /// [`kernels::attention_kernel_available`] (the same vector code). Refuses any other operand.
+    pub fn mul_mat_f32_packed<'a>(
+        &'a self,
+        packed: Tensor<'a>,
+        x: Tensor<'a>,
+    ) -> super::Result<Tensor<'a>> {
+        let op = CustomOp::F32Packed;
+        let x = self.contiguous_f32(op, x, "the activations")?;
+        self.custom_op(op, &[packed, x])
+    }
+
+    /// [`Context::mul_mat`] of an f16 weight `w` [k, n, b] (rows contiguous, at least 4
+    /// rows) and f32 activations `x` [k, m, b], as a CPU-only
+    /// custom op with F16C conversion: the result is [n, m, b]. Needs
+    /// [`crate::cpu_kernels::f16_product_available`]. For products that are a read of a large weight: the
+    /// decoder's logits and its cross-attention over the f16 cache (strided views
+    /// of it, one batch per head). Unlike ggml's f16 product, the activations stay
+    /// f32 (ggml rounds them to f16). Refuses any other operand.
+    pub fn mul_mat_f16_cpu<'a>(
+        &'a self,
+        w: Tensor<'a>,
+        x: Tensor<'a>,
+    ) -> super::Result<Tensor<'a>> {
+        let op = CustomOp::F16Product;
+        let x = if x.operand().row_contiguous() {
+            x
+        } else {
+            self.contiguous_f32(op, x, "the activations")?
+        };
+        self.custom_op(op, &[w, x])
+    }
+
+    /// A CPU-only custom op node: the f32 tensor `op` computes from `args`, on every
+    /// worker thread, once [`CustomOp::check`] accepted them (its callback checks
+    /// them again when it runs).
+    fn custom_op<'a>(&'a self, op: CustomOp, args: &[Tensor<'a>]) -> super::Result<Tensor<'a>> {
+        let operands: Vec<Operand> = args.iter().map(Tensor::operand).collect();
+        let ne = op.check(&operands).map_err(|reason| GgmlError::Operand {
+            op: op.name(),
+            reason,
+        })?;
+        let state = Box::new(OpState::new(op));
+        let userdata = (&*state as *const OpState)
+            .cast_mut()
+            .cast::<std::os::raw::c_void>();
+        self.ops.borrow_mut().push(state);
+        let mut raws: Vec<*mut sys::ggml_tensor> = args.iter().map(|t| t.raw()).collect();
+        // SAFETY: `raws` are tensors of this context; the callback matches
+        // ggml_custom_op_t and reads userdata as the boxed OpState this context keeps
+        // for as long as it (and so every graph that computes the node) lives.
+        Ok(self.wrap(unsafe {
+            sys::ggml_custom_4d(
+                self.raw.as_ptr(),
+                sys::GGML_TYPE_F32,
+                ne[0],
+                ne[1],
+                ne[2],
+                ne[3],
+                raws.as_mut_ptr(),
+                raws.len() as i32,
+                Some(callback),
+                -1, // GGML_N_TASKS_MAX: every worker thread
+                userdata,
+            )
+        }))
+    }
+
+    /// `a` itself when it is contiguous f32, a contiguous copy when it is f32 laid out
+    /// otherwise; an error naming `op` and `what` for any other type.
+    fn contiguous_f32<'a>(
+        &'a self,
+        op: CustomOp,
+        a: Tensor<'a>,
+        what: &str,
+    ) -> super::Result<Tensor<'a>> {
+        let operand = a.operand();
+        if operand.dtype != Some(DType::F32) {
+            return Err(GgmlError::Operand {
+                op: op.name(),
+                reason: format!("{what}: {}, expected F32", operand.type_name()),
+            });
+        }
+        Ok(if operand.contiguous() {
+            a
+        } else {
+            self.cont(a)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ggml::tests::kernels_here;
-    use crate::ggml::{devices, Backend, Buffer, Context, DeviceType, Scheduler};
+    use crate::ggml::{devices, Backend, Buffer, DeviceType, Scheduler};
+
+    /// True when this CPU runs the custom ops' kernels; otherwise says so, and fails
+    /// under CI (where a test that asserts nothing must not pass).
+    fn kernels_here() -> bool {
+        use crate::cpu_kernels as k;
+        let here = k::q8_kernel_available()
+            && k::attention_kernel_available()
+            && k::f16_product_available();
+        if !here {
+            eprintln!("this CPU lacks AVX2/FMA/F16C: the custom op checks were not exercised");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run on a CPU with AVX2"
+            );
+        }
+        here
+    }
+
+    /// Asserts `r` is the refusal of `op` whose reason contains `needle`.
+    fn refused(r: crate::ggml::Result<Tensor<'_>>, op: &str, needle: &str) {
+        match r {
+            Err(GgmlError::Operand { op: o, reason }) => {
+                assert_eq!(o, op, "{reason}");
+                assert!(reason.contains(needle), "{op}: '{reason}' lacks '{needle}'");
+            }
+            Err(e) => panic!("{op}: refused for another reason: {e}"),
+            Ok(_) => panic!("{op}: accepted an operand it must refuse ({needle})"),
+        }
+    }
+
+    /// A packed q8_0 weight of `k` x `n` as an I8 tensor, its f32 stand-in, and the
+    /// activations and bias that fit it.
+    const Q8_K: i64 = 64;
+    const Q8_N: i64 = 32;
+
+    fn q8_weight(ctx: &Context, dtype: DType) -> Tensor<'_> {
+        let ne = [
+            crate::cpu_kernels::q8::CELL_BYTES as i64,
+            Q8_K / 32,
+            Q8_N / crate::cpu_kernels::q8::GROUP_COLS as i64,
+        ];
+        ctx.new_tensor(dtype, &ne, "w")
+    }
+
+    #[test]
+    fn the_q8_product_refuses_each_wrong_operand() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "mul_mat_q8_packed";
+        let w = q8_weight(&ctx, DType::I8);
+        let x = ctx.new_tensor(DType::F32, &[Q8_K, 3], "x");
+        let b = ctx.new_tensor(DType::F32, &[Q8_N], "b");
+        let out = ctx.mul_mat_q8_packed(w, x, Some(b)).unwrap();
+        assert_eq!(out.ne(), [Q8_N, 3, 1, 1]);
+        let x16 = ctx.new_tensor(DType::F16, &[Q8_K, 3], "x16");
+        refused(
+            ctx.mul_mat_q8_packed(w, x16, None),
+            op,
+            "the activations: F16",
+        );
+        let x_short = ctx.new_tensor(DType::F32, &[Q8_K - 32, 3], "xs");
+        refused(
+            ctx.mul_mat_q8_packed(w, x_short, None),
+            op,
+            "the activations: dims",
+        );
+        let x3 = ctx.new_tensor(DType::F32, &[Q8_K, 3, 2], "x3");
+        refused(
+            ctx.mul_mat_q8_packed(w, x3, None),
+            op,
+            "the activations: dims",
+        );
+        let b_short = ctx.new_tensor(DType::F32, &[Q8_N - 1], "bs");
+        refused(
+            ctx.mul_mat_q8_packed(w, x, Some(b_short)),
+            op,
+            "the bias: dims",
+        );
+        let b16 = ctx.new_tensor(DType::F16, &[Q8_N], "b16");
+        refused(ctx.mul_mat_q8_packed(w, x, Some(b16)), op, "the bias: F16");
+        let w_f32 = q8_weight(&ctx, DType::F32);
+        refused(ctx.mul_mat_q8_packed(w_f32, x, None), op, "the weight: F32");
+        let w_q8 = ctx.new_tensor(DType::Q8_0, &[Q8_K, Q8_N], "wq");
+        refused(
+            ctx.mul_mat_q8_packed(w_q8, x, None),
+            op,
+            "not a packed q8_0 weight",
+        );
+        let w_t = ctx.transpose(ctx.new_tensor(
+            DType::I8,
+            &[crate::cpu_kernels::q8::CELL_BYTES as i64, 2],
+            "wt",
+        ));
+        refused(
+            ctx.mul_mat_q8_packed(w_t, x, None),
+            op,
+            "not a packed q8_0 weight",
+        );
+    }
+
+    #[test]
+    fn the_f32_product_refuses_each_wrong_operand() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "mul_mat_f32_packed";
+        let w = ctx.new_tensor(DType::F32, &[64, 12], "w");
+        let x = ctx.new_tensor(DType::F32, &[12, 5], "x");
+        assert_eq!(ctx.mul_mat_f32_packed(w, x).unwrap().ne(), [64, 5, 1, 1]);
+        let x16 = ctx.new_tensor(DType::F16, &[12, 5], "x16");
+        refused(ctx.mul_mat_f32_packed(w, x16), op, "the activations: F16");
+        let x_k = ctx.new_tensor(DType::F32, &[13, 5], "xk");
+        refused(ctx.mul_mat_f32_packed(w, x_k), op, "the activations: dims");
+        let w_n = ctx.new_tensor(DType::F32, &[48, 12], "wn");
+        refused(ctx.mul_mat_f32_packed(w_n, x), op, "not whole runs of 64");
+        let w16 = ctx.new_tensor(DType::F16, &[64, 12], "w16");
+        refused(ctx.mul_mat_f32_packed(w16, x), op, "the weight: F16");
+        let w_view = ctx.view_2d_rows(ctx.new_tensor(DType::F32, &[128, 12], "wide"), 64, 12, 0);
+        refused(
+            ctx.mul_mat_f32_packed(w_view, x),
+            op,
+            "the weight: not contiguous",
+        );
+    }
+
+    #[test]
+    fn gelu_refuses_what_is_not_f32() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "gelu_erf_cpu";
+        let x = ctx.new_tensor(DType::F32, &[7, 3], "x");
+        assert_eq!(ctx.gelu_erf_cpu(x).unwrap().ne(), [7, 3, 1, 1]);
+        let strided = ctx.transpose(x);
+        assert_eq!(
+            ctx.gelu_erf_cpu(strided).unwrap().ne(),
+            [3, 7, 1, 1],
+            "copied first"
+        );
+        let x16 = ctx.new_tensor(DType::F16, &[7, 3], "x16");
+        refused(ctx.gelu_erf_cpu(x16), op, "the input: F16");
+        let ids = ctx.new_i32_tensor(&[7], "ids");
+        assert_eq!(ids.dtype(), None, "i32 is no compute type");
+        refused(ctx.gelu_erf_cpu(ids), op, "a type the engine does not use");
+    }
+
+    #[test]
+    fn attention_refuses_each_wrong_operand() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "self_attention_cpu";
+        let qkv = ctx.new_tensor(DType::F32, &[3 * 128, 10], "qkv");
+        assert_eq!(
+            ctx.self_attention_cpu(qkv, 2).unwrap().ne(),
+            [128, 10, 1, 1]
+        );
+        refused(ctx.self_attention_cpu(qkv, 3), op, ": dims");
+        refused(ctx.self_attention_cpu(qkv, 0), op, "at least one head");
+        let qkv16 = ctx.new_tensor(DType::F16, &[3 * 128, 10], "qkv16");
+        refused(
+            ctx.self_attention_cpu(qkv16, 2),
+            op,
+            "the stacked q, k, v: F16",
+        );
+        let batched = ctx.new_tensor(DType::F32, &[3 * 128, 10, 2], "b");
+        refused(ctx.self_attention_cpu(batched, 2), op, ": dims");
+    }
+
+    #[test]
+    fn the_f16_product_refuses_each_wrong_operand() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "mul_mat_f16_cpu";
+        let w = ctx.new_tensor(DType::F16, &[32, 8, 2], "w");
+        let x = ctx.new_tensor(DType::F32, &[32, 3, 2], "x");
+        assert_eq!(ctx.mul_mat_f16_cpu(w, x).unwrap().ne(), [8, 3, 2, 1]);
+        // The fallback for activations that are not row-contiguous f32 used to pass
+        // an f16 tensor through, which the kernel read as f32.
+        let x16 = ctx.new_tensor(DType::F16, &[32, 3, 2], "x16");
+        refused(ctx.mul_mat_f16_cpu(w, x16), op, "the activations: F16");
+        let x_t = ctx.transpose(ctx.new_tensor(DType::F16, &[3, 32, 2], "x16t"));
+        refused(ctx.mul_mat_f16_cpu(w, x_t), op, "the activations: F16");
+        let x_k = ctx.new_tensor(DType::F32, &[16, 3, 2], "xk");
+        refused(ctx.mul_mat_f16_cpu(w, x_k), op, "the activations: dims");
+        let x_b = ctx.new_tensor(DType::F32, &[32, 3, 1], "xb");
+        refused(ctx.mul_mat_f16_cpu(w, x_b), op, "the activations: dims");
+        let w32 = ctx.new_tensor(DType::F32, &[32, 8, 2], "w32");
+        refused(ctx.mul_mat_f16_cpu(w32, x), op, "the weight: F32");
+        let w3 = ctx.new_tensor(DType::F16, &[32, 3, 2], "w3");
+        refused(ctx.mul_mat_f16_cpu(w3, x), op, "fewer than 4");
+        let w_t = ctx.transpose(ctx.new_tensor(DType::F16, &[8, 32, 2], "wt"));
+        refused(
+            ctx.mul_mat_f16_cpu(w_t, x),
+            op,
+            "the weight: not contiguous by rows",
+        );
+    }
+
+    #[test]
+    fn the_packed_conv_refuses_a_wrong_kernel_or_input() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "conv_1d_f32_packed";
+        let w = ctx.new_tensor(DType::F32, &[64, 3 * 4], "w");
+        let x = ctx.new_tensor(DType::F32, &[20, 4, 1], "x");
+        assert_eq!(
+            ctx.conv_1d_f32_packed(w, 3, x, 1, 1).unwrap().ne(),
+            [64, 20, 1, 1]
+        );
+        let x5 = ctx.new_tensor(DType::F32, &[20, 5, 1], "x5");
+        refused(
+            ctx.conv_1d_f32_packed(w, 3, x5, 1, 1),
+            op,
+            "expected [L, 4, N]",
+        );
+        refused(
+            ctx.conv_1d_f32_packed(w, 5, x, 1, 1),
+            op,
+            "not whole kernels",
+        );
+        let w16 = ctx.new_tensor(DType::F16, &[64, 12], "w16");
+        refused(
+            ctx.conv_1d_f32_packed(w16, 3, x, 1, 1),
+            op,
+            "contiguous 2-D f32",
+        );
+    }
 
     const N: i64 = 64;
 

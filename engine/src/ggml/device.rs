@@ -1,0 +1,164 @@
+//! ggml's devices and backends: what the registry lists ([`devices`]) and a started
+//! [`Backend`] on one of them.
+
+use std::ffi::CStr;
+use std::ptr::NonNull;
+
+use llama_cpp_sys_2 as sys;
+
+use super::{init, GgmlError, Result};
+
+/// What kind of hardware a device is, as ggml's registry reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceType {
+    /// The host CPU.
+    Cpu,
+    /// A discrete GPU.
+    Gpu,
+    /// An integrated GPU.
+    IGpu,
+    /// An accelerator (BLAS, NPU...).
+    Accel,
+    /// A composite device.
+    Meta,
+}
+
+/// One device from ggml's registry.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    /// Index in ggml's device list.
+    pub index: usize,
+    /// Device name, e.g. `CPU`, `CUDA0`, `ROCm0`.
+    pub name: String,
+    /// Human description, e.g. the GPU model.
+    pub description: String,
+    /// Name of the backend registry that owns it: `CPU`, `CUDA`, `ROCm`, `Vulkan`, `Metal`...
+    pub registry: String,
+    /// Hardware type.
+    pub device_type: DeviceType,
+    /// Free memory in bytes.
+    pub memory_free: u64,
+    /// Total memory in bytes.
+    pub memory_total: u64,
+}
+
+pub(super) fn cstr(ptr: *const std::os::raw::c_char) -> String {
+    if ptr.is_null() {
+        return String::new();
+    }
+    // SAFETY: ggml returns NUL-terminated strings that live as long as the registry.
+    unsafe { CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The names of ggml's backend registries (after loading dynamic backends): a GPU
+/// backend library that loaded but found no device still has its registry (`ROCm`).
+pub fn registry_names() -> Vec<String> {
+    init();
+    // SAFETY: registry queries on valid indices; the names are owned by ggml.
+    unsafe {
+        (0..sys::ggml_backend_reg_count())
+            .map(|i| cstr(sys::ggml_backend_reg_name(sys::ggml_backend_reg_get(i))))
+            .collect()
+    }
+}
+
+/// Lists every device ggml knows in this build (after loading dynamic backends).
+pub fn devices() -> Vec<DeviceInfo> {
+    init();
+    // SAFETY: registry queries on valid indices; pointers are owned by ggml.
+    unsafe {
+        (0..sys::ggml_backend_dev_count())
+            .map(|index| {
+                let dev = sys::ggml_backend_dev_get(index);
+                let reg = sys::ggml_backend_dev_backend_reg(dev);
+                let (mut free, mut total) = (0usize, 0usize);
+                sys::ggml_backend_dev_memory(dev, &mut free, &mut total);
+                let device_type = match sys::ggml_backend_dev_type(dev) {
+                    sys::GGML_BACKEND_DEVICE_TYPE_CPU => DeviceType::Cpu,
+                    sys::GGML_BACKEND_DEVICE_TYPE_GPU => DeviceType::Gpu,
+                    sys::GGML_BACKEND_DEVICE_TYPE_IGPU => DeviceType::IGpu,
+                    sys::GGML_BACKEND_DEVICE_TYPE_ACCEL => DeviceType::Accel,
+                    _ => DeviceType::Meta,
+                };
+                DeviceInfo {
+                    index,
+                    name: cstr(sys::ggml_backend_dev_name(dev)),
+                    description: cstr(sys::ggml_backend_dev_description(dev)),
+                    registry: if reg.is_null() {
+                        String::new()
+                    } else {
+                        cstr(sys::ggml_backend_reg_name(reg))
+                    },
+                    device_type,
+                    memory_free: free as u64,
+                    memory_total: total as u64,
+                }
+            })
+            .collect()
+    }
+}
+
+/// An initialised backend (a stream on one device). Freed on drop.
+pub struct Backend {
+    pub(super) raw: NonNull<sys::ggml_backend>,
+    device: DeviceInfo,
+}
+
+impl Backend {
+    /// Starts the backend of a device from [`devices`].
+    pub fn new(device: &DeviceInfo) -> Result<Self> {
+        init();
+        // SAFETY: the index came from the registry; a null return is handled.
+        let raw = unsafe {
+            let dev = sys::ggml_backend_dev_get(device.index);
+            sys::ggml_backend_dev_init(dev, std::ptr::null())
+        };
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| GgmlError::Failed(format!("could not start device {}", device.name)))?;
+        Ok(Backend {
+            raw,
+            device: device.clone(),
+        })
+    }
+
+    /// The device this backend runs on.
+    pub fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+
+    /// Sets the worker thread count, for backends that have one (the CPU backend).
+    pub fn set_threads(&self, n: usize) {
+        // SAFETY: the proc address, when present, has the documented signature
+        // ggml_backend_set_n_threads_t; the backend pointer is live.
+        unsafe {
+            let dev = sys::ggml_backend_get_device(self.raw.as_ptr());
+            if dev.is_null() {
+                return;
+            }
+            let reg = sys::ggml_backend_dev_backend_reg(dev);
+            if reg.is_null() {
+                return;
+            }
+            let name = c"ggml_backend_set_n_threads";
+            let f = sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
+            if !f.is_null() {
+                let f: unsafe extern "C" fn(sys::ggml_backend_t, std::os::raw::c_int) =
+                    std::mem::transmute(f);
+                f(self.raw.as_ptr(), n.max(1) as std::os::raw::c_int);
+            }
+        }
+    }
+}
+
+// SAFETY: a ggml backend is not tied to the thread that started it; `Backend` is not
+// Sync, so one thread at a time uses it.
+unsafe impl Send for Backend {}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        // SAFETY: we own the backend.
+        unsafe { sys::ggml_backend_free(self.raw.as_ptr()) }
+    }
+}

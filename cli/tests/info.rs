@@ -30,18 +30,7 @@ fn info_describes_a_legacy_silero_model_and_a_converted_whisper_one() {
     let dir = tempfile::tempdir().unwrap();
     let gguf = dir.path().join("tiny.en.gguf");
     let ct2 = assets().join("whisper-tiny.en-ct2");
-    let convert = cli(&[
-        "--task",
-        "convert",
-        "--family",
-        "whisper",
-        "--model",
-        s(&ct2),
-        "--out",
-        s(&gguf),
-        "--model-spec-override",
-        s(&specs()),
-    ]);
+    let convert = convert_whisper(&ct2, &gguf, &[]);
     assert_eq!(convert.code, 0, "{}", convert.stderr);
     let run = cli(&[
         "--task",
@@ -92,18 +81,7 @@ fn info_describes_a_legacy_silero_model_and_a_converted_whisper_one() {
 fn loading_whisper_base_peaks_below_file_plus_largest_tensor_plus_32_mib() {
     let dir = tempfile::tempdir().unwrap();
     let gguf = dir.path().join("base.gguf");
-    let convert = cli(&[
-        "--task",
-        "convert",
-        "--family",
-        "whisper",
-        "--model",
-        s(&assets().join("whisper-base-ct2")),
-        "--out",
-        s(&gguf),
-        "--model-spec-override",
-        s(&specs()),
-    ]);
+    let convert = convert_whisper(&assets().join("whisper-base-ct2"), &gguf, &[]);
     assert_eq!(convert.code, 0, "{}", convert.stderr);
     let out = std::process::Command::new("/usr/bin/time")
         .args(["-f", "peak_kib=%M", env!("CARGO_BIN_EXE_audiocpp_cli")])

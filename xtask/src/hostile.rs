@@ -549,24 +549,39 @@ pub struct Inputs {
     pub work: PathBuf,
 }
 
-/// The CLI arguments of a one-thread VAD run.
-fn vad_args<'a>(model: &'a Path, audio: &'a Path) -> Vec<&'a std::ffi::OsStr> {
+/// The CLI arguments of a one-thread `--task <task> --family <family>` run of `model`,
+/// then `rest` (its input and output flags).
+fn one_thread_args<'a>(
+    task: &'a str,
+    family: &'a str,
+    model: &'a Path,
+    rest: impl IntoIterator<Item = &'a std::ffi::OsStr>,
+) -> Vec<&'a std::ffi::OsStr> {
     let mut v: Vec<&std::ffi::OsStr> = [
         "--task",
-        "vad",
+        task,
         "--family",
-        "silero_vad",
+        family,
         "--threads",
         "1",
         "--model",
     ]
-    .iter()
+    .into_iter()
     .map(std::ffi::OsStr::new)
     .collect();
     v.push(model.as_os_str());
-    v.push(std::ffi::OsStr::new("--audio"));
-    v.push(audio.as_os_str());
+    v.extend(rest);
     v
+}
+
+/// The CLI arguments of a one-thread VAD run.
+fn vad_args<'a>(model: &'a Path, audio: &'a Path) -> Vec<&'a std::ffi::OsStr> {
+    one_thread_args(
+        "vad",
+        "silero_vad",
+        model,
+        [std::ffi::OsStr::new("--audio"), audio.as_os_str()],
+    )
 }
 
 /// Runs the whole suite and returns its tally (failures included, not raised).
@@ -761,23 +776,10 @@ fn tts_args<'a>(
     out: &'a Path,
     extra: &'a [std::ffi::OsString],
 ) -> Vec<&'a std::ffi::OsStr> {
-    let mut v: Vec<&std::ffi::OsStr> = [
-        "--task",
-        "tts",
-        "--family",
-        "kokoro",
-        "--threads",
-        "1",
-        "--model",
-    ]
-    .iter()
-    .map(std::ffi::OsStr::new)
-    .collect();
-    v.push(model.as_os_str());
-    v.push(std::ffi::OsStr::new("--out"));
-    v.push(out.as_os_str());
-    v.extend(extra.iter().map(|a| a.as_os_str()));
-    v
+    let rest = [std::ffi::OsStr::new("--out"), out.as_os_str()]
+        .into_iter()
+        .chain(extra.iter().map(|a| a.as_os_str()));
+    one_thread_args("tts", "kokoro", model, rest)
 }
 
 /// Runs one TTS probe into an empty folder: exit code in `ok_codes`, and a failed run

@@ -22,16 +22,27 @@ fn exes() -> Vec<String> {
     vec!["audiocpp_cli".into(), "audiocpp_server".into()]
 }
 
-fn render(triple: &str) -> (notices::NoticesPlan, String) {
-    let cfg = config(&config_text());
-    let plan = notices::decide(
+/// The plan for `triple` from the notices file `text`.
+fn decide(triple: &str, text: &str) -> anyhow::Result<notices::NoticesPlan> {
+    notices::decide(
         &root(),
         triple,
         &exes(),
-        &cfg,
+        &config(text),
         Path::new("packaging/notices.toml"),
     )
-    .unwrap_or_else(|e| panic!("{triple}: {e:#}"));
+}
+
+/// Why the Linux plan from the notices file `text` was refused (it must be).
+fn refusal(text: &str) -> String {
+    match decide("x86_64-unknown-linux-gnu", text) {
+        Ok(_) => panic!("the notices plan was not refused"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+fn render(triple: &str) -> (notices::NoticesPlan, String) {
+    let plan = decide(triple, &config_text()).unwrap_or_else(|e| panic!("{triple}: {e:#}"));
     let text = notices::render(&plan, "audiocpp-test", &|p: &Path| {
         std::fs::read_to_string(p).ok()
     });
@@ -122,15 +133,7 @@ fn a_licence_outside_the_allowed_list_stops_dist_naming_crate_key_and_allowed() 
         "[[allowed]]\nid = \"MPL-2.0\"",
         "[[allowed]]\nid = \"CC0-1.0\"",
     );
-    let err = notices::decide(
-        &root(),
-        "x86_64-unknown-linux-gnu",
-        &exes(),
-        &config(&text),
-        Path::new("packaging/notices.toml"),
-    )
-    .unwrap_err();
-    let msg = format!("{err:#}");
+    let msg = refusal(&text);
     assert!(msg.contains("crate symphonia-core"), "{msg}");
     assert!(msg.contains("MPL-2.0 not allowed"), "{msg}");
     assert!(
@@ -167,17 +170,7 @@ fn a_clarified_file_that_changed_is_refused() {
         "971408c19bfdfcf3934b2be00951157b1c95690b8d86a731d0001f4e75a54619",
         &"0".repeat(64),
     );
-    let msg = format!(
-        "{:#}",
-        notices::decide(
-            &root(),
-            "x86_64-unknown-linux-gnu",
-            &exes(),
-            &config(&text),
-            Path::new("packaging/notices.toml")
-        )
-        .unwrap_err()
-    );
+    let msg = refusal(&text);
     assert!(
         msg.contains("crate language-tokenizer") && msg.contains("clarify.sha256"),
         "{msg}"
@@ -190,17 +183,7 @@ fn an_unclarified_crate_without_spdx_licence_is_refused() {
         "crate = \"language-tokenizer\"",
         "crate = \"no-such-crate\"",
     );
-    let msg = format!(
-        "{:#}",
-        notices::decide(
-            &root(),
-            "x86_64-unknown-linux-gnu",
-            &exes(),
-            &config(&text),
-            Path::new("packaging/notices.toml")
-        )
-        .unwrap_err()
-    );
+    let msg = refusal(&text);
     assert!(
         msg.contains("crate language-tokenizer")
             && msg.contains("license-file = LICENSE.md")
@@ -215,17 +198,7 @@ fn bundled_evidence_that_no_longer_holds_is_refused() {
         "evidence_text = \"Copyright 2024 Mozilla Foundation\"",
         "evidence_text = \"Copyright 1999 Nobody\"",
     );
-    let msg = format!(
-        "{:#}",
-        notices::decide(
-            &root(),
-            "x86_64-unknown-linux-gnu",
-            &exes(),
-            &config(&text),
-            Path::new("packaging/notices.toml")
-        )
-        .unwrap_err()
-    );
+    let msg = refusal(&text);
     assert!(
         msg.contains("tinyBLAS") && msg.contains("bundled.evidence_text"),
         "{msg}"

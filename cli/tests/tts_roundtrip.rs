@@ -6,7 +6,8 @@
 //! (compared without case and punctuation, which Whisper chooses itself) from voice
 //! PHRASE_VOICE; ten everyday sentences spoken in one run by af_heart come back with a word
 //! error rate of at most 0.05; the WAV is 24 kHz mono, a whole number of 600-sample
-//! frames per sentence, not silent and not clipped.
+//! frames per sentence, not silent and not clipped. A request over `--max-speech-s` fails
+//! once Kokoro's durations say so, before its decoder runs for that sentence.
 //!
 //! The out-of-lexicon list of issue 17 item 3 (`g2p/tests/fixtures/oov.txt`: 61 names,
 //! coined words, acronyms, numbers, money, dates, times, abbreviations and units) spoken
@@ -74,6 +75,49 @@ fn speak(text_file: &Path, voice: &str, wav: &Path) -> Run {
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     run
+}
+
+#[test]
+fn speech_over_the_limit_is_refused_before_its_decoder_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("t.txt");
+    std::fs::write(
+        &text,
+        "Hi. This second sentence is far longer than the two seconds of audio that this request allows.",
+    )
+    .unwrap();
+    let wav = dir.path().join("o.wav");
+    let run = cli(&[
+        "--task",
+        "tts",
+        "--family",
+        "kokoro",
+        "--model",
+        s(kokoro()),
+        "--text-file",
+        s(&text),
+        "--max-speech-s",
+        "2",
+        "--verbose",
+        "--out",
+        s(&wav),
+    ]);
+    assert_user_error(
+        &run,
+        "the speech passed the limit of 2 s of audio at sentence 2 of 2",
+    );
+    let decoded = run.stderr.matches("kokoro timing:").count();
+    assert_eq!(
+        decoded, 1,
+        "the first sentence is decoded, the second is refused on its durations: {}",
+        run.stderr
+    );
+    assert!(!wav.exists(), "nothing is written on failure");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no partial file"
+    );
 }
 
 /// What Whisper base hears in `wav`.

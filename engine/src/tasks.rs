@@ -633,8 +633,16 @@ pub trait Synthesizer: Send {
     /// The device it runs on.
     fn device(&self) -> String;
     /// Speaks `input` (non-empty) with `voice` (one of [`Synthesizer::voices`]) at
-    /// `speed` (checked by [`TtsModel::run`]).
-    fn synthesize(&mut self, input: &SpeechInput, voice: &str, speed: f32) -> Result<Vec<f32>>;
+    /// `speed` (checked by [`TtsModel::run`]); `None` when its audio would pass
+    /// `max_samples`, which it says as soon as it knows the length, before making the
+    /// audio (a request over its limit costs no synthesis past that point).
+    fn synthesize(
+        &mut self,
+        input: &SpeechInput,
+        voice: &str,
+        speed: f32,
+        max_samples: usize,
+    ) -> Result<Option<Vec<f32>>>;
 }
 
 /// Speaking rates a request may ask for.
@@ -907,16 +915,20 @@ impl TtsModel {
                 SpeechInput::Text(_) => SpeechInput::Text(piece.to_string()),
                 SpeechInput::Phonemes(_) => SpeechInput::Phonemes(piece.to_string()),
             };
-            let samples = self.synth.synthesize(&input, &voice, req.speed)?;
+            let budget = max_samples - total;
+            let samples = self
+                .synth
+                .synthesize(&input, &voice, req.speed, budget)?
+                .filter(|s| s.len() <= budget)
+                .ok_or_else(|| {
+                    EngineError::Usage(format!(
+                        "the speech passed the limit of {max_seconds} s of audio at sentence {} of {}; \
+                         give a shorter input, or raise parameter 'max_speech_s'",
+                        i + 1,
+                        pieces.len()
+                    ))
+                })?;
             total += samples.len();
-            if total > max_samples {
-                return Err(EngineError::Usage(format!(
-                    "the speech passed the limit of {max_seconds} s of audio at sentence {} of {}; \
-                     give a shorter input, or raise parameter 'max_speech_s'",
-                    i + 1,
-                    pieces.len()
-                )));
-            }
             if i == 0 {
                 first_audio_ms = t0.elapsed().as_secs_f64() * 1000.0;
             }

@@ -131,7 +131,13 @@ impl Synthesizer for ToneModel {
         self.runtime.device().name.clone()
     }
 
-    fn synthesize(&mut self, input: &SpeechInput, voice: &str, speed: f32) -> Result<Vec<f32>> {
+    fn synthesize(
+        &mut self,
+        input: &SpeechInput,
+        voice: &str,
+        speed: f32,
+        max_samples: usize,
+    ) -> Result<Option<Vec<f32>>> {
         let (SpeechInput::Text(text) | SpeechInput::Phonemes(text)) = input;
         let pitch = VOICES
             .iter()
@@ -139,17 +145,22 @@ impl Synthesizer for ToneModel {
             .map(|(_, p)| *p)
             .expect("TtsModel checks the voice");
         let chars = text.chars().count();
+        let per_char = (CHAR_SECONDS / speed * self.sample_rate as f32) as usize;
+        let n = per_char * chars;
+        if n > max_samples {
+            return Ok(None);
+        }
         if self.compute_ms_per_char > 0 {
             std::thread::sleep(std::time::Duration::from_millis(
                 self.compute_ms_per_char * chars as u64,
             ));
         }
-        let per_char = (CHAR_SECONDS / speed * self.sample_rate as f32) as usize;
-        let n = per_char * chars;
         let step = std::f32::consts::TAU * pitch / self.sample_rate as f32;
-        Ok((0..n)
-            .map(|i| self.gain * (step * i as f32).sin())
-            .collect())
+        Ok(Some(
+            (0..n)
+                .map(|i| self.gain * (step * i as f32).sin())
+                .collect(),
+        ))
     }
 }
 

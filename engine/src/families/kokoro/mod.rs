@@ -434,6 +434,21 @@ impl Kokoro {
         speed: f32,
         forced: Option<&[usize]>,
     ) -> Result<Run> {
+        self.run_ids_within(ids, style, speed, forced, usize::MAX)?
+            .ok_or_else(|| EngineError::Usage("no audio fits in usize::MAX samples".into()))
+    }
+
+    /// [`Kokoro::run_ids`], or `None` when the durations say the audio would pass
+    /// `max_samples`: that is known after graph 1, so graph 2 and the decoder (most of
+    /// the work) never run for audio that would be refused.
+    fn run_ids_within(
+        &self,
+        ids: &[i32],
+        style: &[f32],
+        speed: f32,
+        forced: Option<&[usize]>,
+        max_samples: usize,
+    ) -> Result<Option<Run>> {
         let t = ids.len();
         let s = self.hp.style_dim as usize;
         if t < 3 || t > self.hp.bert_positions as usize || style.len() != 2 * s {
@@ -470,6 +485,16 @@ impl Kokoro {
             prosody::durations(&front.probs, self.hp.max_duration as usize, speed);
         let pred_dur = forced.map_or(predicted, <[usize]>::to_vec);
         let frames = prosody::frame_tokens(&pred_dur);
+        if frames
+            .len()
+            .saturating_mul(self.decoder.samples_per_frame())
+            > max_samples
+        {
+            if timed {
+                profile::take_recording();
+            }
+            return Ok(None);
+        }
         let host_done = Instant::now();
         let (f0, n, asr) = self.frames(&front.d, &front.t_en, &frames, pred_style)?;
         let frames_done = Instant::now();
@@ -496,7 +521,7 @@ impl Kokoro {
                 timing_report(t, frames.len(), &walls, &profile::take_recording())
             );
         }
-        Ok(Run {
+        Ok(Some(Run {
             bert_dur: front.bert_dur,
             d_en: front.d_en,
             d: front.d,
@@ -507,7 +532,7 @@ impl Kokoro {
             n,
             asr,
             decoded,
-        })
+        }))
     }
 
     /// Graph 1: PL-BERT, the duration encoder and head, the text encoder.
@@ -605,14 +630,32 @@ impl Kokoro {
 
     /// Speaks a phoneme string of any length: split at sentence (then clause, then
     /// word) boundaries into pieces of at most [`MAX_PHONEMES`] symbols, each spoken
-    /// with its own style row, the samples joined.
-    pub fn speak_phonemes(&self, phonemes: &str, voice: &str, speed: f32) -> Result<Vec<f32>> {
-        let mut audio = Vec::new();
+    /// with its own style row, the samples appended to `audio`; `false` (and no decoder
+    /// run for the piece) once they would pass `max_samples` in all.
+    fn speak_phonemes_into(
+        &self,
+        audio: &mut Vec<f32>,
+        phonemes: &str,
+        voice: &str,
+        speed: f32,
+        max_samples: usize,
+    ) -> Result<bool> {
         for piece in split_phonemes(phonemes, MAX_PHONEMES) {
             let ids = self.phoneme_ids(&piece)?;
             let style = self.style(voice, ids.len() - 2)?;
-            audio.extend(self.run_ids(&ids, &style, speed, None)?.decoded.samples);
+            let budget = max_samples.saturating_sub(audio.len());
+            match self.run_ids_within(&ids, &style, speed, None, budget)? {
+                Some(run) => audio.extend(run.decoded.samples),
+                None => return Ok(false),
+            }
         }
+        Ok(true)
+    }
+
+    /// Speaks a phoneme string of any length ([`Kokoro::speak_phonemes_into`]).
+    pub fn speak_phonemes(&self, phonemes: &str, voice: &str, speed: f32) -> Result<Vec<f32>> {
+        let mut audio = Vec::new();
+        self.speak_phonemes_into(&mut audio, phonemes, voice, speed, usize::MAX)?;
         Ok(audio)
     }
 }
@@ -794,22 +837,40 @@ impl Synthesizer for Kokoro {
         self.runtime.device().name.clone()
     }
 
-    fn synthesize(&mut self, input: &SpeechInput, voice: &str, speed: f32) -> Result<Vec<f32>> {
+    fn synthesize(
+        &mut self,
+        input: &SpeechInput,
+        voice: &str,
+        speed: f32,
+        max_samples: usize,
+    ) -> Result<Option<Vec<f32>>> {
+        let mut audio = Vec::new();
         match input {
-            SpeechInput::Phonemes(p) => self.speak_phonemes(p, voice, speed),
+            SpeechInput::Phonemes(p) => {
+                if !self.speak_phonemes_into(&mut audio, p, voice, speed, max_samples)? {
+                    return Ok(None);
+                }
+            }
             SpeechInput::Text(text) => {
-                let mut audio = Vec::new();
                 for phonemes in self.text_to_phonemes(text, voice)? {
-                    audio.extend(self.speak_phonemes(&phonemes, voice, speed)?);
+                    if !self.speak_phonemes_into(
+                        &mut audio,
+                        &phonemes,
+                        voice,
+                        speed,
+                        max_samples,
+                    )? {
+                        return Ok(None);
+                    }
                 }
                 if audio.is_empty() {
                     return Err(EngineError::Usage(
                         "parameter 'input' has nothing to say (no words, only punctuation)".into(),
                     ));
                 }
-                Ok(audio)
             }
         }
+        Ok(Some(audio))
     }
 }
 

@@ -354,8 +354,33 @@ impl Context {
 
     /// Matrix product: `a` is [k, m], `b` is [k, n], the result is [m, n].
     pub fn mul_mat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: tensors belong to this context.
+        let (x, y) = (a.ne(), b.ne());
+        require(
+            x[0] == y[0] && x[2] > 0 && x[3] > 0 && y[2] % x[2] == 0 && y[3] % x[3] == 0,
+            "mul_mat",
+            || format!("dims {x:?} and {y:?} do not multiply"),
+        );
+        // SAFETY: a pure layout query on a live tensor.
+        let transposed = unsafe { sys::ggml_is_transposed(a.raw()) };
+        require(!transposed, "mul_mat", || {
+            "the first operand is transposed".into()
+        });
+        // SAFETY: tensors belong to this context; their shapes fit (checked above).
         self.wrap(unsafe { sys::ggml_mul_mat(self.raw.as_ptr(), a.raw(), b.raw()) })
+    }
+
+    /// Element-wise sum, broadcasting `b` over `a`.
+    pub fn add<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
+        require_broadcast("add", &a, &b);
+        // SAFETY: tensors belong to this context; `b` broadcasts over `a`.
+        self.wrap(unsafe { sys::ggml_add(self.raw.as_ptr(), a.raw(), b.raw()) })
+    }
+
+    /// Element-wise product, broadcasting `b` over `a`.
+    pub fn mul<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
+        require_broadcast("mul", &a, &b);
+        // SAFETY: tensors belong to this context; `b` broadcasts over `a`.
+        self.wrap(unsafe { sys::ggml_mul(self.raw.as_ptr(), a.raw(), b.raw()) })
     }
 
     /// Softmax along `ne[0]` of `a * scale` (one fused op, without a separate scale).
@@ -394,7 +419,12 @@ impl Context {
 
     /// Reorders axes: axis `i` of `a` becomes axis `axes[i]` of the result.
     pub fn permute<'a>(&'a self, a: Tensor<'a>, axes: [i32; 4]) -> Tensor<'a> {
-        // SAFETY: as above.
+        let mut sorted = axes;
+        sorted.sort_unstable();
+        require(sorted == [0, 1, 2, 3], "permute", || {
+            format!("axes {axes:?} are not an order of 0, 1, 2, 3")
+        });
+        // SAFETY: as above; the axes are a permutation.
         self.wrap(unsafe {
             sys::ggml_permute(
                 self.raw.as_ptr(),
@@ -410,7 +440,18 @@ impl Context {
     /// Same data, new shape (element count must match; `a` must be contiguous).
     pub fn reshape<'a>(&'a self, a: Tensor<'a>, ne: &[i64]) -> Tensor<'a> {
         let ctx = self.raw.as_ptr();
-        // SAFETY: as above; ggml asserts the element count.
+        let count = ne
+            .iter()
+            .try_fold(1i64, |n, &d| (d >= 0).then(|| n.checked_mul(d)).flatten());
+        require(count == Some(a.len() as i64), "reshape", || {
+            format!("{} elements cannot take dims {ne:?}", a.len())
+        });
+        // SAFETY: a pure layout query on a live tensor.
+        let contiguous = unsafe { sys::ggml_is_contiguous(a.raw()) };
+        require(contiguous, "reshape", || {
+            "the tensor is not contiguous".into()
+        });
+        // SAFETY: as above; the element count matches and the tensor is contiguous.
         self.wrap(unsafe {
             match ne {
                 [a0] => sys::ggml_reshape_1d(ctx, a.raw(), *a0),
@@ -425,9 +466,21 @@ impl Context {
     /// A 1-D view of `len` elements starting at element `offset` of a contiguous tensor.
     pub fn view_1d<'a>(&'a self, a: Tensor<'a>, len: i64, offset_elems: usize) -> Tensor<'a> {
         let esize = a.element_size().expect("views of unblocked types");
-        // SAFETY: ggml checks the view stays inside the tensor.
+        require_view_inside(
+            "view_1d",
+            &a,
+            &[len],
+            &[esize],
+            offset_elems.saturating_mul(esize),
+        );
+        // SAFETY: the view lies inside the tensor (checked above).
         self.wrap(unsafe {
-            sys::ggml_view_1d(self.raw.as_ptr(), a.raw(), len, offset_elems * esize)
+            sys::ggml_view_1d(
+                self.raw.as_ptr(),
+                a.raw(),
+                len,
+                offset_elems.saturating_mul(esize),
+            )
         })
     }
 
@@ -441,15 +494,24 @@ impl Context {
         offset_elems: usize,
     ) -> Tensor<'a> {
         let esize = a.element_size().expect("views of unblocked types");
-        // SAFETY: as above.
+        // SAFETY: the tensor is live while its context is.
+        let row = unsafe { (*a.raw()).nb[1] };
+        require_view_inside(
+            "view_2d_rows",
+            &a,
+            &[ne0, ne1],
+            &[esize, row],
+            offset_elems.saturating_mul(esize),
+        );
+        // SAFETY: the view lies inside the tensor (checked above).
         self.wrap(unsafe {
             sys::ggml_view_2d(
                 self.raw.as_ptr(),
                 a.raw(),
                 ne0,
                 ne1,
-                (*a.raw()).nb[1],
-                offset_elems * esize,
+                row,
+                offset_elems.saturating_mul(esize),
             )
         })
     }
@@ -604,20 +666,40 @@ impl Context {
 
     /// Rows of `a` picked by the i32 indices in `rows` (an embedding lookup).
     pub fn get_rows<'a>(&'a self, a: Tensor<'a>, rows: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above; ggml checks `rows` is I32.
+        let (x, r) = (a.ne(), rows.ne());
+        // SAFETY: the tensor is live while its context is.
+        let indices_i32 = unsafe { (*rows.raw()).type_ } == sys::GGML_TYPE_I32;
+        require(
+            indices_i32 && x[2] == r[1] && x[3] == r[2],
+            "get_rows",
+            || format!("rows of {x:?} cannot be picked by indices {r:?} (I32: {indices_i32})"),
+        );
+        // SAFETY: as above; the indices are I32 of fitting dims (ggml checks their values
+        // when the graph runs).
         self.wrap(unsafe { sys::ggml_get_rows(self.raw.as_ptr(), a.raw(), rows.raw()) })
     }
 
     /// Copies `a` into `b` (which may be a view of a persistent tensor); the result is
     /// `b` with the copy as its producer, to be expanded into a graph.
     pub fn cpy<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above; ggml checks the element counts match.
+        require(a.len() == b.len(), "cpy", || {
+            format!("{} elements do not fit {}", a.len(), b.len())
+        });
+        // SAFETY: as above; the element counts match.
         self.wrap(unsafe { sys::ggml_cpy(self.raw.as_ptr(), a.raw(), b.raw()) })
     }
 
     /// Concatenates `a` and `b` along axis `dim`.
     pub fn concat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>, dim: i32) -> Tensor<'a> {
-        // SAFETY: as above; ggml checks the other dims match.
+        let (x, y) = (a.ne(), b.ne());
+        require(
+            (0..4).contains(&dim)
+                && a.dtype() == b.dtype()
+                && (0..4).all(|d| d == dim as usize || x[d] == y[d]),
+            "concat",
+            || format!("{x:?} and {y:?} do not join along axis {dim}"),
+        );
+        // SAFETY: as above; the types and the other dims match.
         self.wrap(unsafe { sys::ggml_concat(self.raw.as_ptr(), a.raw(), b.raw(), dim) })
     }
 
@@ -632,7 +714,15 @@ impl Context {
         offset_elems: usize,
     ) -> Tensor<'a> {
         let esize = a.element_size().expect("views of unblocked types");
-        // SAFETY: ggml checks the view stays inside the tensor.
+        let strides = [esize, s1.saturating_mul(esize), s2.saturating_mul(esize)];
+        require_view_inside(
+            "view_3d",
+            &a,
+            &ne,
+            &strides,
+            offset_elems.saturating_mul(esize),
+        );
+        // SAFETY: the view lies inside the tensor (checked above).
         self.wrap(unsafe {
             sys::ggml_view_3d(
                 self.raw.as_ptr(),
@@ -640,9 +730,9 @@ impl Context {
                 ne[0],
                 ne[1],
                 ne[2],
-                s1 * esize,
-                s2 * esize,
-                offset_elems * esize,
+                s1.saturating_mul(esize),
+                s2.saturating_mul(esize),
+                offset_elems.saturating_mul(esize),
             )
         })
     }
@@ -658,11 +748,81 @@ impl Context {
     }
 }
 
+/// Panics (a Rust panic, which the CLI reports and the server survives, instead of
+/// ggml's abort) naming `op` and `why` unless `ok`: the shape rules ggml asserts.
+#[track_caller]
+fn require(ok: bool, op: &str, why: impl FnOnce() -> String) {
+    if !ok {
+        panic!("ggml {op}: {}", why());
+    }
+}
+
+/// Panics unless a view of dims `ne` and byte strides `nb` starting `offset` bytes into
+/// `a` lies within `a`'s bytes. ggml checks only a contiguous view's size against its
+/// source, so a strided view reaching past the end would read (or write) out of bounds
+/// when the graph runs.
+#[track_caller]
+fn require_view_inside(op: &str, a: &Tensor<'_>, ne: &[i64], nb: &[usize], offset: usize) {
+    let esize = a
+        .element_size()
+        .unwrap_or_else(|| panic!("ggml {op}: views of block-quantized types are not taken"));
+    require(ne.iter().all(|&n| n >= 0), op, || {
+        format!("negative dims {ne:?}")
+    });
+    let end = if ne.contains(&0) {
+        Some(offset)
+    } else {
+        ne.iter()
+            .zip(nb)
+            .try_fold(offset.checked_add(esize), |end, (&n, &stride)| {
+                Some(end?.checked_add((n as usize - 1).checked_mul(stride)?))
+            })
+            .flatten()
+    };
+    // ggml's own check, which would abort: the view's elements, counted as if
+    // contiguous, from its offset in the tensor that owns the memory.
+    // SAFETY: the tensor and the one it views (if any) are live while their context is.
+    let (owner_bytes, owner_offset) = unsafe {
+        let t = &*a.raw();
+        match NonNull::new(t.view_src) {
+            Some(owner) => (sys::ggml_nbytes(owner.as_ptr()), t.view_offs),
+            None => (sys::ggml_nbytes(a.raw()), 0),
+        }
+    };
+    let dense = ne.iter().try_fold(esize, |n, &d| n.checked_mul(d as usize));
+    require(
+        ne.contains(&0)
+            || dense
+                .and_then(|n| n.checked_add(owner_offset)?.checked_add(offset))
+                .is_some_and(|e| e <= owner_bytes),
+        op,
+        || format!("a view of dims {ne:?} at byte {offset} holds more than its source"),
+    );
+    let size = a.nbytes();
+    require(end.is_some_and(|e| e <= size), op, || {
+        format!(
+            "a view of dims {ne:?}, strides {nb:?} at byte {offset} leaves its {size}-byte source"
+        )
+    });
+}
+
+/// Panics unless `b` broadcasts over `a` (every dim of `a` a multiple of `b`'s; an
+/// empty `b` only over an empty `a`).
+#[track_caller]
+fn require_broadcast(op: &str, a: &Tensor<'_>, b: &Tensor<'_>) {
+    let (x, y) = (a.ne(), b.ne());
+    require(
+        if y.contains(&0) {
+            x.contains(&0)
+        } else {
+            x.iter().zip(&y).all(|(&n, &m)| n % m == 0)
+        },
+        op,
+        || format!("dims {y:?} do not broadcast over {x:?}"),
+    );
+}
+
 tensor_ops! {
-    /// Element-wise sum, broadcasting `b` over `a`.
-    fn add(a, b) => ggml_add;
-    /// Element-wise product, broadcasting `b` over `a`.
-    fn mul(a, b) => ggml_mul;
     /// Element-wise square root.
     fn sqrt(a) => ggml_sqrt;
     /// Element-wise logistic sigmoid.
@@ -722,6 +882,13 @@ impl<'ctx> Tensor<'ctx> {
     pub fn ne(&self) -> [i64; 4] {
         // SAFETY: the tensor is live while its context is.
         unsafe { (*self.raw()).ne }
+    }
+
+    /// Bytes from its first element to the end of its last, gaps of a strided view
+    /// included (`ggml_nbytes`).
+    fn nbytes(&self) -> usize {
+        // SAFETY: a pure size query on the live tensor.
+        unsafe { sys::ggml_nbytes(self.raw()) }
     }
 
     /// Number of elements.
@@ -1004,5 +1171,182 @@ impl Drop for Scheduler {
     fn drop(&mut self) {
         // SAFETY: we own the scheduler.
         unsafe { sys::ggml_backend_sched_free(self.raw.as_ptr()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a case must panic with, and the call that must.
+    type Case<'a> = (&'static str, Box<dyn FnOnce() + 'a>);
+
+    /// The panic message of `f`, which must panic (a Rust panic, not ggml's abort, which
+    /// would end this test binary).
+    fn panic_of(f: impl FnOnce()) -> String {
+        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            .expect_err("the wrapper accepted a shape ggml would refuse");
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn shapes_ggml_would_abort_on_are_panics_naming_the_op() {
+        let ctx = Context::new(64, 0).unwrap();
+        let m = ctx.new_tensor(DType::F32, &[4, 3], "m");
+        let v = ctx.new_tensor(DType::F32, &[4], "v");
+        let w = ctx.new_tensor(DType::F32, &[5], "w");
+        let idx = ctx.new_i32_tensor(&[2], "idx");
+        assert_eq!(ctx.mul_mat(m, m).ne(), [3, 3, 1, 1]);
+        assert_eq!(ctx.add(m, v).ne(), [4, 3, 1, 1]);
+        assert_eq!(ctx.reshape(m, &[2, 6]).ne(), [2, 6, 1, 1]);
+        assert_eq!(ctx.get_rows(m, idx).ne(), [4, 2, 1, 1]);
+        assert_eq!(ctx.concat(m, m, 1).ne(), [4, 6, 1, 1]);
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "ggml mul_mat: dims",
+                Box::new(|| {
+                    let _ = ctx.mul_mat(m, w);
+                }),
+            ),
+            (
+                "ggml mul_mat: the first operand is transposed",
+                Box::new(|| {
+                    let x = ctx.new_tensor(DType::F32, &[3], "x");
+                    let _ = ctx.mul_mat(ctx.transpose(m), x);
+                }),
+            ),
+            (
+                "ggml add: dims [5, 1, 1, 1] do not broadcast",
+                Box::new(|| {
+                    let _ = ctx.add(m, w);
+                }),
+            ),
+            (
+                "ggml mul: dims",
+                Box::new(|| {
+                    let _ = ctx.mul(v, m);
+                }),
+            ),
+            (
+                "ggml reshape: 12 elements cannot take dims [5, 2]",
+                Box::new(|| {
+                    let _ = ctx.reshape(m, &[5, 2]);
+                }),
+            ),
+            (
+                "ggml reshape: 12 elements",
+                Box::new(|| {
+                    let _ = ctx.reshape(m, &[-3, -4]);
+                }),
+            ),
+            (
+                "ggml reshape: the tensor is not contiguous",
+                Box::new(|| {
+                    let _ = ctx.reshape(ctx.transpose(m), &[12]);
+                }),
+            ),
+            (
+                "ggml permute: axes [0, 0, 2, 3]",
+                Box::new(|| {
+                    let _ = ctx.permute(m, [0, 0, 2, 3]);
+                }),
+            ),
+            (
+                "ggml get_rows: rows of",
+                Box::new(|| {
+                    let _ = ctx.get_rows(m, v);
+                }),
+            ),
+            (
+                "ggml cpy: 5 elements do not fit 4",
+                Box::new(|| {
+                    let _ = ctx.cpy(w, v);
+                }),
+            ),
+            (
+                "ggml concat:",
+                Box::new(|| {
+                    let _ = ctx.concat(m, w, 0);
+                }),
+            ),
+            (
+                "ggml concat:",
+                Box::new(|| {
+                    let _ = ctx.concat(m, m, 4);
+                }),
+            ),
+        ];
+        for (needle, f) in cases {
+            let msg = panic_of(f);
+            assert!(
+                msg.starts_with(needle),
+                "'{msg}' does not start with '{needle}'"
+            );
+        }
+    }
+
+    #[test]
+    fn a_view_past_its_source_is_refused_even_when_strided() {
+        let ctx = Context::new(64, 0).unwrap();
+        let m = ctx.new_tensor(DType::F32, &[4, 3], "m");
+        assert_eq!(ctx.view_1d(m, 4, 8).ne(), [4, 1, 1, 1]);
+        assert_eq!(ctx.view_2d_rows(m, 2, 3, 2).ne(), [2, 3, 1, 1]);
+        assert_eq!(ctx.view_3d(m, [2, 2, 3], 1, 4, 0).ne(), [2, 2, 3, 1]);
+        assert_eq!(ctx.view_2d_strided(m, [1, 12], 1, 0).ne(), [1, 12, 1, 1]);
+        assert_eq!(
+            ctx.view_1d(m, 0, 12).ne(),
+            [0, 1, 1, 1],
+            "an empty view at the end"
+        );
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "ggml view_1d:",
+                Box::new(|| {
+                    let _ = ctx.view_1d(m, 4, 9);
+                }),
+            ),
+            (
+                "ggml view_2d_rows:",
+                Box::new(|| {
+                    let _ = ctx.view_2d_rows(m, 2, 3, 3);
+                }),
+            ),
+            // Each of these has fewer elements than its source, which is all ggml checks.
+            (
+                "ggml view_2d_strided:",
+                Box::new(|| {
+                    let _ = ctx.view_2d_strided(m, [1, 4], 4, 0);
+                }),
+            ),
+            (
+                "ggml view_3d:",
+                Box::new(|| {
+                    let _ = ctx.view_3d(m, [2, 2, 2], 4, 8, 0);
+                }),
+            ),
+            (
+                "ggml view_3d:",
+                Box::new(|| {
+                    let _ = ctx.view_3d(m, [1, 1, 2], 1, usize::MAX / 2, 0);
+                }),
+            ),
+            (
+                "ggml view_1d: negative dims",
+                Box::new(|| {
+                    let _ = ctx.view_1d(m, -1, 0);
+                }),
+            ),
+        ];
+        for (needle, f) in cases {
+            let msg = panic_of(f);
+            assert!(
+                msg.starts_with(needle),
+                "'{msg}' does not start with '{needle}'"
+            );
+        }
     }
 }

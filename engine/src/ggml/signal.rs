@@ -183,15 +183,23 @@ impl Context {
         offset_elems: usize,
     ) -> Tensor<'a> {
         let esize = a.element_size().expect("views of unblocked types");
-        // SAFETY: ggml checks the view stays inside the tensor.
+        let strides = [esize, row_stride.saturating_mul(esize)];
+        super::require_view_inside(
+            "view_2d_strided",
+            &a,
+            &ne,
+            &strides,
+            offset_elems.saturating_mul(esize),
+        );
+        // SAFETY: the view lies inside the tensor (checked above).
         self.wrap(unsafe {
             sys::ggml_view_2d(
                 self.raw.as_ptr(),
                 a.raw(),
                 ne[0],
                 ne[1],
-                row_stride * esize,
-                offset_elems * esize,
+                row_stride.saturating_mul(esize),
+                offset_elems.saturating_mul(esize),
             )
         })
     }

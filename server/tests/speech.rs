@@ -340,7 +340,7 @@ fn every_bad_field_is_a_400_naming_it() {
 
 #[test]
 fn the_speech_limit_refuses_whole_answers_and_cuts_streams() {
-    let server = start(serde_json::json!({ "max_speech_s": 1.0 }));
+    let server = start(serde_json::json!({ "max_speech_s": 1.5 }));
     let text = "Hello there. ".repeat(5);
     let (param, msg) = refused(
         &server,
@@ -348,13 +348,15 @@ fn the_speech_limit_refuses_whole_answers_and_cuts_streams() {
     );
     assert_eq!(param, "");
     assert!(
-        msg.contains("the speech passed the limit of 1 s of audio at sentence 2 of 5"),
+        msg.contains("the speech passed the limit of 1.5 s of audio at sentence 3 of 5"),
         "{msg}"
     );
-    // Streamed: the first sentence went out, then the stream is cut (no clean end). The
-    // slow model takes 20 ms a character, so the first chunk has left before the second
-    // sentence passes the limit; with the instant one, the cut can come before the
-    // response head is on the wire.
+    // Streamed: the first sentences went out, then the stream is cut (no clean end).
+    // Each sentence is 0.6 s of audio, so the third passes the limit and is refused as
+    // soon as its length is known, without its synthesis. The slow model takes 20 ms a
+    // character for the second, which fits, so the first chunk and the response head
+    // are on the wire before the cut; were the second refused, the cut could come
+    // before the head.
     let r = ureq::post(&format!("{}/v1/audio/speech", server.base))
         .set("Content-Type", "application/json")
         .send_string(

@@ -9,7 +9,8 @@
 //! `ggml_backend_*` and `gguf_*` functions.
 //!
 //! This file holds the context, tensor, graph, buffer and scheduler; its submodules the
-//! rest: `device` (ggml's device registry and backends), `gguf` (model files),
+//! rest: `checks` (what each op demands of its operands, checked before every call into
+//! C), `device` (ggml's device registry and backends), `gguf` (model files),
 //! `custom_op` (the engine's CPU kernels as custom ops, their builders and their
 //! checks), `conv` and `signal` (composite ops), [`hip_arch`], [`log`] and [`profile`].
 #![allow(unsafe_code)]
@@ -24,16 +25,17 @@ use std::sync::Once;
 use llama_cpp_sys_2 as sys;
 
 /// Defines [`Context`] methods that each wrap one ggml op of the context and one or
-/// more tensors (element-wise maths, layout copies): ggml checks that the shapes and
-/// types fit the op (broadcasting a second operand over the first).
+/// more tensors (element-wise maths, layout copies), each after the rule of
+/// [`checks`] it names (`if rule`), which panics on operands ggml would abort on.
 macro_rules! tensor_ops {
-    ($($(#[$doc:meta])* fn $name:ident($($arg:ident),+) => $ffi:ident;)+) => {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident),+) => $ffi:ident if $rule:ident;)+) => {
         impl Context {
             $(
                 $(#[$doc])*
                 pub fn $name<'a>(&'a self, $($arg: Tensor<'a>),+) -> Tensor<'a> {
-                    // SAFETY: the tensors belong to this live context; ggml checks
-                    // that their shapes and types fit the op.
+                    $crate::ggml::checks::$rule(stringify!($name), $(&$arg),+);
+                    // SAFETY: the tensors belong to this live context; the rule above
+                    // checked that their shapes, types and layouts fit the op.
                     self.wrap(unsafe { sys::$ffi(self.raw.as_ptr(), $($arg.raw()),+) })
                 }
             )+
@@ -41,6 +43,7 @@ macro_rules! tensor_ops {
     };
 }
 
+mod checks;
 mod conv;
 mod custom_op;
 mod device;
@@ -50,6 +53,7 @@ pub mod log;
 pub mod profile;
 mod signal;
 
+use checks::{require, require_view_inside, GraphRoom};
 use custom_op::{OpState, Operand};
 pub use device::{devices, registry_names, Backend, DeviceInfo, DeviceType};
 pub use gguf::{read_gguf, read_gguf_file, write_gguf, GgufContents, GgufValue, HostTensor};
@@ -81,6 +85,13 @@ pub enum GgmlError {
 }
 
 type Result<T> = std::result::Result<T, GgmlError>;
+
+/// Tensors of room every context keeps beyond what it was made for, so that the op
+/// that eats into it can be refused before the next one writes past the context.
+const RESERVED_TENSORS: usize = 8;
+
+/// The most backends one ggml scheduler drives (`GGML_SCHED_MAX_BACKENDS`).
+const MAX_SCHEDULED_BACKENDS: usize = 16;
 
 /// Element types the engine stores tensors in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,7 +305,7 @@ impl Context {
         init();
         // SAFETY: pure size queries.
         let mem_size = unsafe {
-            max_tensors * sys::ggml_tensor_overhead()
+            (max_tensors + RESERVED_TENSORS) * sys::ggml_tensor_overhead()
                 + sys::ggml_graph_overhead_custom(graph_nodes.max(1), false)
         } + 1024;
         let params = sys::ggml_init_params {
@@ -322,10 +333,28 @@ impl Context {
         first
     }
 
+    /// The handle of a tensor an op of this context just made. Panics once the op has
+    /// eaten into the context's reserve: ggml, out of room, returns a null object and
+    /// writes through it, so the next op must not start without room for its tensors.
     fn wrap(&self, t: *mut sys::ggml_tensor) -> Tensor<'_> {
+        let raw = NonNull::new(t).expect("ggml context: an op returned no tensor");
+        // SAFETY: pure queries on the live context.
+        let reserve = unsafe { RESERVED_TENSORS * sys::ggml_tensor_overhead() };
+        require(self.free_bytes() >= reserve, "context", || {
+            "room for its tensors is used up; make the context larger".into()
+        });
         Tensor {
-            raw: NonNull::new(t).expect("ggml op returned null (context out of memory)"),
+            raw,
             _ctx: PhantomData,
+        }
+    }
+
+    /// Bytes of the context's memory not yet taken by tensors or graphs.
+    fn free_bytes(&self) -> usize {
+        // SAFETY: pure queries on the live context.
+        unsafe {
+            sys::ggml_get_mem_size(self.raw.as_ptr())
+                .saturating_sub(sys::ggml_used_mem(self.raw.as_ptr()))
         }
     }
 
@@ -342,7 +371,7 @@ impl Context {
 
     /// A new tensor with dims in ggml order (`ne[0]` varies fastest).
     pub fn new_tensor(&self, dtype: DType, ne: &[i64], name: &str) -> Tensor<'_> {
-        assert!(!ne.is_empty() && ne.len() <= 4, "1 to 4 dims");
+        checks::new_dims("new_tensor", dtype.block_len() as i64, ne);
         // SAFETY: ne has ne.len() elements; the context is live.
         let t = unsafe {
             sys::ggml_new_tensor(self.raw.as_ptr(), dtype.raw(), ne.len() as i32, ne.as_ptr())
@@ -354,37 +383,15 @@ impl Context {
 
     /// Matrix product: `a` is [k, m], `b` is [k, n], the result is [m, n].
     pub fn mul_mat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
-        let (x, y) = (a.ne(), b.ne());
-        require(
-            x[0] == y[0] && x[2] > 0 && x[3] > 0 && y[2] % x[2] == 0 && y[3] % x[3] == 0,
-            "mul_mat",
-            || format!("dims {x:?} and {y:?} do not multiply"),
-        );
-        // SAFETY: a pure layout query on a live tensor.
-        let transposed = unsafe { sys::ggml_is_transposed(a.raw()) };
-        require(!transposed, "mul_mat", || {
-            "the first operand is transposed".into()
-        });
-        // SAFETY: tensors belong to this context; their shapes fit (checked above).
+        checks::product(&a, &b);
+        // SAFETY: tensors belong to this context; their shapes, types and layouts fit
+        // (checked above).
         self.wrap(unsafe { sys::ggml_mul_mat(self.raw.as_ptr(), a.raw(), b.raw()) })
-    }
-
-    /// Element-wise sum, broadcasting `b` over `a`.
-    pub fn add<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
-        require_broadcast("add", &a, &b);
-        // SAFETY: tensors belong to this context; `b` broadcasts over `a`.
-        self.wrap(unsafe { sys::ggml_add(self.raw.as_ptr(), a.raw(), b.raw()) })
-    }
-
-    /// Element-wise product, broadcasting `b` over `a`.
-    pub fn mul<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
-        require_broadcast("mul", &a, &b);
-        // SAFETY: tensors belong to this context; `b` broadcasts over `a`.
-        self.wrap(unsafe { sys::ggml_mul(self.raw.as_ptr(), a.raw(), b.raw()) })
     }
 
     /// Softmax along `ne[0]` of `a * scale` (one fused op, without a separate scale).
     pub fn soft_max_scaled<'a>(&'a self, a: Tensor<'a>, scale: f32) -> Tensor<'a> {
+        checks::require_contiguous_of("soft_max", "the input", &a, &[DType::F32]);
         // SAFETY: tensors belong to this context; a null mask means none.
         self.wrap(unsafe {
             sys::ggml_soft_max_ext(self.raw.as_ptr(), a.raw(), std::ptr::null_mut(), scale, 0.0)
@@ -402,7 +409,9 @@ impl Context {
         v: Tensor<'a>,
         scale: f32,
     ) -> Tensor<'a> {
-        // SAFETY: tensors belong to this context; a null mask means none.
+        checks::attention(&q, &k, &v);
+        // SAFETY: tensors belong to this context (their dims, types and layouts checked
+        // above); a null mask means none.
         self.wrap(unsafe {
             sys::ggml_flash_attn_ext(
                 self.raw.as_ptr(),
@@ -525,30 +534,7 @@ impl Context {
         stride: i32,
         pad: i32,
     ) -> Tensor<'a> {
-        let ctx = self.raw.as_ptr();
-        // SAFETY: as above.
-        unsafe {
-            let cols = sys::ggml_im2col(
-                ctx,
-                kernel.raw(),
-                input.raw(),
-                stride,
-                0,
-                pad,
-                0,
-                1,
-                0,
-                false,
-                sys::GGML_TYPE_F32,
-            );
-            // cols: [IC*K, OL, N]
-            let (ick, ol, n) = ((*cols).ne[0], (*cols).ne[1], (*cols).ne[2]);
-            let oc = (*kernel.raw()).ne[2];
-            let k2 = sys::ggml_reshape_2d(ctx, kernel.raw(), ick, oc);
-            let c2 = sys::ggml_reshape_2d(ctx, cols, ick, ol * n);
-            let out = sys::ggml_mul_mat(ctx, k2, c2); // [OC, OL*N]
-            self.wrap(sys::ggml_reshape_3d(ctx, out, oc, ol, n))
-        }
+        self.conv_1d_f32_dilated(kernel, input, stride, pad, 1)
     }
 
     /// [`Context::conv_1d_f32`] with the kernel packed for the engine's f32 product:
@@ -590,36 +576,19 @@ impl Context {
                 ick / kernel_width
             )));
         }
-        let ctx = self.raw.as_ptr();
-        // SAFETY: tensors of this context; the reshape keeps the element count of the
-        // contiguous packed weight (checked above), and im2col reads only its shape,
-        // whose channels match the input's.
-        let (cols, ol, n) = unsafe {
-            let shape =
-                sys::ggml_reshape_3d(ctx, packed.raw(), kernel_width, ick / kernel_width, oc);
-            let cols = sys::ggml_im2col(
-                ctx,
-                shape,
-                input.raw(),
-                stride,
-                0,
-                pad,
-                0,
-                1,
-                0,
-                false,
-                sys::GGML_TYPE_F32,
-            );
-            (cols, (*cols).ne[1], (*cols).ne[2])
-        };
-        let c2 = self.reshape(self.wrap(cols), &[ick, ol * n]);
+        // im2col reads only the shape of its kernel operand: a [K, IC, OC] reshape of
+        // the contiguous packed weight (checked above) has it.
+        let shape = self.reshape(packed, &[kernel_width, ick / kernel_width, oc]);
+        let cols = self.im2col_1d(shape, input, [stride, pad, 1]);
+        let [_, ol, n, _] = cols.ne();
+        let c2 = self.reshape(cols, &[ick, ol * n]);
         let out = self.mul_mat_f32_packed(packed, c2)?;
         Ok(self.reshape(out, &[oc, ol, n]))
     }
 
     /// A new 32-bit integer tensor (token ids, row indices), dims in ggml order.
     pub fn new_i32_tensor(&self, ne: &[i64], name: &str) -> Tensor<'_> {
-        assert!(!ne.is_empty() && ne.len() <= 4, "1 to 4 dims");
+        checks::new_dims("new_i32_tensor", 1, ne);
         // SAFETY: ne has ne.len() elements; the context is live.
         let t = unsafe {
             sys::ggml_new_tensor(
@@ -636,46 +605,42 @@ impl Context {
 
     /// Normalises each row (along `ne[0]`) to zero mean and unit variance.
     pub fn norm<'a>(&'a self, a: Tensor<'a>, eps: f32) -> Tensor<'a> {
-        // SAFETY: tensors belong to this context.
+        checks::require_rows_of("norm", "the input", &a, &[DType::F32]);
+        require(eps >= 0.0, "norm", || format!("eps {eps} is negative"));
+        // SAFETY: tensors belong to this context; an f32 input of adjacent row values
+        // and a non-negative eps (checked above).
         self.wrap(unsafe { sys::ggml_norm(self.raw.as_ptr(), a.raw(), eps) })
-    }
-
-    /// Element-wise GELU with the exact error function (not the tanh approximation).
-    pub fn gelu_erf<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
-        // SAFETY: as above.
-        self.wrap(unsafe { sys::ggml_gelu_erf(self.raw.as_ptr(), a.raw()) })
     }
 
     /// Multiplies every element by `s`.
     pub fn scale<'a>(&'a self, a: Tensor<'a>, s: f32) -> Tensor<'a> {
-        // SAFETY: as above.
+        checks::require_contiguous_of("scale", "the input", &a, &[DType::F32]);
+        // SAFETY: a contiguous f32 tensor of this context (checked above).
         self.wrap(unsafe { sys::ggml_scale(self.raw.as_ptr(), a.raw(), s) })
     }
 
     /// Softmax along `ne[0]`.
     pub fn soft_max<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        checks::require_contiguous_of("soft_max", "the input", &a, &[DType::F32]);
         // SAFETY: as above.
         self.wrap(unsafe { sys::ggml_soft_max(self.raw.as_ptr(), a.raw()) })
     }
 
     /// Causal mask: sets element (i, j) to -inf where `i > n_past + j` (`i` along `ne[0]`).
     pub fn diag_mask_inf<'a>(&'a self, a: Tensor<'a>, n_past: i32) -> Tensor<'a> {
-        // SAFETY: as above.
+        checks::require_contiguous_of("diag_mask_inf", "the input", &a, &[DType::F32]);
+        require(n_past >= 0, "diag_mask_inf", || {
+            format!("n_past {n_past} is negative")
+        });
+        // SAFETY: as above; n_past is not negative.
         self.wrap(unsafe { sys::ggml_diag_mask_inf(self.raw.as_ptr(), a.raw(), n_past) })
     }
 
     /// Rows of `a` picked by the i32 indices in `rows` (an embedding lookup).
     pub fn get_rows<'a>(&'a self, a: Tensor<'a>, rows: Tensor<'a>) -> Tensor<'a> {
-        let (x, r) = (a.ne(), rows.ne());
-        // SAFETY: the tensor is live while its context is.
-        let indices_i32 = unsafe { (*rows.raw()).type_ } == sys::GGML_TYPE_I32;
-        require(
-            indices_i32 && x[2] == r[1] && x[3] == r[2],
-            "get_rows",
-            || format!("rows of {x:?} cannot be picked by indices {r:?} (I32: {indices_i32})"),
-        );
-        // SAFETY: as above; the indices are I32 of fitting dims (ggml checks their values
-        // when the graph runs).
+        checks::row_indices(&a, &rows);
+        // SAFETY: as above; the indices are I32 inputs of fitting dims, whose values the
+        // scheduler checks before the graph runs.
         self.wrap(unsafe { sys::ggml_get_rows(self.raw.as_ptr(), a.raw(), rows.raw()) })
     }
 
@@ -684,6 +649,14 @@ impl Context {
     pub fn cpy<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         require(a.len() == b.len(), "cpy", || {
             format!("{} elements do not fit {}", a.len(), b.len())
+        });
+        let float = |t: &Tensor<'_>| matches!(t.dtype(), Some(DType::F32 | DType::F16));
+        require(float(&a) && float(&b), "cpy", || {
+            format!(
+                "copies {:?} into {:?}; it copies F32 and F16 only",
+                a.dtype(),
+                b.dtype()
+            )
         });
         // SAFETY: as above; the element counts match.
         self.wrap(unsafe { sys::ggml_cpy(self.raw.as_ptr(), a.raw(), b.raw()) })
@@ -699,6 +672,7 @@ impl Context {
             "concat",
             || format!("{x:?} and {y:?} do not join along axis {dim}"),
         );
+        checks::unblocked("concat", &a);
         // SAFETY: as above; the types and the other dims match.
         self.wrap(unsafe { sys::ggml_concat(self.raw.as_ptr(), a.raw(), b.raw(), dim) })
     }
@@ -739,102 +713,44 @@ impl Context {
 
     /// A computation graph with room for `max_nodes` nodes.
     pub fn new_graph(&self, max_nodes: usize) -> Graph<'_> {
-        // SAFETY: the context was sized for this graph in `new`.
+        // SAFETY: a pure size query.
+        let needed = unsafe {
+            sys::ggml_graph_overhead_custom(max_nodes, false)
+                + RESERVED_TENSORS * sys::ggml_tensor_overhead()
+        };
+        let free = self.free_bytes();
+        require(free >= needed, "new_graph", || {
+            format!("a graph of {max_nodes} nodes needs {needed} bytes, the context has {free}")
+        });
+        // SAFETY: the context has room for the graph (checked above).
         let raw = unsafe { sys::ggml_new_graph_custom(self.raw.as_ptr(), max_nodes, false) };
         Graph {
-            raw: NonNull::new(raw).expect("context too small for the graph"),
+            raw: NonNull::new(raw).expect("ggml new_graph: no graph made"),
             ctx: self,
+            room: RefCell::new(GraphRoom::new(max_nodes)),
         }
     }
-}
-
-/// Panics (a Rust panic, which the CLI reports and the server survives, instead of
-/// ggml's abort) naming `op` and `why` unless `ok`: the shape rules ggml asserts.
-#[track_caller]
-fn require(ok: bool, op: &str, why: impl FnOnce() -> String) {
-    if !ok {
-        panic!("ggml {op}: {}", why());
-    }
-}
-
-/// Panics unless a view of dims `ne` and byte strides `nb` starting `offset` bytes into
-/// `a` lies within `a`'s bytes. ggml checks only a contiguous view's size against its
-/// source, so a strided view reaching past the end would read (or write) out of bounds
-/// when the graph runs.
-#[track_caller]
-fn require_view_inside(op: &str, a: &Tensor<'_>, ne: &[i64], nb: &[usize], offset: usize) {
-    let esize = a
-        .element_size()
-        .unwrap_or_else(|| panic!("ggml {op}: views of block-quantized types are not taken"));
-    require(ne.iter().all(|&n| n >= 0), op, || {
-        format!("negative dims {ne:?}")
-    });
-    let end = if ne.contains(&0) {
-        Some(offset)
-    } else {
-        ne.iter()
-            .zip(nb)
-            .try_fold(offset.checked_add(esize), |end, (&n, &stride)| {
-                Some(end?.checked_add((n as usize - 1).checked_mul(stride)?))
-            })
-            .flatten()
-    };
-    // ggml's own check, which would abort: the view's elements, counted as if
-    // contiguous, from its offset in the tensor that owns the memory.
-    // SAFETY: the tensor and the one it views (if any) are live while their context is.
-    let (owner_bytes, owner_offset) = unsafe {
-        let t = &*a.raw();
-        match NonNull::new(t.view_src) {
-            Some(owner) => (sys::ggml_nbytes(owner.as_ptr()), t.view_offs),
-            None => (sys::ggml_nbytes(a.raw()), 0),
-        }
-    };
-    let dense = ne.iter().try_fold(esize, |n, &d| n.checked_mul(d as usize));
-    require(
-        ne.contains(&0)
-            || dense
-                .and_then(|n| n.checked_add(owner_offset)?.checked_add(offset))
-                .is_some_and(|e| e <= owner_bytes),
-        op,
-        || format!("a view of dims {ne:?} at byte {offset} holds more than its source"),
-    );
-    let size = a.nbytes();
-    require(end.is_some_and(|e| e <= size), op, || {
-        format!(
-            "a view of dims {ne:?}, strides {nb:?} at byte {offset} leaves its {size}-byte source"
-        )
-    });
-}
-
-/// Panics unless `b` broadcasts over `a` (every dim of `a` a multiple of `b`'s; an
-/// empty `b` only over an empty `a`).
-#[track_caller]
-fn require_broadcast(op: &str, a: &Tensor<'_>, b: &Tensor<'_>) {
-    let (x, y) = (a.ne(), b.ne());
-    require(
-        if y.contains(&0) {
-            x.contains(&0)
-        } else {
-            x.iter().zip(&y).all(|(&n, &m)| n % m == 0)
-        },
-        op,
-        || format!("dims {y:?} do not broadcast over {x:?}"),
-    );
 }
 
 tensor_ops! {
     /// Element-wise square root.
-    fn sqrt(a) => ggml_sqrt;
+    fn sqrt(a) => ggml_sqrt if unary;
     /// Element-wise logistic sigmoid.
-    fn sigmoid(a) => ggml_sigmoid;
+    fn sigmoid(a) => ggml_sigmoid if unary;
     /// Element-wise hyperbolic tangent.
-    fn tanh(a) => ggml_tanh;
+    fn tanh(a) => ggml_tanh if unary;
     /// Element-wise max(x, 0).
-    fn relu(a) => ggml_relu;
+    fn relu(a) => ggml_relu if unary;
+    /// Element-wise GELU with the exact error function (not the tanh approximation).
+    fn gelu_erf(a) => ggml_gelu_erf if unary;
+    /// Element-wise sum, broadcasting `b` over `a`.
+    fn add(a, b) => ggml_add if binary;
+    /// Element-wise product, broadcasting `b` over `a`.
+    fn mul(a, b) => ggml_mul if binary;
     /// A contiguous copy (materialises a permuted or strided view).
-    fn cont(a) => ggml_cont;
+    fn cont(a) => ggml_cont if unblocked;
     /// Swaps the first two axes (a view).
-    fn transpose(a) => ggml_transpose;
+    fn transpose(a) => ggml_transpose if any_layout;
 }
 
 impl Drop for Context {
@@ -1033,13 +949,54 @@ pub struct Graph<'ctx> {
     raw: NonNull<sys::ggml_cgraph>,
     /// Its context, asked after a compute whether a custom op failed.
     ctx: &'ctx Context,
+    /// What the graph holds, checked against its size before each expand.
+    room: RefCell<GraphRoom>,
 }
 
 impl Graph<'_> {
-    /// Adds `t` and everything it depends on to the graph.
+    /// Adds `t` and everything it depends on to the graph (a panic when that would not
+    /// fit the graph's size).
     pub fn expand(&mut self, t: Tensor<'_>) {
-        // SAFETY: graph and tensor share a live context.
+        self.room.get_mut().admit(&t);
+        // SAFETY: graph and tensor share a live context; the graph has room for what
+        // the expand adds (checked above).
         unsafe { sys::ggml_build_forward_expand(self.raw.as_ptr(), t.raw()) }
+    }
+
+    /// Fails when a row lookup (`get_rows`) of the graph holds an index outside its
+    /// table. Runs once the inputs are written: ggml's CPU kernel aborts on such an
+    /// index and a GPU kernel reads past the table.
+    fn check_row_indices(&self) -> Result<()> {
+        for i in 0..self.n_nodes() {
+            // SAFETY: i is below the node count; nodes and their sources are live, and
+            // a lookup's indices are an allocated I32 tensor (checked when it was built).
+            let (table_rows, indices) = unsafe {
+                let node = &*sys::ggml_graph_node(self.raw.as_ptr(), i as i32);
+                if node.op != sys::GGML_OP_GET_ROWS {
+                    continue;
+                }
+                ((*node.src[0]).ne[1], node.src[1])
+            };
+            // SAFETY: as above.
+            let count = unsafe { sys::ggml_nelements(indices) } as usize;
+            let mut values = vec![0i32; count];
+            // SAFETY: `values` holds the tensor's bytes; it has backend memory.
+            unsafe {
+                sys::ggml_backend_tensor_get(
+                    indices,
+                    values.as_mut_ptr().cast(),
+                    0,
+                    std::mem::size_of_val(values.as_slice()),
+                )
+            };
+            if let Some(bad) = values.iter().find(|&&v| v < 0 || v as i64 >= table_rows) {
+                return Err(GgmlError::Operand {
+                    op: "get_rows",
+                    reason: format!("row index {bad} is outside a table of {table_rows} rows"),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Number of nodes so far.
@@ -1087,11 +1044,22 @@ impl Drop for Buffer {
 /// op where its inputs live and falling back to the CPU for unsupported ops.
 pub struct Scheduler {
     raw: NonNull<sys::ggml_backend_sched>,
+    /// The nodes and leaves together that one graph may hold (ggml asserts it).
+    graph_size: usize,
 }
 
 impl Scheduler {
     /// A scheduler over `backends` (CPU last) for graphs of up to `graph_size` nodes.
     pub fn new(backends: &[&Backend], graph_size: usize) -> Result<Self> {
+        let cpu_last = backends
+            .last()
+            .is_some_and(|b| b.device().device_type == DeviceType::Cpu);
+        if !cpu_last || backends.len() > MAX_SCHEDULED_BACKENDS {
+            return Err(GgmlError::Failed(format!(
+                "a scheduler runs 1 to {MAX_SCHEDULED_BACKENDS} backends, the CPU last; got {}",
+                backends.len()
+            )));
+        }
         let mut raws: Vec<sys::ggml_backend_t> = backends.iter().map(|b| b.raw.as_ptr()).collect();
         // SAFETY: raws outlives the call; null bufts means each backend's default.
         let raw = unsafe {
@@ -1106,7 +1074,7 @@ impl Scheduler {
         };
         let raw = NonNull::new(raw)
             .ok_or_else(|| GgmlError::Failed("could not create the scheduler".into()))?;
-        Ok(Scheduler { raw })
+        Ok(Scheduler { raw, graph_size })
     }
 
     /// Allocates the graph's intermediate tensors, writes the inputs, then computes.
@@ -1126,6 +1094,13 @@ impl Scheduler {
         inputs: &[(Tensor<'_>, &[f32])],
         int_inputs: &[(Tensor<'_>, &[i32])],
     ) -> Result<()> {
+        let held = graph.room.borrow().held();
+        if held > self.graph_size {
+            return Err(GgmlError::Failed(format!(
+                "a graph of {held} nodes and leaves passes the scheduler's room for {}",
+                self.graph_size
+            )));
+        }
         let sched = self.raw.as_ptr();
         let started = std::time::Instant::now();
         // SAFETY: scheduler and graph are live; inputs are tensors of the graph.
@@ -1144,6 +1119,7 @@ impl Scheduler {
         for (t, data) in int_inputs {
             t.write_i32(data)?;
         }
+        graph.check_row_indices()?;
         let status = if profile::recording() {
             let alloc_s = (allocated - started).as_secs_f64();
             self.compute_recorded(
@@ -1179,11 +1155,31 @@ mod tests {
     use super::*;
 
     /// What a case must panic with, and the call that must.
-    type Case<'a> = (&'static str, Box<dyn FnOnce() + 'a>);
+    pub(super) type Case<'a> = (&'static str, Box<dyn FnOnce() + 'a>);
+
+    /// Asserts each case panics with a message starting with its needle.
+    pub(super) fn assert_panics(cases: Vec<Case<'_>>) {
+        for (needle, f) in cases {
+            let msg = panic_of(f);
+            assert!(
+                msg.starts_with(needle),
+                "'{msg}' does not start with '{needle}'"
+            );
+        }
+    }
+
+    /// ggml's CPU backend, which the tests compute on.
+    pub(super) fn cpu() -> Backend {
+        let cpu = devices()
+            .into_iter()
+            .find(|d| d.device_type == DeviceType::Cpu)
+            .expect("ggml lists a CPU device");
+        Backend::new(&cpu).unwrap()
+    }
 
     /// The panic message of `f`, which must panic (a Rust panic, not ggml's abort, which
     /// would end this test binary).
-    fn panic_of(f: impl FnOnce()) -> String {
+    pub(super) fn panic_of(f: impl FnOnce()) -> String {
         let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
             .expect_err("the wrapper accepted a shape ggml would refuse");
         payload
@@ -1280,13 +1276,7 @@ mod tests {
                 }),
             ),
         ];
-        for (needle, f) in cases {
-            let msg = panic_of(f);
-            assert!(
-                msg.starts_with(needle),
-                "'{msg}' does not start with '{needle}'"
-            );
-        }
+        assert_panics(cases);
     }
 
     #[test]
@@ -1341,12 +1331,6 @@ mod tests {
                 }),
             ),
         ];
-        for (needle, f) in cases {
-            let msg = panic_of(f);
-            assert!(
-                msg.starts_with(needle),
-                "'{msg}' does not start with '{needle}'"
-            );
-        }
+        assert_panics(cases);
     }
 }

@@ -7,7 +7,7 @@
 
 use llama_cpp_sys_2 as sys;
 
-use super::{Context, DType, GgmlError, Result, Tensor};
+use super::{checks, Context, DType, GgmlError, Result, Tensor};
 
 impl Context {
     /// 1-D convolution (PyTorch cross-correlation, one sequence) with a block-quantized
@@ -84,27 +84,44 @@ impl Context {
         dilation: i32,
     ) -> Result<Tensor<'a>> {
         let [l, ic, _, _] = input.ne();
-        let ol =
-            (l + 2 * pad as i64 - dilation as i64 * (kernel_width - 1) - 1) / stride as i64 + 1;
-        if ol < 1 || kernel_width < 1 || stride < 1 || dilation < 1 {
+        let reach = (dilation as i64).saturating_mul(kernel_width - 1);
+        if kernel_width < 1 || stride < 1 || dilation < 1 || pad < 0 || l + 2 * pad as i64 <= reach
+        {
             return Err(GgmlError::Operand {
                 op: "im2col",
                 reason: format!(
-                    "an input of {l} samples is shorter than the kernel's reach (width \
-                     {kernel_width}, stride {stride}, dilation {dilation})"
+                    "an input of {l} samples (padding {pad}) is shorter than the kernel's \
+                     reach, or a step is not positive (width {kernel_width}, stride \
+                     {stride}, dilation {dilation})"
                 ),
             });
         }
         // im2col reads only the shape of its kernel operand ([K, IC]): an unwritten
         // graph tensor of that shape stands in for the quantized kernel.
         let shape = self.new_tensor(DType::F32, &[kernel_width, ic], "conv_kernel_shape");
-        let ctx = self.raw.as_ptr();
-        // SAFETY: tensors of this context; im2col's kernel and input channel counts
-        // match (checked above), and its result is a contiguous [IC*K, OL] f32 tensor.
-        let cols = self.wrap(unsafe {
+        let cols = self.im2col_1d(shape, input, [stride, pad, dilation]);
+        let [ick, ol, _, _] = cols.ne();
+        Ok(self.reshape(cols, &[ick, ol]))
+    }
+
+    /// ggml's im2col of a 1-D convolution, the one raw call every 1-D convolution of
+    /// the wrapper makes: `kernel` [K, IC, ..] (only its shape is read), `input`
+    /// [L, IC, N] f32, `conv` the stride, padding and dilation; returns [IC * K, OL, N]
+    /// f32, contiguous.
+    pub(super) fn im2col_1d<'a>(
+        &'a self,
+        kernel: Tensor<'a>,
+        input: Tensor<'a>,
+        conv: [i32; 3],
+    ) -> Tensor<'a> {
+        let [stride, pad, dilation] = conv;
+        checks::conv_1d("im2col", kernel.ne(), &input, stride, pad, dilation);
+        // SAFETY: tensors of this context; the steps, channels, input type and output
+        // length fit what im2col asserts and divides by (checked above).
+        self.wrap(unsafe {
             sys::ggml_im2col(
-                ctx,
-                shape.raw(),
+                self.raw.as_ptr(),
+                kernel.raw(),
                 input.raw(),
                 stride,
                 0,
@@ -115,7 +132,6 @@ impl Context {
                 false,
                 sys::GGML_TYPE_F32,
             )
-        });
-        Ok(self.reshape(cols, &[kernel_width * ic, ol]))
+        })
     }
 }

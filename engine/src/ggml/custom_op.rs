@@ -641,7 +641,8 @@ impl Context {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ggml::{devices, Backend, Buffer, DeviceType, Scheduler};
+    use crate::ggml::tests::cpu;
+    use crate::ggml::{Buffer, Scheduler};
 
     /// True when this CPU runs the custom ops' kernels; otherwise says so, and fails
     /// under CI (where a test that asserts nothing must not pass).
@@ -881,14 +882,6 @@ mod tests {
     }
 
     const N: i64 = 64;
-
-    fn cpu() -> Backend {
-        let cpu = devices()
-            .into_iter()
-            .find(|d| d.device_type == DeviceType::Cpu)
-            .expect("ggml lists a CPU device");
-        Backend::new(&cpu).unwrap()
-    }
 
     /// Builds a GELU node over `N` host floats (1.0 each), lets `tamper` change the node
     /// or its input after the builder checked them, and returns what the callback's

@@ -5,21 +5,21 @@
 
 use llama_cpp_sys_2 as sys;
 
-use super::{f16_bytes_to_f32, Context, DType, GgmlError, Result, Tensor};
+use super::{checks, f16_bytes_to_f32, Context, DType, GgmlError, Result, Tensor};
 
 tensor_ops! {
     /// Element-wise difference `a - b`, broadcasting `b` over `a`.
-    fn sub(a, b) => ggml_sub;
+    fn sub(a, b) => ggml_sub if binary;
     /// Element-wise quotient `a / b`, broadcasting `b` over `a`.
-    fn div(a, b) => ggml_div;
+    fn div(a, b) => ggml_div if binary;
     /// Element-wise square.
-    fn sqr(a) => ggml_sqr;
+    fn sqr(a) => ggml_sqr if unary;
     /// Element-wise sine.
-    fn sin(a) => ggml_sin;
+    fn sin(a) => ggml_sin if unary;
     /// Element-wise cosine.
-    fn cos(a) => ggml_cos;
+    fn cos(a) => ggml_cos if unary;
     /// Element-wise natural exponential.
-    fn exp(a) => ggml_exp;
+    fn exp(a) => ggml_exp if unary;
 }
 
 impl Context {
@@ -29,20 +29,28 @@ impl Context {
         if a.dtype() == Some(DType::F32) {
             return a;
         }
-        // SAFETY: tensors belong to this context; ggml converts every float type.
+        checks::unary("to_f32", &a);
+        // SAFETY: an f16 tensor of this context (checked above), which ggml converts.
         self.wrap(unsafe { sys::ggml_cast(self.raw.as_ptr(), a.raw(), sys::GGML_TYPE_F32) })
     }
 
     /// Element-wise LeakyReLU: `x` where positive, `slope * x` elsewhere.
     pub fn leaky_relu<'a>(&'a self, a: Tensor<'a>, slope: f32) -> Tensor<'a> {
-        // SAFETY: as above.
+        checks::unary("leaky_relu", &a);
+        // SAFETY: f32 or f16 rows of this context (checked above).
         self.wrap(unsafe { sys::ggml_leaky_relu(self.raw.as_ptr(), a.raw(), slope, false) })
     }
 
     /// Zero padding: `before[i]` zeros before and `after[i]` zeros after the data along
     /// axis `i` (ggml order).
     pub fn pad_zeros<'a>(&'a self, a: Tensor<'a>, before: [i32; 2], after: [i32; 2]) -> Tensor<'a> {
-        // SAFETY: as above; ggml checks the paddings are non-negative.
+        checks::require_rows_of("pad_zeros", "the input", &a, &[DType::F32]);
+        checks::require(
+            before.iter().chain(&after).all(|&p| p >= 0),
+            "pad_zeros",
+            || format!("paddings {before:?} and {after:?} must not be negative"),
+        );
+        // SAFETY: f32 rows of this context and paddings of at least 0 (checked above).
         self.wrap(unsafe {
             sys::ggml_pad_ext(
                 self.raw.as_ptr(),
@@ -62,7 +70,17 @@ impl Context {
     /// Reflection padding along `ne[0]` (PyTorch's `ReflectionPad1d`, the edge sample not
     /// repeated): `left` samples before, `right` after.
     pub fn pad_reflect_1d<'a>(&'a self, a: Tensor<'a>, left: i32, right: i32) -> Tensor<'a> {
-        // SAFETY: as above; ggml checks the paddings are shorter than the row.
+        checks::require_contiguous_of("pad_reflect_1d", "the input", &a, &[DType::F32]);
+        let row = a.ne()[0];
+        checks::require(
+            (0..row).contains(&(left as i64)) && (0..row).contains(&(right as i64)),
+            "pad_reflect_1d",
+            || {
+                format!("paddings {left} and {right} must be at least 0 and shorter than the row of {row}")
+            },
+        );
+        // SAFETY: a contiguous f32 tensor of this context, paddings inside its row
+        // (checked above).
         self.wrap(unsafe { sys::ggml_pad_reflect_1d(self.raw.as_ptr(), a.raw(), left, right) })
     }
 
@@ -76,30 +94,13 @@ impl Context {
         pad: i32,
         dilation: i32,
     ) -> Tensor<'a> {
-        let ctx = self.raw.as_ptr();
-        // SAFETY: tensors of this context; the reshapes keep element counts (im2col's
-        // result is contiguous, the kernel is a weight stored contiguous).
-        unsafe {
-            let cols = sys::ggml_im2col(
-                ctx,
-                kernel.raw(),
-                input.raw(),
-                stride,
-                0,
-                pad,
-                0,
-                dilation,
-                0,
-                false,
-                sys::GGML_TYPE_F32,
-            );
-            let (ick, ol, n) = ((*cols).ne[0], (*cols).ne[1], (*cols).ne[2]);
-            let oc = (*kernel.raw()).ne[2];
-            let k2 = sys::ggml_reshape_2d(ctx, kernel.raw(), ick, oc);
-            let c2 = sys::ggml_reshape_2d(ctx, cols, ick, ol * n);
-            let out = sys::ggml_mul_mat(ctx, k2, c2);
-            self.wrap(sys::ggml_reshape_3d(ctx, out, oc, ol, n))
-        }
+        let cols = self.im2col_1d(kernel, input, [stride, pad, dilation]); // [IC*K, OL, N]
+        let [ick, ol, n, _] = cols.ne();
+        let oc = kernel.ne()[2];
+        let k2 = self.reshape(kernel, &[ick, oc]);
+        let c2 = self.reshape(cols, &[ick, ol * n]);
+        let out = self.mul_mat(k2, c2); // [OC, OL*N]
+        self.reshape(out, &[oc, ol, n])
     }
 
     /// [`Context::conv_1d_f32_dilated`] for one sequence with the product the other way
@@ -113,48 +114,35 @@ impl Context {
         pad: i32,
         dilation: i32,
     ) -> Tensor<'a> {
-        let ctx = self.raw.as_ptr();
-        // SAFETY: as in conv_1d_f32_dilated; the pad and the view stay inside tensors
-        // this function makes.
-        unsafe {
-            // ggml's blocked CPU f32 product (tinyBLAS) takes only a first operand whose
-            // row count (here the output length) is a multiple of 4; any other falls
-            // back to one dot product per output, several times slower (it was half of
-            // Kokoro's decoder time). Zeros after the input add the missing outputs,
-            // which a view drops.
-            let (k, l) = ((*kernel.raw()).ne[0], (*input.raw()).ne[0]);
-            let (s, p, d) = (stride as i64, pad as i64, dilation as i64);
-            let ol = (l + 2 * p - d * (k - 1) - 1) / s + 1;
-            let extra = (PRODUCT_ROWS - ol % PRODUCT_ROWS) % PRODUCT_ROWS;
-            let input = if extra == 0 || ol <= 0 {
-                input.raw()
-            } else {
-                sys::ggml_pad(ctx, input.raw(), (extra * s) as i32, 0, 0, 0)
-            };
-            let cols = sys::ggml_im2col(
-                ctx,
-                kernel.raw(),
-                input,
-                stride,
-                0,
-                pad,
-                0,
-                dilation,
-                0,
-                false,
-                sys::GGML_TYPE_F32,
-            );
-            let (ick, ol_padded) = ((*cols).ne[0], (*cols).ne[1] * (*cols).ne[2]);
-            let oc = (*kernel.raw()).ne[2];
-            let k2 = sys::ggml_reshape_2d(ctx, kernel.raw(), ick, oc);
-            let c2 = sys::ggml_reshape_2d(ctx, cols, ick, ol_padded);
-            let out = sys::ggml_mul_mat(ctx, c2, k2); // [ol_padded, oc]
-            if ol_padded == ol {
-                return self.wrap(out);
-            }
-            let kept = sys::ggml_view_2d(ctx, out, ol, oc, (*out).nb[1], 0);
-            self.wrap(sys::ggml_cont(ctx, kept))
+        // ggml's blocked CPU f32 product (tinyBLAS) takes only a first operand whose
+        // row count (here the output length) is a multiple of 4; any other falls back
+        // to one dot product per output, several times slower (it was half of Kokoro's
+        // decoder time). Zeros after the input add the missing outputs, which a view
+        // drops.
+        let ol = checks::conv_1d(
+            "conv_1d_f32_time_major",
+            kernel.ne(),
+            &input,
+            stride,
+            pad,
+            dilation,
+        );
+        let extra = (PRODUCT_ROWS - ol % PRODUCT_ROWS) % PRODUCT_ROWS;
+        let input = if extra == 0 {
+            input
+        } else {
+            self.pad_zeros(input, [0, 0], [(extra * stride as i64) as i32, 0])
+        };
+        let cols = self.im2col_1d(kernel, input, [stride, pad, dilation]);
+        let [ick, ol_padded, n, _] = cols.ne();
+        let oc = kernel.ne()[2];
+        let k2 = self.reshape(kernel, &[ick, oc]);
+        let c2 = self.reshape(cols, &[ick, ol_padded * n]);
+        let out = self.mul_mat(c2, k2); // [ol_padded, oc]
+        if ol_padded == ol {
+            return out;
         }
+        self.cont(self.view_2d_rows(out, ol, oc, 0))
     }
 
     /// Transposed 1-D convolution without padding (PyTorch `ConvTranspose1d`, groups 1,
@@ -167,7 +155,21 @@ impl Context {
         input: Tensor<'a>,
         stride: i32,
     ) -> Tensor<'a> {
-        // SAFETY: as above; ggml asserts the channel counts match.
+        let (kn, xn) = (kernel.ne(), input.ne());
+        checks::require(
+            stride >= 1 && kn[2] == xn[1] && kn[3] == 1 && xn[2] * xn[3] == 1,
+            "conv_transpose_1d_f32",
+            || format!("a kernel {kn:?} does not fit an input {xn:?} at stride {stride}"),
+        );
+        checks::require_rows_of(
+            "conv_transpose_1d_f32",
+            "the kernel",
+            &kernel,
+            &[DType::F32, DType::F16],
+        );
+        checks::require_rows_of("conv_transpose_1d_f32", "the input", &input, &[DType::F32]);
+        // SAFETY: f32 tensors of this context whose channels match, at a stride of at
+        // least 1 (checked above).
         self.wrap(unsafe {
             sys::ggml_conv_transpose_1d(self.raw.as_ptr(), kernel.raw(), input.raw(), stride, 0, 1)
         })
@@ -184,7 +186,7 @@ impl Context {
     ) -> Tensor<'a> {
         let esize = a.element_size().expect("views of unblocked types");
         let strides = [esize, row_stride.saturating_mul(esize)];
-        super::require_view_inside(
+        checks::require_view_inside(
             "view_2d_strided",
             &a,
             &ne,

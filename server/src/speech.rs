@@ -383,7 +383,7 @@ async fn stream(
         }
     });
     let (rate, first_ms) = first_rx.await.map_err(|_| internal())??;
-    let mut resp = Response::new(Body::new(ChunkBody { rx }));
+    let mut resp = Response::new(Body::new(ChunkBody::new(rx)));
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -405,6 +405,16 @@ async fn stream(
 /// the body with an error, which closes the connection before the chunked body's end.
 struct ChunkBody {
     rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    /// An error received and held back for one poll: hyper flushes what it has written
+    /// (the response head, the chunks before) when the body is pending, and drops it
+    /// unwritten when the body fails in the same turn.
+    cut: Option<std::io::Error>,
+}
+
+impl ChunkBody {
+    fn new(rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>) -> Self {
+        ChunkBody { rx, cut: None }
+    }
 }
 
 impl hyper::body::Body for ChunkBody {
@@ -415,8 +425,16 @@ impl hyper::body::Body for ChunkBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
-        self.rx
-            .poll_recv(cx)
-            .map(|item| item.map(|r| r.map(hyper::body::Frame::data)))
+        if let Some(e) = self.cut.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(Err(e))) => {
+                self.cut = Some(e);
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            other => other.map(|item| item.map(|r| r.map(hyper::body::Frame::data))),
+        }
     }
 }

@@ -380,6 +380,40 @@ fn the_speech_limit_refuses_whole_answers_and_cuts_streams() {
 }
 
 #[test]
+fn a_stream_cut_right_after_its_first_sentence_still_delivers_that_sentence() {
+    // The second sentence passes the limit and is refused at once, so the cut follows
+    // the first chunk within microseconds: the response head and that chunk must still
+    // reach the client before the connection closes. Repeated, as the cut once raced
+    // the head.
+    let server = start(serde_json::json!({ "max_speech_s": 1.0 }));
+    let body = serde_json::json!({
+        "model": "tone",
+        "input": "Hello there. ".repeat(3),
+        "response_format": "pcm",
+        "stream_format": "audio",
+    })
+    .to_string();
+    for attempt in 0..25 {
+        let r = ureq::post(&format!("{}/v1/audio/speech", server.base))
+            .set("Content-Type", "application/json")
+            .send_string(&body)
+            .unwrap_or_else(|e| panic!("attempt {attempt}: no response head: {e}"));
+        assert_eq!(r.status(), 200);
+        let mut pcm = Vec::new();
+        let read = r.into_reader().read_to_end(&mut pcm);
+        assert!(
+            read.is_err(),
+            "attempt {attempt}: a cut stream is an error, not an end"
+        );
+        assert_eq!(
+            samples_of(&pcm).len(),
+            expected_len(12, 1.0),
+            "attempt {attempt}: the first sentence, whole"
+        );
+    }
+}
+
+#[test]
 fn a_busy_model_answers_503_while_it_streams() {
     let server = start(serde_json::json!({ "busy_timeout_ms": 200 }));
     let base = server.base.clone();

@@ -353,10 +353,8 @@ fn the_speech_limit_refuses_whole_answers_and_cuts_streams() {
     );
     // Streamed: the first sentences went out, then the stream is cut (no clean end).
     // Each sentence is 0.6 s of audio, so the third passes the limit and is refused as
-    // soon as its length is known, without its synthesis. The slow model takes 20 ms a
-    // character for the second, which fits, so the first chunk and the response head
-    // are on the wire before the cut; were the second refused, the cut could come
-    // before the head.
+    // soon as its length is known, without its synthesis (a cut right after the first
+    // chunk has its own test below).
     let r = ureq::post(&format!("{}/v1/audio/speech", server.base))
         .set("Content-Type", "application/json")
         .send_string(

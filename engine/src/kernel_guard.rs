@@ -153,7 +153,7 @@ mod tests {
             "package": "audiocpp-windows-hip-rocm6",
             "track": "rocm6",
             "gemm_kernels": [{ "library": "hipblaslt", "folder": "hipblaslt/library", "covered": covered }],
-            "uncovered_advice": "use the ROCm 6 package, or run with --backend cpu",
+            "uncovered_advice": "use the ROCm 6 package, or set parameter 'backend' to cpu",
             "files": []
         });
         std::fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
@@ -185,7 +185,7 @@ mod tests {
             line,
             "ROCm0 (AMD Radeon 780M) is gfx1102, and package audiocpp-windows-hip-rocm6 has no \
              hipblaslt matrix-product kernels for it (its manifest lists gfx1100 gfx1103 for \
-             hipblaslt/library); use the ROCm 6 package, or run with --backend cpu"
+             hipblaslt/library); use the ROCm 6 package, or set parameter 'backend' to cpu"
         );
         assert!(!line.contains('\n'));
     }

@@ -536,6 +536,16 @@ impl TracksFile {
                     ));
                 }
             }
+            if let Some(advice) = t.uncovered_advice.as_deref().filter(|a| a.contains("--")) {
+                return Err(err(
+                    k("uncovered_advice"),
+                    format!(
+                        "'{advice}' names a CLI flag, which server users do not have; write \
+                         the engine's parameter (\"set parameter 'backend' to cpu\"), which \
+                         the CLI and the server each spell in their own terms"
+                    ),
+                ));
+            }
             if t.backend == Backend::Cpu && !t.gpu_targets.is_empty() {
                 return Err(err(
                     k("gpu_targets"),
@@ -919,6 +929,20 @@ executables = ["a.exe"]
         assert_eq!(e.key, "tracks.t.gpu_targets[1]");
         assert!(e.message.contains("not a CUDA architecture"), "{e}");
         assert!(parse(&cuda.replace(", \"sm_90\"", "")).is_ok());
+    }
+
+    #[test]
+    fn uncovered_advice_naming_a_cli_flag_is_refused() {
+        let with = |advice: &str| {
+            MINIMAL.replace(
+                "executables = [\"a.exe\"]",
+                &format!("executables = [\"a.exe\"]\nuncovered_advice = \"{advice}\""),
+            )
+        };
+        let e = parse(&with("no kernels: run with --backend cpu")).unwrap_err();
+        assert_eq!(e.key, "tracks.t.uncovered_advice");
+        assert!(e.message.contains("set parameter 'backend' to cpu"), "{e}");
+        assert!(parse(&with("no kernels: set parameter 'backend' to cpu")).is_ok());
     }
 
     #[test]

@@ -176,7 +176,7 @@ fn rocm6_package_is_verified_filtered_and_reproducible() {
     assert!(manifest["uncovered_advice"]
         .as_str()
         .unwrap()
-        .contains("--backend cpu"));
+        .contains("set parameter 'backend' to cpu"));
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted, "entries sorted");

@@ -967,18 +967,18 @@ impl Graph<'_> {
     /// table. Runs once the inputs are written: ggml's CPU kernel aborts on such an
     /// index and a GPU kernel reads past the table.
     fn check_row_indices(&self) -> Result<()> {
-        for i in 0..self.n_nodes() {
-            // SAFETY: i is below the node count; nodes and their sources are live, and
-            // a lookup's indices are an allocated I32 tensor (checked when it was built).
-            let (table_rows, indices) = unsafe {
-                let node = &*sys::ggml_graph_node(self.raw.as_ptr(), i as i32);
-                if node.op != sys::GGML_OP_GET_ROWS {
-                    continue;
-                }
-                ((*node.src[0]).ne[1], node.src[1])
+        for &(indices, table_rows) in self.room.borrow().lookups() {
+            // SAFETY: the indices are a live I32 tensor of the graph's context, written
+            // by the caller (checked when the lookup was built to be an input or weight).
+            let (count, has_memory) = unsafe {
+                let t = &*indices;
+                (sys::ggml_nelements(indices) as usize, !t.buffer.is_null())
             };
-            // SAFETY: as above.
-            let count = unsafe { sys::ggml_nelements(indices) } as usize;
+            if !has_memory {
+                return Err(GgmlError::Failed(
+                    "get_rows: the indices have no memory; write them as an input".into(),
+                ));
+            }
             let mut values = vec![0i32; count];
             // SAFETY: `values` holds the tensor's bytes; it has backend memory.
             unsafe {

@@ -321,6 +321,10 @@ pub(super) struct GraphRoom {
     leafs: usize,
     /// The most of either the graph holds.
     size: usize,
+    /// Each row lookup's indices and its table's row count, taken as the graph is
+    /// built: the scheduler later points a lookup on another device at its own copy of
+    /// the indices, which holds nothing until the compute runs.
+    lookups: Vec<(*mut sys::ggml_tensor, i64)>,
 }
 
 impl GraphRoom {
@@ -331,7 +335,13 @@ impl GraphRoom {
             nodes: 0,
             leafs: 0,
             size,
+            lookups: Vec::new(),
         }
+    }
+
+    /// The row lookups of the graph: their indices and their table's row count.
+    pub(super) fn lookups(&self) -> &[(*mut sys::ggml_tensor, i64)] {
+        &self.lookups
     }
 
     /// Nodes and leaves together: what a scheduler must have room for.
@@ -343,6 +353,7 @@ impl GraphRoom {
     #[track_caller]
     pub(super) fn admit(&mut self, t: &Tensor<'_>) {
         let (mut nodes, mut leafs) = (0, 0);
+        let mut lookups = Vec::new();
         let mut added = HashSet::new();
         let mut stack = vec![t.raw()];
         while let Some(p) = stack.pop() {
@@ -352,6 +363,10 @@ impl GraphRoom {
             // SAFETY: `t` and its sources are live tensors of the graph's context.
             let t = unsafe { &*p };
             stack.extend(t.src.iter().copied().filter(|s| !s.is_null()));
+            if t.op == sys::GGML_OP_GET_ROWS {
+                // SAFETY: a lookup's table is a live tensor of the same context.
+                lookups.push((t.src[1], unsafe { (*t.src[0]).ne[1] }));
+            }
             let param = t.flags & sys::GGML_TENSOR_FLAG_PARAM as i32 != 0;
             if t.op == sys::GGML_OP_NONE && !param {
                 leafs += 1;
@@ -373,6 +388,7 @@ impl GraphRoom {
         );
         self.nodes += nodes;
         self.leafs += leafs;
+        self.lookups.extend(lookups);
         self.seen.extend(added);
     }
 }

@@ -612,6 +612,161 @@ pub fn product(
     Ok(())
 }
 
+/// The steps of a 1-D convolution (PyTorch's cross-correlation over one sequence, one
+/// group): what [`conv_time_major`] needs besides its operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvSteps {
+    /// Taps of the kernel (K).
+    pub kernel_width: usize,
+    /// Input samples between two outputs.
+    pub stride: usize,
+    /// Zeros before and after the input.
+    pub pad: usize,
+    /// Input samples between two taps.
+    pub dilation: usize,
+}
+
+impl ConvSteps {
+    /// Outputs for an input of `input_len` samples, as PyTorch and ggml's im2col count
+    /// them; `None` when a step is 0 or the kernel reaches past the padded input.
+    pub fn output_len(&self, input_len: usize) -> Option<usize> {
+        if self.kernel_width == 0 || self.stride == 0 || self.dilation == 0 {
+            return None;
+        }
+        let reach = self.dilation.checked_mul(self.kernel_width - 1)?;
+        let padded = input_len.checked_add(self.pad.checked_mul(2)?)?;
+        (padded > reach).then(|| (padded - reach - 1) / self.stride + 1)
+    }
+}
+
+/// Output positions whose im2col rows one pass of [`conv_time_major`] builds and
+/// multiplies (their f32 and quantized rows and results stay in cache).
+const CONV_CHUNK: usize = 32;
+
+/// Writes the im2col row of output `t` (the [IC][K] values the kernel's row multiplies,
+/// zeros where a tap falls in the padding) into `row`.
+fn im2col_row(x: &Matrix<'_, f32>, steps: ConvSteps, t: usize, row: &mut [f32]) {
+    let [len, _, _] = x.dims();
+    let k = steps.kernel_width;
+    let first = (t * steps.stride) as isize - steps.pad as isize;
+    let last = first + (steps.dilation * (k - 1)) as isize;
+    for (c, taps) in row.chunks_exact_mut(k).enumerate() {
+        let channel = &x.data[c * x.row_stride..][..len];
+        if first >= 0 && last < len as isize {
+            let first = first as usize;
+            for (j, v) in taps.iter_mut().enumerate() {
+                *v = channel[first + j * steps.dilation];
+            }
+        } else {
+            for (j, v) in taps.iter_mut().enumerate() {
+                let at = first + (j * steps.dilation) as isize;
+                *v = if at >= 0 && (at as usize) < len {
+                    channel[at as usize]
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// Each worker thread's im2col rows (f32) and product results of one chunk of
+    /// [`conv_time_major`].
+    static CONV_SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// A 1-D convolution with a packed q8_0 kernel (`w`, [IC * K] values per output channel,
+/// the ONNX [OC, IC, K] order), `x` [L, IC] (time fastest, one batch), plus `bias` (one
+/// value per output channel) when given; `y` is [OL, OC], time fastest. The same values
+/// as ggml's im2col, then [`product`], then a transpose, to the bit: each output's
+/// im2col row is quantized exactly as that product quantizes it. But the rows are built
+/// a chunk at a time in cache and the results land in place, so the im2col matrix (K
+/// times the input) and the transpose never go through memory. Positions are split
+/// among the parts. Refuses lengths that do not fit, or a CPU without the kernel.
+pub fn conv_time_major(
+    w: PackedQ8View<'_>,
+    x: Matrix<'_, f32>,
+    steps: ConvSteps,
+    bias: Option<&[f32]>,
+    y: &Output<'_>,
+    part: Part,
+) -> KernelResult {
+    let [len, channels, batches] = x.dims();
+    expect_eq("the input's batches", batches, 1)?;
+    expect_eq(
+        "the kernel row (input channels x taps)",
+        channels * steps.kernel_width,
+        w.k,
+    )?;
+    if let Some(bias) = bias {
+        expect_eq("the bias length", bias.len(), w.n)?;
+    }
+    let out_len = steps
+        .output_len(len)
+        .ok_or_else(|| format!("no output for an input of {len} samples with {steps:?}"))?;
+    y.expect_len("the q8_0 convolution", out_len * w.n)?;
+    let Some(level) = q8_kernel_level() else {
+        return Err("this CPU lacks the vector instructions the q8_0 product needs".into());
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (k, n) = (w.k, w.n);
+        let nb = k / QK;
+        let positions = split_range(out_len, TILE_ROWS, part.ith, part.nth);
+        let bias = bias.map_or(std::ptr::null(), <[f32]>::as_ptr);
+        SCRATCH.with_borrow_mut(|(xq, xd)| {
+            CONV_SCRATCH.with_borrow_mut(|(cols, tile)| {
+                xq.resize(CONV_CHUNK * k, 0);
+                xd.resize(CONV_CHUNK * nb, 0.0);
+                cols.resize(k, 0.0);
+                tile.resize(CONV_CHUNK * n, 0.0);
+                let mut start = positions.start;
+                while start < positions.end {
+                    let rows = (positions.end - start).min(CONV_CHUNK);
+                    for r in 0..rows {
+                        im2col_row(&x, steps, start + r, cols);
+                        // SAFETY: the CPU has `level` (q8_kernel_level); k is whole
+                        // blocks (PackedQ8View::new) and row r's bytes and scales fit
+                        // the chunk's buffers.
+                        unsafe {
+                            quantize_row(level, cols, &mut xq[r * k..][..k], &mut xd[r * nb..][..nb])
+                        };
+                    }
+                    // SAFETY: the CPU has `level`; the weight holds every group's cells;
+                    // `tile` holds `rows` rows of n floats; a non-null bias has n values.
+                    unsafe {
+                        gemm_rows(
+                            level,
+                            w.bytes.as_ptr(),
+                            nb,
+                            xq,
+                            xd,
+                            0..rows,
+                            0..n / GROUP_COLS,
+                            tile.as_mut_ptr(),
+                            n,
+                            bias,
+                        )
+                    };
+                    for oc in 0..n {
+                        for r in 0..rows {
+                            // SAFETY: y holds out_len x n floats (checked above); this
+                            // part alone writes its positions (split_range).
+                            unsafe { *y.ptr.add(oc * out_len + start + r) = tile[r * n + oc] };
+                        }
+                    }
+                    start += rows;
+                }
+            })
+        });
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (level, part, x, bias, y, steps);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;
@@ -844,5 +999,89 @@ mod tests {
             PackedQ8View::new(&w.bytes, k, n - 16).is_none(),
             "wrong shape"
         );
+    }
+
+    #[test]
+    fn the_fused_convolution_gives_the_bits_of_im2col_then_the_product() {
+        if q8_kernel_level().is_none() {
+            fail_under_ci("this CPU cannot run the q8_0 product");
+            return;
+        }
+        // (IC, K, OC, L, stride, pad, dilation): "same" paddings as Kokoro's residual
+        // blocks, a strided one, and lengths that leave partial chunks and tiles.
+        for &(ic, kw, oc, len, stride, pad, dilation) in &[
+            (32, 3, 16, 37, 1, 1, 1),
+            (32, 7, 32, 70, 1, 9, 3),
+            (64, 11, 48, 45, 1, 25, 5),
+            (32, 5, 16, 50, 2, 3, 1),
+            (96, 1, 16, 3, 1, 0, 1),
+        ] {
+            let steps = ConvSteps {
+                kernel_width: kw,
+                stride,
+                pad,
+                dilation,
+            };
+            let k = ic * kw;
+            let w = PackedQ8::pack(&q8_rows(oc, k, (k + oc) as u64), k, oc).unwrap();
+            let x = values(len * ic, len as u64, 2.0);
+            let xm = Matrix::rows(&x, len, ic).unwrap();
+            let bias = values(oc, 31, 1.0);
+            let ol = steps.output_len(len).unwrap();
+            assert_eq!(ol, (len + 2 * pad - dilation * (kw - 1) - 1) / stride + 1);
+            // The plain route: every im2col row, one product, a transpose.
+            let mut cols = vec![0f32; ol * k];
+            for t in 0..ol {
+                for c in 0..ic {
+                    for j in 0..kw {
+                        let at = (t * stride + j * dilation) as isize - pad as isize;
+                        cols[t * k + c * kw + j] = if (0..len as isize).contains(&at) {
+                            x[c * len + at as usize]
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+            }
+            let mut rows_major = vec![0f32; ol * oc];
+            product(
+                w.view(),
+                Matrix::rows(&cols, k, ol).unwrap(),
+                Some(&bias),
+                &Output::new(&mut rows_major),
+                Part::WHOLE,
+            )
+            .unwrap();
+            let want: Vec<u32> = (0..ol * oc)
+                .map(|i| rows_major[(i % ol) * oc + i / ol].to_bits())
+                .collect();
+            for nth in 1..=3 {
+                let mut y = vec![f32::NAN; ol * oc];
+                let out = Output::new(&mut y);
+                for ith in 0..nth {
+                    let part = Part::new(ith, nth).unwrap();
+                    conv_time_major(w.view(), xm, steps, Some(&bias), &out, part).unwrap();
+                }
+                let got: Vec<u32> = y.iter().map(|v| v.to_bits()).collect();
+                assert!(got == want, "{ic}x{kw}->{oc} over {len} (nth {nth})");
+            }
+        }
+        let steps = ConvSteps {
+            kernel_width: 3,
+            stride: 1,
+            pad: 0,
+            dilation: 1,
+        };
+        let w = PackedQ8::pack(&q8_rows(16, 96, 5), 96, 16).unwrap();
+        let x = values(2 * 32, 6, 1.0);
+        let mut y = vec![0f32; 16];
+        let out = Output::new(&mut y);
+        let short = Matrix::rows(&x, 2, 32).unwrap();
+        let err = conv_time_major(w.view(), short, steps, None, &out, Part::WHOLE).unwrap_err();
+        assert!(err.contains("no output"), "{err}");
+        let narrow = Matrix::rows(&x, 4, 16).unwrap();
+        let err = conv_time_major(w.view(), narrow, steps, None, &out, Part::WHOLE).unwrap_err();
+        assert!(err.contains("kernel row"), "{err}");
+        assert_eq!(ConvSteps { stride: 0, ..steps }.output_len(10), None);
     }
 }

@@ -3,7 +3,8 @@
 //! 32, as ggml does for every q8_0 product) replace the f32 ones. Each is an im2col and
 //! one product: a plain `ggml_mul_mat`, which every backend the scheduler drives runs,
 //! or on the CPU backend the engine's VNNI kernel over a [`crate::cpu_kernels::PackedQ8`] kernel
-//! (ggml's own q8_0 CPU product was slower than its f32 one here).
+//! (ggml's own q8_0 CPU product was slower than its f32 one here), fused with the
+//! im2col and the transpose on the CPU.
 
 use llama_cpp_sys_2 as sys;
 
@@ -59,7 +60,10 @@ impl Context {
     /// [`Context::conv_1d_quantized_time_major`] with the kernel a [`crate::cpu_kernels::PackedQ8`]
     /// ([`DType::I8`], packed from the [IC * K, OC] q8_0 kernel) and the bias (`[OC]`
     /// f32) added inside the product: the engine's CPU kernel, so CPU only (needs
-    /// [`crate::cpu_kernels::q8_kernel_available`]). Refuses operands the kernel does not take.
+    /// [`crate::cpu_kernels::q8_kernel_available`]). One custom op
+    /// ([`crate::cpu_kernels::q8::conv_time_major`]) builds each output's im2col row in
+    /// cache and writes the result time-major, with the bits of im2col, the product and
+    /// a transpose. Refuses operands the kernel does not take.
     pub fn conv_1d_q8_packed_time_major<'a>(
         &'a self,
         packed: Tensor<'a>,
@@ -69,9 +73,22 @@ impl Context {
         bias: Option<Tensor<'a>>,
     ) -> Result<Tensor<'a>> {
         let [stride, pad, dilation] = conv;
-        let cols = self.im2col_for(kernel_width, input, stride, pad, dilation)?;
-        let y = self.mul_mat_q8_packed(packed, cols, bias)?; // [OC, OL]
-        Ok(self.cont(self.transpose(y)))
+        if kernel_width < 1 || stride < 1 || pad < 0 || dilation < 1 {
+            return Err(GgmlError::Operand {
+                op: "conv_1d_q8_packed_time_major",
+                reason: format!(
+                    "a step is not positive or the padding negative (width {kernel_width}, \
+                     stride {stride}, padding {pad}, dilation {dilation})"
+                ),
+            });
+        }
+        let steps = crate::cpu_kernels::q8::ConvSteps {
+            kernel_width: kernel_width as usize,
+            stride: stride as usize,
+            pad: pad as usize,
+            dilation: dilation as usize,
+        };
+        self.conv_q8_packed(packed, input, steps, bias)
     }
 
     /// im2col of `input` [L, IC] f32 for a kernel of width `kernel_width`: [IC * K, OL].

@@ -22,6 +22,11 @@ use crate::cpu_kernels::{
 pub(super) enum CustomOp {
     /// [`super::Context::mul_mat_q8_packed`].
     Q8Packed,
+    /// [`super::Context::conv_1d_q8_packed_time_major`] with these steps.
+    Q8Conv {
+        /// Kernel width, stride, padding and dilation.
+        steps: q8::ConvSteps,
+    },
     /// [`super::Context::mul_mat_f32_packed`].
     F32Packed,
     /// [`super::Context::gelu_erf_cpu`].
@@ -133,6 +138,25 @@ impl Operand {
     }
 }
 
+/// The product's inner length and outputs (`k`, `n`) of the packed q8_0 weight
+/// `srcs[0]`, after checking it and the optional bias `srcs[2]`.
+fn packed_q8_dims(srcs: &[Operand]) -> Result<(i64, i64), String> {
+    let [cell, blocks, groups, one] = srcs[0].ne;
+    if cell != q8::CELL_BYTES as i64 || blocks < 1 || groups < 1 || one != 1 {
+        return Err(format!(
+            "the weight has dims {:?}, not a packed q8_0 weight's [{}, blocks, groups, 1]",
+            srcs[0].ne,
+            q8::CELL_BYTES
+        ));
+    }
+    srcs[0].expect("the weight", DType::I8, srcs[0].ne, false)?;
+    let n = groups * q8::GROUP_COLS as i64;
+    if let Some(bias) = srcs.get(2) {
+        bias.expect("the bias", DType::F32, [n, 1, 1, 1], false)?;
+    }
+    Ok((blocks * 32, n))
+}
+
 /// `Ok` when `srcs` has `n` operands (`optional` more allowed).
 fn arity(srcs: &[Operand], n: usize, optional: usize) -> Result<(), String> {
     if srcs.len() < n || srcs.len() > n + optional {
@@ -146,6 +170,7 @@ impl CustomOp {
     pub(super) fn name(self) -> &'static str {
         match self {
             CustomOp::Q8Packed => "mul_mat_q8_packed",
+            CustomOp::Q8Conv { .. } => "conv_1d_q8_packed_time_major",
             CustomOp::F32Packed => "mul_mat_f32_packed",
             CustomOp::GeluErf => "gelu_erf_cpu",
             CustomOp::SelfAttention { .. } => "self_attention_cpu",
@@ -158,7 +183,7 @@ impl CustomOp {
     /// callback's check ([`run_checked`]): at build time nothing is allocated yet.
     pub(super) fn check(self, srcs: &[Operand]) -> Result<[i64; 4], String> {
         let available = match self {
-            CustomOp::Q8Packed => kernels::q8_kernel_available(),
+            CustomOp::Q8Packed | CustomOp::Q8Conv { .. } => kernels::q8_kernel_available(),
             CustomOp::F16Product => kernels::f16_product_available(),
             CustomOp::F32Packed | CustomOp::GeluErf | CustomOp::SelfAttention { .. } => {
                 kernels::attention_kernel_available()
@@ -170,22 +195,27 @@ impl CustomOp {
         match self {
             CustomOp::Q8Packed => {
                 arity(srcs, 2, 1)?;
-                let [cell, blocks, groups, one] = srcs[0].ne;
-                if cell != q8::CELL_BYTES as i64 || blocks < 1 || groups < 1 || one != 1 {
-                    return Err(format!(
-                        "the weight has dims {:?}, not a packed q8_0 weight's [{}, blocks, groups, 1]",
-                        srcs[0].ne,
-                        q8::CELL_BYTES
-                    ));
-                }
-                srcs[0].expect("the weight", DType::I8, srcs[0].ne, false)?;
-                let (k, n) = (blocks * 32, groups * q8::GROUP_COLS as i64);
+                let (k, n) = packed_q8_dims(srcs)?;
                 let m = srcs[1].ne[1];
                 srcs[1].expect("the activations", DType::F32, [k, m, 1, 1], false)?;
-                if let Some(bias) = srcs.get(2) {
-                    bias.expect("the bias", DType::F32, [n, 1, 1, 1], false)?;
-                }
                 Ok([n, m, 1, 1])
+            }
+            CustomOp::Q8Conv { steps } => {
+                arity(srcs, 2, 1)?;
+                let (k, n) = packed_q8_dims(srcs)?;
+                let [len, channels, _, _] = srcs[1].ne;
+                srcs[1].expect("the input", DType::F32, [len, channels, 1, 1], false)?;
+                if channels * steps.kernel_width as i64 != k {
+                    return Err(format!(
+                        "a kernel row of {k} values is not {} taps over the input's {channels} \
+                         channels",
+                        steps.kernel_width
+                    ));
+                }
+                let out_len = steps.output_len(len as usize).ok_or_else(|| {
+                    format!("an input of {len} samples gives no output with {steps:?}")
+                })?;
+                Ok([out_len as i64, n, 1, 1])
             }
             CustomOp::F32Packed => {
                 arity(srcs, 2, 0)?;
@@ -250,7 +280,7 @@ impl CustomOp {
                 sys::ggml_nelements(dst) as usize,
             );
             match self {
-                CustomOp::Q8Packed => {
+                CustomOp::Q8Packed | CustomOp::Q8Conv { .. } => {
                     let [_, blocks, groups, _] = (*src(0)).ne;
                     let (k, n) = (blocks as usize * 32, groups as usize * q8::GROUP_COLS);
                     let w = q8::PackedQ8View::new(span::<u8>(src(0))?, k, n)
@@ -259,7 +289,13 @@ impl CustomOp {
                         b if b.is_null() => None,
                         b => Some(span::<f32>(b)?),
                     };
-                    q8::product(w, matrix::<f32>(src(1))?, bias, &out, part)
+                    let x = matrix::<f32>(src(1))?;
+                    match self {
+                        CustomOp::Q8Conv { steps } => {
+                            q8::conv_time_major(w, x, steps, bias, &out, part)
+                        }
+                        _ => q8::product(w, x, bias, &out, part),
+                    }
                 }
                 CustomOp::F32Packed => {
                     let n = (*src(0)).ne[0] as usize;
@@ -524,6 +560,23 @@ impl Context {
     ) -> super::Result<Tensor<'a>> {
         let op = CustomOp::Q8Packed;
         let mut args = vec![packed, self.contiguous_f32(op, x, "the activations")?];
+        if let Some(b) = bias {
+            args.push(self.contiguous_f32(op, b, "the bias")?);
+        }
+        self.custom_op(op, &args)
+    }
+
+    /// The custom op of [`Context::conv_1d_q8_packed_time_major`]: `packed` over `input`
+    /// [L, IC] with `steps`, plus `bias`; [OL, OC]. Refuses any other operand.
+    pub(super) fn conv_q8_packed<'a>(
+        &'a self,
+        packed: Tensor<'a>,
+        input: Tensor<'a>,
+        steps: q8::ConvSteps,
+        bias: Option<Tensor<'a>>,
+    ) -> super::Result<Tensor<'a>> {
+        let op = CustomOp::Q8Conv { steps };
+        let mut args = vec![packed, self.contiguous_f32(op, input, "the input")?];
         if let Some(b) = bias {
             args.push(self.contiguous_f32(op, b, "the bias")?);
         }

@@ -643,28 +643,110 @@ impl ConvSteps {
 /// multiplies (their f32 and quantized rows and results stay in cache).
 const CONV_CHUNK: usize = 32;
 
-/// Writes the im2col row of output `t` (the [IC][K] values the kernel's row multiplies,
-/// zeros where a tap falls in the padding) into `row`.
-fn im2col_row(x: &Matrix<'_, f32>, steps: ConvSteps, t: usize, row: &mut [f32]) {
-    let [len, _, _] = x.dims();
-    let k = steps.kernel_width;
-    let first = (t * steps.stride) as isize - steps.pad as isize;
-    let last = first + (steps.dilation * (k - 1)) as isize;
-    for (c, taps) in row.chunks_exact_mut(k).enumerate() {
-        let channel = &x.data[c * x.row_stride..][..len];
-        if first >= 0 && last < len as isize {
-            let first = first as usize;
-            for (j, v) in taps.iter_mut().enumerate() {
-                *v = channel[first + j * steps.dilation];
+/// The input samples a chunk of outputs reads, channel by channel: `span` samples from
+/// input position `first` (which may lie in the padding) of every channel, zeros
+/// outside the input, so building a row needs no bounds test per tap.
+struct ChunkInput<'a> {
+    samples: &'a mut Vec<f32>,
+    span: usize,
+}
+
+impl<'a> ChunkInput<'a> {
+    /// Copies channel by channel the samples outputs `outputs` read.
+    fn gather(
+        samples: &'a mut Vec<f32>,
+        x: &Matrix<'_, f32>,
+        steps: ConvSteps,
+        outputs: std::ops::Range<usize>,
+    ) -> Self {
+        let [len, channels, _] = x.dims();
+        let reach = steps.dilation * (steps.kernel_width - 1);
+        let span = (outputs.len() - 1) * steps.stride + reach + 1;
+        let first = (outputs.start * steps.stride) as isize - steps.pad as isize;
+        samples.clear();
+        samples.resize(channels * span, 0.0);
+        // The part of [first, first + span) inside the input.
+        let from = first.max(0) as usize;
+        let to = ((first + span as isize).max(0) as usize).min(len);
+        if from < to {
+            let at = (from as isize - first) as usize;
+            for (c, local) in samples.chunks_exact_mut(span).enumerate() {
+                local[at..at + (to - from)]
+                    .copy_from_slice(&x.data[c * x.row_stride + from..][..to - from]);
+            }
+        }
+        ChunkInput { samples, span }
+    }
+
+    /// Writes the im2col row of the chunk's output `r` (the [IC][K] values the kernel's
+    /// row multiplies) into `row`, with AVX-512 when `level` has it and the kernel is at
+    /// most 16 taps (one masked load or gather per channel).
+    fn row(&self, level: SimdLevel, steps: ConvSteps, r: usize, row: &mut [f32]) {
+        let k = steps.kernel_width;
+        let reach = steps.dilation * (k - 1) + 1;
+        let channels = row.len() / k;
+        assert!(
+            channels * self.span <= self.samples.len() && r * steps.stride + reach <= self.span,
+            "im2col row {r} outside the chunk's samples"
+        );
+        #[cfg(target_arch = "x86_64")]
+        if level == SimdLevel::Avx512 && k <= 16 {
+            // SAFETY: AVX-512 F is present; every channel's window of `reach` samples
+            // lies inside `samples` (asserted above) and `row` holds `channels * k`.
+            unsafe { self.row_avx512(steps, r, channels, row) };
+            return;
+        }
+        let _ = level;
+        for (taps, local) in row
+            .chunks_exact_mut(k)
+            .zip(self.samples.chunks_exact(self.span))
+        {
+            let window = &local[r * steps.stride..][..reach];
+            for (v, &s) in taps.iter_mut().zip(window.iter().step_by(steps.dilation)) {
+                *v = s;
+            }
+        }
+    }
+
+    /// [`ChunkInput::row`] for a kernel of at most 16 taps with AVX-512.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F; `row` holds `channels * K` floats and every channel's
+    /// window (`dilation * (K - 1) + 1` samples from `r * stride`) lies in `samples`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn row_avx512(&self, steps: ConvSteps, r: usize, channels: usize, row: &mut [f32]) {
+        use std::arch::x86_64::*;
+        let k = steps.kernel_width;
+        let mask: __mmask16 = ((1u32 << k) - 1) as __mmask16;
+        let at = r * steps.stride;
+        let src = self.samples.as_ptr();
+        let dst = row.as_mut_ptr();
+        if steps.dilation == 1 {
+            for c in 0..channels {
+                // SAFETY: the masked lanes stay inside the channel's window and the
+                // row's taps (the caller's guarantee).
+                unsafe {
+                    let v = _mm512_maskz_loadu_ps(mask, src.add(c * self.span + at));
+                    _mm512_mask_storeu_ps(dst.add(c * k), mask, v);
+                }
             }
         } else {
-            for (j, v) in taps.iter_mut().enumerate() {
-                let at = first + (j * steps.dilation) as isize;
-                *v = if at >= 0 && (at as usize) < len {
-                    channel[at as usize]
-                } else {
-                    0.0
-                };
+            let index = _mm512_mullo_epi32(
+                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                _mm512_set1_epi32(steps.dilation as i32),
+            );
+            for c in 0..channels {
+                // SAFETY: as above; the gathered lanes are the window's taps.
+                unsafe {
+                    let v = _mm512_mask_i32gather_ps::<4>(
+                        _mm512_setzero_ps(),
+                        mask,
+                        index,
+                        src.add(c * self.span + at).cast(),
+                    );
+                    _mm512_mask_storeu_ps(dst.add(c * k), mask, v);
+                }
             }
         }
     }
@@ -672,9 +754,10 @@ fn im2col_row(x: &Matrix<'_, f32>, steps: ConvSteps, t: usize, row: &mut [f32]) 
 
 #[cfg(target_arch = "x86_64")]
 thread_local! {
-    /// Each worker thread's im2col rows (f32) and product results of one chunk of
-    /// [`conv_time_major`].
-    static CONV_SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// Each worker thread's input samples, im2col row (f32) and product results of one
+    /// chunk of [`conv_time_major`].
+    static CONV_SCRATCH: RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> =
+        const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
 /// A 1-D convolution with a packed q8_0 kernel (`w`, [IC * K] values per output channel,
@@ -717,7 +800,7 @@ pub fn conv_time_major(
         let positions = split_range(out_len, TILE_ROWS, part.ith, part.nth);
         let bias = bias.map_or(std::ptr::null(), <[f32]>::as_ptr);
         SCRATCH.with_borrow_mut(|(xq, xd)| {
-            CONV_SCRATCH.with_borrow_mut(|(cols, tile)| {
+            CONV_SCRATCH.with_borrow_mut(|(samples, cols, tile)| {
                 xq.resize(CONV_CHUNK * k, 0);
                 xd.resize(CONV_CHUNK * nb, 0.0);
                 cols.resize(k, 0.0);
@@ -725,13 +808,19 @@ pub fn conv_time_major(
                 let mut start = positions.start;
                 while start < positions.end {
                     let rows = (positions.end - start).min(CONV_CHUNK);
+                    let input = ChunkInput::gather(samples, &x, steps, start..start + rows);
                     for r in 0..rows {
-                        im2col_row(&x, steps, start + r, cols);
+                        input.row(level, steps, r, cols);
                         // SAFETY: the CPU has `level` (q8_kernel_level); k is whole
                         // blocks (PackedQ8View::new) and row r's bytes and scales fit
                         // the chunk's buffers.
                         unsafe {
-                            quantize_row(level, cols, &mut xq[r * k..][..k], &mut xd[r * nb..][..nb])
+                            quantize_row(
+                                level,
+                                cols,
+                                &mut xq[r * k..][..k],
+                                &mut xd[r * nb..][..nb],
+                            )
                         };
                     }
                     // SAFETY: the CPU has `level`; the weight holds every group's cells;
@@ -1083,5 +1172,54 @@ mod tests {
         let err = conv_time_major(w.view(), narrow, steps, None, &out, Part::WHOLE).unwrap_err();
         assert!(err.contains("kernel row"), "{err}");
         assert_eq!(ConvSteps { stride: 0, ..steps }.output_len(10), None);
+    }
+
+    #[test]
+    fn im2col_rows_are_the_same_with_and_without_avx512() {
+        let levels = float_levels();
+        report_missing("im2col row builder", &levels);
+        let (len, channels) = (40, 5);
+        let x = values(len * channels, 41, 1.0);
+        let xm = Matrix::rows(&x, len, channels).unwrap();
+        for (kw, stride, pad, dilation) in
+            [(3, 1, 1, 1), (11, 1, 25, 5), (7, 2, 3, 3), (17, 1, 8, 1)]
+        {
+            let steps = ConvSteps {
+                kernel_width: kw,
+                stride,
+                pad,
+                dilation,
+            };
+            let outputs = 2..steps.output_len(len).unwrap();
+            let mut samples = Vec::new();
+            let input = ChunkInput::gather(&mut samples, &xm, steps, outputs.clone());
+            for r in 0..outputs.len() {
+                let rows: Vec<Vec<f32>> = levels
+                    .iter()
+                    .map(|&level| {
+                        let mut row = vec![f32::NAN; channels * kw];
+                        input.row(level, steps, r, &mut row);
+                        row
+                    })
+                    .collect();
+                for (c, taps) in rows[0].chunks(kw).enumerate() {
+                    for (j, &v) in taps.iter().enumerate() {
+                        let at =
+                            ((outputs.start + r) * stride + j * dilation) as isize - pad as isize;
+                        let want = if (0..len as isize).contains(&at) {
+                            x[c * len + at as usize]
+                        } else {
+                            0.0
+                        };
+                        assert_eq!(
+                            v.to_bits(),
+                            want.to_bits(),
+                            "{steps:?} row {r} channel {c} tap {j}"
+                        );
+                    }
+                }
+                assert!(rows.windows(2).all(|w| w[0] == w[1]), "{steps:?} row {r}");
+            }
+        }
     }
 }

@@ -99,6 +99,26 @@ impl Layers {
         }
     }
 
+    /// Snake after an AdaIN's affine step (iSTFTNet's residual blocks): `v + sin(alpha
+    /// v)^2 / alpha` with `v = normed * gamma + normed + beta`, `normed` [T, C] and
+    /// `gamma`, `beta`, `alpha` [1, C]. The engine's one-pass kernel, or ggml's eight
+    /// ops; both give the same bits.
+    pub fn ada_in_snake<'a>(
+        &self,
+        ctx: &'a Context,
+        normed: Tensor<'a>,
+        gamma: Tensor<'a>,
+        beta: Tensor<'a>,
+        alpha: Tensor<'a>,
+    ) -> Result<Tensor<'a>> {
+        if self.float {
+            return Ok(ctx.ada_in_snake_cpu(normed, gamma, beta, alpha)?);
+        }
+        let v = ctx.add(ctx.add(ctx.mul(normed, gamma), normed), beta);
+        let s = ctx.sqr(ctx.sin(ctx.mul(v, alpha)));
+        Ok(ctx.add(v, ctx.div(s, alpha)))
+    }
+
     /// The exact (erf) GELU: the engine's vectorised kernel, or ggml's op.
     pub fn gelu<'a>(&self, ctx: &'a Context, x: Tensor<'a>) -> Result<Tensor<'a>> {
         if self.float {

@@ -11,6 +11,8 @@
 //! - [`attention`]: multi-head self-attention (heads of 64) whose score rows stay in
 //!   cache, so the softmax is exact in one pass.
 //! - [`gelu`]: the exact (erf) GELU with a vectorisable rational erf.
+//! - [`snake`]: the AdaIN affine part and Snake of iSTFTNet's residual blocks in one
+//!   pass.
 //! - `simd`: the vector layer the float kernels are written over, once per
 //!   instruction set.
 //!
@@ -31,6 +33,7 @@ pub mod f16_product;
 pub mod f32_product;
 pub mod gelu;
 pub mod q8;
+pub mod snake;
 
 pub use attention::{attention_kernel_available, ATTENTION_HEAD_DIM};
 pub use f16_product::f16_product_available;

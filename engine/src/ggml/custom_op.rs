@@ -14,7 +14,7 @@ use llama_cpp_sys_2 as sys;
 
 use super::{Context, DType, GgmlError, Tensor};
 use crate::cpu_kernels::{
-    self as kernels, attention, f16_product, f32_product, gelu, q8, Matrix, Output, Part,
+    self as kernels, attention, f16_product, f32_product, gelu, q8, snake, Matrix, Output, Part,
 };
 
 /// The engine's custom ops, with the parameter each takes.
@@ -38,6 +38,8 @@ pub(super) enum CustomOp {
     },
     /// [`super::Context::mul_mat_f16_cpu`].
     F16Product,
+    /// [`super::Context::ada_in_snake_cpu`].
+    AdaInSnake,
 }
 
 /// What a custom op needs to know about one operand (a source or its result).
@@ -175,6 +177,7 @@ impl CustomOp {
             CustomOp::GeluErf => "gelu_erf_cpu",
             CustomOp::SelfAttention { .. } => "self_attention_cpu",
             CustomOp::F16Product => "mul_mat_f16_cpu",
+            CustomOp::AdaInSnake => "ada_in_snake_cpu",
         }
     }
 
@@ -185,9 +188,10 @@ impl CustomOp {
         let available = match self {
             CustomOp::Q8Packed | CustomOp::Q8Conv { .. } => kernels::q8_kernel_available(),
             CustomOp::F16Product => kernels::f16_product_available(),
-            CustomOp::F32Packed | CustomOp::GeluErf | CustomOp::SelfAttention { .. } => {
-                kernels::attention_kernel_available()
-            }
+            CustomOp::F32Packed
+            | CustomOp::GeluErf
+            | CustomOp::SelfAttention { .. }
+            | CustomOp::AdaInSnake => kernels::attention_kernel_available(),
         };
         if !available {
             return Err("this CPU lacks the vector instructions the kernel needs".into());
@@ -230,6 +234,18 @@ impl CustomOp {
                 let m = srcs[1].ne[1];
                 srcs[1].expect("the activations", DType::F32, [k, m, 1, 1], false)?;
                 Ok([n, m, 1, 1])
+            }
+            CustomOp::AdaInSnake => {
+                arity(srcs, 4, 0)?;
+                let [len, channels, _, _] = srcs[0].ne;
+                srcs[0].expect("the input", DType::F32, [len, channels, 1, 1], false)?;
+                for (what, s) in ["the gains", "the offsets", "the Snake alphas"]
+                    .iter()
+                    .zip(&srcs[1..])
+                {
+                    s.expect(what, DType::F32, [channels, 1, 1, 1], false)?;
+                }
+                Ok(srcs[0].ne)
             }
             CustomOp::GeluErf => {
                 arity(srcs, 1, 0)?;
@@ -308,6 +324,14 @@ impl CustomOp {
                     )
                 }
                 CustomOp::GeluErf => gelu::gelu_erf_part(span::<f32>(src(0))?, &out, part),
+                CustomOp::AdaInSnake => snake::ada_in_snake(
+                    matrix::<f32>(src(0))?,
+                    span::<f32>(src(1))?,
+                    span::<f32>(src(2))?,
+                    span::<f32>(src(3))?,
+                    &out,
+                    part,
+                ),
                 CustomOp::SelfAttention { heads } => {
                     attention::self_attention(matrix::<f32>(src(0))?, heads, &out, part)
                 }
@@ -562,6 +586,31 @@ impl Context {
         let mut args = vec![packed, self.contiguous_f32(op, x, "the activations")?];
         if let Some(b) = bias {
             args.push(self.contiguous_f32(op, b, "the bias")?);
+        }
+        self.custom_op(op, &args)
+    }
+
+    /// Snake after an AdaIN's affine part, `v + sin(alpha v)^2 / alpha` with `v = normed
+    /// * gamma + normed + beta`, for `normed` [T, C] and one gain, offset and alpha per
+    /// channel (each C contiguous f32 values), as a CPU-only custom op with ggml's bits
+    /// ([`crate::cpu_kernels::snake`]). Refuses any other operand.
+    pub fn ada_in_snake_cpu<'a>(
+        &'a self,
+        normed: Tensor<'a>,
+        gamma: Tensor<'a>,
+        beta: Tensor<'a>,
+        alpha: Tensor<'a>,
+    ) -> super::Result<Tensor<'a>> {
+        let op = CustomOp::AdaInSnake;
+        let normed = self.contiguous_f32(op, normed, "the input")?;
+        let mut args = vec![normed];
+        for (what, t) in [
+            ("the gains", gamma),
+            ("the offsets", beta),
+            ("the Snake alphas", alpha),
+        ] {
+            let t = self.contiguous_f32(op, t, what)?;
+            args.push(self.reshape(t, &[t.ne().iter().product()]));
         }
         self.custom_op(op, &args)
     }
@@ -931,6 +980,87 @@ mod tests {
             ctx.conv_1d_f32_packed(w16, 3, x, 1, 1),
             op,
             "contiguous 2-D f32",
+        );
+    }
+
+    #[test]
+    fn the_fused_snake_gives_the_bits_of_ggml_ops_and_refuses_wrong_lengths() {
+        if !kernels_here() {
+            return;
+        }
+        let backend = cpu();
+        let (t, c) = (301, 6);
+        let data = |n: i64, k: f32| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i as f32 + k) * 0.37).sin() * (1.0 + k))
+                .collect()
+        };
+        let (xs, gs, bs, al) = (data(t * c, 0.0), data(c, 1.0), data(c, 2.0), data(c, 3.0));
+        let mut results = Vec::new();
+        for fused in [false, true] {
+            let mut sched = Scheduler::new(&[&backend], 64).unwrap();
+            let ctx = Context::new(32, 64).unwrap();
+            let x = ctx.new_tensor(DType::F32, &[t, c], "x");
+            let [g, b, a] = ["g", "b", "a"].map(|n| ctx.new_tensor(DType::F32, &[1, c], n));
+            for input in [x, g, b, a] {
+                input.mark_input();
+            }
+            let layers = crate::layers::Layers::with_cpu_kernels(fused);
+            let y = layers.ada_in_snake(&ctx, x, g, b, a).unwrap();
+            y.mark_output();
+            let mut graph = ctx.new_graph(64);
+            graph.expand(y);
+            sched
+                .compute(&mut graph, &[(x, &xs), (g, &gs), (b, &bs), (a, &al)])
+                .unwrap();
+            results.push(y.read_f32().unwrap());
+        }
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&results[0]), bits(&results[1]));
+        assert!(
+            results[1].iter().any(|v| v.abs() > 0.5),
+            "a result worth comparing"
+        );
+        let ctx = Context::new(16, 0).unwrap();
+        let x = ctx.new_tensor(DType::F32, &[t, c], "x");
+        let g = ctx.new_tensor(DType::F32, &[c], "g");
+        let short = ctx.new_tensor(DType::F32, &[c - 1], "a");
+        refused(
+            ctx.ada_in_snake_cpu(x, g, g, short),
+            "ada_in_snake_cpu",
+            "the Snake alphas: dims [5, 1, 1, 1], expected [6, 1, 1, 1]",
+        );
+    }
+
+    #[test]
+    fn the_fused_q8_conv_refuses_a_kernel_that_does_not_fit_its_input() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(16, 0).unwrap();
+        let op = "conv_1d_q8_packed_time_major";
+        let w = q8_weight(&ctx, DType::I8); // k 64, n 32
+        let x = ctx.new_tensor(DType::F32, &[20, 32], "x");
+        let y = ctx
+            .conv_1d_q8_packed_time_major(w, 2, x, [1, 1, 1], None)
+            .unwrap();
+        assert_eq!(y.ne(), [21, Q8_N, 1, 1]);
+        let x3 = ctx.new_tensor(DType::F32, &[20, 16], "x3");
+        refused(
+            ctx.conv_1d_q8_packed_time_major(w, 2, x3, [1, 1, 1], None),
+            op,
+            "not 2 taps over the input's 16 channels",
+        );
+        let tiny = ctx.new_tensor(DType::F32, &[1, 32], "tiny");
+        refused(
+            ctx.conv_1d_q8_packed_time_major(w, 2, tiny, [1, 0, 1], None),
+            op,
+            "gives no output",
+        );
+        refused(
+            ctx.conv_1d_q8_packed_time_major(w, 2, x, [0, 1, 1], None),
+            op,
+            "a step is not positive",
         );
     }
 

@@ -28,6 +28,13 @@ pub trait WeightLookup {
     fn dims(&self, name: &str) -> Result<[i64; 4]> {
         Ok(self.tensor(name)?.ne())
     }
+
+    /// Which implementation computes the layers over these weights: the engine's CPU
+    /// kernels when the weights live on a CPU backend that has them; by default
+    /// ggml's ops.
+    fn layers(&self) -> Layers {
+        Layers::with_cpu_kernels(false)
+    }
 }
 
 /// A bare ggml context holding the weights (tests, tools) looks them up by tensor name.
@@ -195,6 +202,19 @@ impl AdaIn1d {
         x: Tensor<'a>,
         style: Tensor<'a>,
     ) -> Result<Tensor<'a>> {
+        let (normed, gamma, beta) = self.parts(ctx, w, x, style)?;
+        Ok(ctx.add(ctx.add(ctx.mul(normed, gamma), normed), beta))
+    }
+
+    /// The block's parts before its affine step, for layers that fuse that step with
+    /// what follows: `x` normalised per channel, and gamma and beta, each [1, C].
+    pub fn parts<'a>(
+        &self,
+        ctx: &'a Context,
+        w: &'a dyn WeightLookup,
+        x: Tensor<'a>,
+        style: Tensor<'a>,
+    ) -> Result<(Tensor<'a>, Tensor<'a>, Tensor<'a>)> {
         let c = self.channels;
         let fc = ctx.cont(ctx.transpose(w.tensor(&self.fc_weight)?)); // [style, 2C]
         let h = ctx.add(
@@ -203,8 +223,7 @@ impl AdaIn1d {
         ); // [2C, 1]
         let gamma = ctx.reshape(ctx.view_1d(h, c, 0), &[1, c]);
         let beta = ctx.reshape(ctx.view_1d(h, c, c as usize), &[1, c]);
-        let normed = ctx.norm(x, INSTANCE_NORM_EPS);
-        Ok(ctx.add(ctx.add(ctx.mul(normed, gamma), normed), beta))
+        Ok((ctx.norm(x, INSTANCE_NORM_EPS), gamma, beta))
     }
 }
 

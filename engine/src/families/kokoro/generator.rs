@@ -50,17 +50,20 @@ struct SnakeStage {
     conv2: Conv1d,
 }
 
-/// `x + sin(alpha * x)^2 / alpha` for `x` [T, C], `alpha` [1, C, 1] (ONNX shape).
-fn snake<'a>(
+/// Snake `v + sin(alpha v)^2 / alpha` of `v = adain(x)` for `x` [T, C], `alpha`
+/// [1, C, 1] (ONNX shape), the AdaIN's affine step and the Snake computed as one layer.
+fn ada_in_snake<'a>(
     ctx: &'a Context,
     w: &'a dyn WeightLookup,
+    adain: &AdaIn1d,
     x: Tensor<'a>,
+    style: Tensor<'a>,
     alpha: &str,
 ) -> Result<Tensor<'a>> {
     let [_, c, _, _] = x.ne();
+    let (normed, gamma, beta) = adain.parts(ctx, w, x, style)?;
     let a = ctx.reshape(ctx.to_f32(w.tensor(alpha)?), &[1, c]);
-    let s = ctx.sqr(ctx.sin(ctx.mul(x, a)));
-    Ok(ctx.add(x, ctx.div(s, a)))
+    w.layers().ada_in_snake(ctx, normed, gamma, beta, a)
 }
 
 impl AdaInResBlock1 {
@@ -93,11 +96,9 @@ impl AdaInResBlock1 {
         style: Tensor<'a>,
     ) -> Result<Tensor<'a>> {
         for s in &self.stages {
-            let mut t = s.adain1.build(ctx, w, x, style)?;
-            t = snake(ctx, w, t, &s.alpha1)?;
+            let mut t = ada_in_snake(ctx, w, &s.adain1, x, style, &s.alpha1)?;
             t = s.conv1.build(ctx, w, t)?;
-            t = s.adain2.build(ctx, w, t, style)?;
-            t = snake(ctx, w, t, &s.alpha2)?;
+            t = ada_in_snake(ctx, w, &s.adain2, t, style, &s.alpha2)?;
             t = s.conv2.build(ctx, w, t)?;
             x = ctx.add(t, x);
         }

@@ -47,6 +47,8 @@ const TRANSPOSED_SUFFIX: &str = "#T";
 /// The device copy of the model's weights.
 pub struct Weights {
     store: WeightStore,
+    /// Where the layers over these weights compute.
+    layers: Layers,
     /// ONNX dims (ggml order) of the kernels held block-quantized as [IC * K, OC].
     quantized_dims: HashMap<String, [i64; 4]>,
 }
@@ -92,6 +94,7 @@ impl Weights {
         }
         Ok(Weights {
             store,
+            layers,
             quantized_dims,
         })
     }
@@ -150,6 +153,10 @@ impl super::adain::WeightLookup for Weights {
 
     fn dims(&self, name: &str) -> Result<[i64; 4]> {
         Weights::dims(self, name)
+    }
+
+    fn layers(&self) -> Layers {
+        self.layers
     }
 }
 

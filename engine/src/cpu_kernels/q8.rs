@@ -171,7 +171,10 @@ unsafe fn quantize_row_u8_avx512(x: &[f32], q: &mut [u8], d: &mut [f32]) {
         });
         let t: [__m512; 2] = std::array::from_fn(|i| {
             let (a, b) = (r[2 * i], r[2 * i + 1]);
-            _mm512_max_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b))
+            _mm512_max_ps(
+                _mm512_shuffle_ps::<0x44>(a, b),
+                _mm512_shuffle_ps::<0xEE>(a, b),
+            )
         });
         let u = _mm512_max_ps(
             _mm512_shuffle_ps::<0x88>(t[0], t[1]),

@@ -592,8 +592,9 @@ impl Context {
 
     /// Snake after an AdaIN's affine part, `v + sin(alpha v)^2 / alpha` with `v = normed
     /// * gamma + normed + beta`, for `normed` [T, C] and one gain, offset and alpha per
-    /// channel (each C contiguous f32 values), as a CPU-only custom op with ggml's bits
-    /// ([`crate::cpu_kernels::snake`]). Refuses any other operand.
+    /// channel (each C contiguous f32 values), as a CPU-only custom op
+    /// ([`crate::cpu_kernels::snake`]: one pass, a vectorised sine). Refuses any other
+    /// operand.
     pub fn ada_in_snake_cpu<'a>(
         &'a self,
         normed: Tensor<'a>,
@@ -984,7 +985,7 @@ mod tests {
     }
 
     #[test]
-    fn the_fused_snake_gives_the_bits_of_ggml_ops_and_refuses_wrong_lengths() {
+    fn the_fused_snake_agrees_with_ggml_ops_and_refuses_wrong_lengths() {
         if !kernels_here() {
             return;
         }
@@ -1015,8 +1016,13 @@ mod tests {
                 .unwrap();
             results.push(y.read_f32().unwrap());
         }
-        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&results[0]), bits(&results[1]));
+        // The kernel's sine is within 1.2e-7 of libm's, which ggml calls.
+        for (i, (ggml, ours)) in results[0].iter().zip(&results[1]).enumerate() {
+            assert!(
+                (ggml - ours).abs() <= 1e-6 * (1.0 + ggml.abs()),
+                "at {i}: {ggml} vs {ours}"
+            );
+        }
         assert!(
             results[1].iter().any(|v| v.abs() > 0.5),
             "a result worth comparing"

@@ -200,14 +200,14 @@ unsafe fn quantize_row_u8_avx512(x: &[f32], q: &mut [u8], d: &mut [f32]) {
         }
         b0 += 16;
     }
-    for b in b0..nb {
+    for (b, db) in d.iter_mut().enumerate().skip(b0) {
         // SAFETY: block b lies inside x (caller's guarantee).
         let amax = unsafe {
             let lo = _mm512_loadu_ps(x.as_ptr().add(b * QK));
             let hi = _mm512_loadu_ps(x.as_ptr().add(b * QK + 16));
             _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)))
         };
-        d[b] = f16_to_f32(f32_to_f16(amax / 127.0));
+        *db = f16_to_f32(f32_to_f16(amax / 127.0));
         let id = _mm512_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
         // SAFETY: block b lies inside x and q.
         unsafe { quantize_block_avx512(x, q, b, id) };

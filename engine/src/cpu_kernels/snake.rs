@@ -50,7 +50,7 @@ fn channel(x: &[f32], out: &mut [f32], g: f32, b: f32, a: f32) -> bool {
         // ggml's order: mul, add, add; then mul, sin, sqr, div, add.
         let v = n * g + n + b;
         let m = v * a;
-        outside += u32::from(!(m.abs() <= SIN_LIMIT));
+        outside += u32::from(m.abs() > SIN_LIMIT || m.is_nan());
         let s = sin_approx(m);
         *o = v + s * s / a;
     }

@@ -590,11 +590,11 @@ impl Context {
         self.custom_op(op, &args)
     }
 
-    /// Snake after an AdaIN's affine part, `v + sin(alpha v)^2 / alpha` with `v = normed
-    /// * gamma + normed + beta`, for `normed` [T, C] and one gain, offset and alpha per
-    /// channel (each C contiguous f32 values), as a CPU-only custom op
-    /// ([`crate::cpu_kernels::snake`]: one pass, a vectorised sine). Refuses any other
-    /// operand.
+    /// Snake after an AdaIN's affine part: `v + sin(alpha v)^2 / alpha` where `v` is
+    /// `normed` times `gamma`, plus `normed` and `beta`, for `normed` [T, C] and one
+    /// gain, offset and alpha per channel (each C contiguous f32 values), as a CPU-only
+    /// custom op ([`crate::cpu_kernels::snake`]: one pass, a vectorised sine). Refuses
+    /// any other operand.
     pub fn ada_in_snake_cpu<'a>(
         &'a self,
         normed: Tensor<'a>,

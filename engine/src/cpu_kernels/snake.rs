@@ -31,7 +31,10 @@ pub fn sin_approx(x: f32) -> f32 {
     let z = r * r;
     let s = r + r * z * (SIN_POLY[0] + z * (SIN_POLY[1] + z * SIN_POLY[2]));
     let c = 1.0 - 0.5 * z + z * z * (COS_POLY[0] + z * (COS_POLY[1] + z * COS_POLY[2]));
-    let quadrant = q as i32;
+    // q's low bits as an integer, without a float-to-int conversion (Rust's `as`
+    // saturates, which does not vectorise): adding 1.5 x 2^23 leaves q mod 2^22 in the
+    // low mantissa bits, exactly for |q| < 2^22 (any |x| the sine is used for).
+    let quadrant = (q + 12_582_912.0).to_bits();
     let v = if quadrant & 1 == 0 { s } else { c };
     if quadrant & 2 == 0 {
         v

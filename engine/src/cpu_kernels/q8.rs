@@ -741,17 +741,22 @@ impl<'a> ChunkInput<'a> {
         let reach = steps.dilation * (steps.kernel_width - 1);
         let span = (outputs.len() - 1) * steps.stride + reach + 1;
         let first = (outputs.start * steps.stride) as isize - steps.pad as isize;
-        samples.clear();
+        // Every value is written below, so the buffer is only grown, never cleared.
         samples.resize(channels * span, 0.0);
-        // The part of [first, first + span) inside the input.
-        let from = first.max(0) as usize;
-        let to = ((first + span as isize).max(0) as usize).min(len);
-        if from < to {
-            let at = (from as isize - first) as usize;
-            for (c, local) in samples.chunks_exact_mut(span).enumerate() {
-                local[at..at + (to - from)]
-                    .copy_from_slice(&x.data[c * x.row_stride + from..][..to - from]);
-            }
+        // The part of [first, first + span) inside the input, and the padding around it.
+        // (A window may lie wholly in the padding, before or after the input.)
+        let len_i = len as isize;
+        let from = first.clamp(0, len_i);
+        let to = (first + span as isize).clamp(from, len_i);
+        let at = (from - first).clamp(0, span as isize) as usize;
+        let inside = ((to - from) as usize).min(span - at);
+        let from = from as usize;
+        for (c, local) in samples.chunks_exact_mut(span).take(channels).enumerate() {
+            let (before, rest) = local.split_at_mut(at);
+            before.fill(0.0);
+            let (values, after) = rest.split_at_mut(inside);
+            values.copy_from_slice(&x.data[c * x.row_stride + from..][..inside]);
+            after.fill(0.0);
         }
         ChunkInput { samples, span }
     }
@@ -1273,6 +1278,9 @@ mod tests {
             (64, 11, 48, 45, 1, 25, 5),
             (32, 5, 16, 50, 2, 3, 1),
             (96, 1, 16, 3, 1, 0, 1),
+            // Padding wider than the kernel's reach: the last outputs read only zeros.
+            (32, 1, 16, 5, 1, 2, 1),
+            (32, 3, 16, 40, 3, 4, 1),
         ] {
             let steps = ConvSteps {
                 kernel_width: kw,

@@ -99,21 +99,24 @@ impl Layers {
         }
     }
 
-    /// Snake after an AdaIN's affine step (iSTFTNet's residual blocks): `v + sin(alpha
-    /// v)^2 / alpha` with `v = normed * gamma + normed + beta`, `normed` [T, C] and
-    /// `gamma`, `beta`, `alpha` [1, C]. The engine's one-pass kernel (whose sine is
-    /// within 1.2e-7 of libm's), or ggml's eight ops.
+    /// Snake after an AdaIN (iSTFTNet's residual blocks): `v + sin(alpha v)^2 /
+    /// alpha` with `v = n * gamma + n + beta`, `n` being `x` [T, C] normalised per
+    /// channel over time with `eps`, and `gamma`, `beta`, `alpha` [1, C]. The engine's
+    /// one-pass kernel (whose sine is within 1.2e-7 of libm's), or ggml's norm and
+    /// eight ops.
     pub fn ada_in_snake<'a>(
         &self,
         ctx: &'a Context,
-        normed: Tensor<'a>,
+        x: Tensor<'a>,
+        eps: f32,
         gamma: Tensor<'a>,
         beta: Tensor<'a>,
         alpha: Tensor<'a>,
     ) -> Result<Tensor<'a>> {
         if self.float {
-            return Ok(ctx.ada_in_snake_cpu(normed, gamma, beta, alpha)?);
+            return Ok(ctx.ada_in_snake_cpu(x, eps, gamma, beta, alpha)?);
         }
+        let normed = ctx.norm(x, eps);
         let v = ctx.add(ctx.add(ctx.mul(normed, gamma), normed), beta);
         let s = ctx.sqr(ctx.sin(ctx.mul(v, alpha)));
         Ok(ctx.add(v, ctx.div(s, alpha)))

@@ -1,10 +1,11 @@
 //! The style-conditioned Snake of iSTFTNet's residual blocks (Kokoro's generator) in
-//! one pass: an AdaIN's affine part `v = n * gamma + n + beta` over the instance-normed
-//! `n`, then Snake `v + sin(alpha v)^2 / alpha`. As ggml ops these are eight passes over
-//! the activations, each a read and a write of memory, and ggml's sine is a libm call
-//! per value; here one vectorised loop computes the same operations in the same order
-//! with a branch-free sine ([`sin_approx`], within 1.2e-7 of the true sine), falling
-//! back to libm for a channel whose arguments leave the range it reduces exactly.
+//! one pass over each channel: an AdaIN (instance normalisation `n`, then `v = n *
+//! gamma + n + beta`), then Snake `v + sin(alpha v)^2 / alpha`. As ggml ops these are
+//! a norm and eight element-wise passes over the activations, each a read and a write
+//! of memory, and ggml's sine is a libm call per value; here the channel's statistics
+//! and one vectorised loop compute the same operations in the same order with a
+//! branch-free sine ([`sin_approx`], within 1.2e-7 of the true sine), falling back to
+//! libm for a channel whose arguments leave the range it reduces exactly.
 
 use super::{expect_eq, split_range, KernelResult, Matrix, Output, Part, SimdLevel};
 
@@ -43,48 +44,100 @@ pub fn sin_approx(x: f32) -> f32 {
     }
 }
 
-/// One channel: `out = snake(x * g + x + b)` with [`sin_approx`]; returns false when
-/// some |alpha v| left the sine's range (or was NaN).
+/// What one channel's pass needs besides its values: the normalisation's epsilon and
+/// the channel's gain, offset and Snake alpha.
+#[derive(Debug, Clone, Copy)]
+struct ChannelParams {
+    eps: f32,
+    gain: f32,
+    offset: f32,
+    alpha: f32,
+}
+
+/// The channel's mean and `1 / sqrt(variance + eps)`, as ggml's `norm` computes them
+/// (the variance about the mean, divided by the count), summed in 16 f32 lanes so the
+/// loops vectorise, the lanes then added in f64.
 #[inline(always)]
-fn channel(x: &[f32], out: &mut [f32], g: f32, b: f32, a: f32) -> bool {
+fn instance_stats(x: &[f32], eps: f32) -> (f32, f32) {
+    let count = x.len() as f64;
+    let mean = (lanes_sum(x, |v| v) / count) as f32;
+    let variance = (lanes_sum(x, |v| (v - mean) * (v - mean)) / count) as f32;
+    (mean, 1.0 / (variance + eps).sqrt())
+}
+
+/// The sum of `f` over `x`, in 16 f32 lanes (a loop that vectorises), then in f64.
+#[inline(always)]
+fn lanes_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f64 {
+    const LANES: usize = 16;
+    let mut acc = [0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest: f64 = chunks.remainder().iter().map(|&v| f(v) as f64).sum();
+    for chunk in chunks {
+        for (a, &v) in acc.iter_mut().zip(chunk) {
+            *a += f(v);
+        }
+    }
+    acc.iter().map(|&v| v as f64).sum::<f64>() + rest
+}
+
+/// One channel: `out = snake(n * g + n + b)` over the instance-normed `n`, with the sine
+/// `sin`; returns false when some |alpha v| left [`sin_approx`]'s range (or was NaN).
+#[inline(always)]
+fn channel_with(x: &[f32], out: &mut [f32], p: ChannelParams, sin: impl Fn(f32) -> f32) -> bool {
+    let (mean, scale) = instance_stats(x, p.eps);
+    let ChannelParams {
+        gain: g,
+        offset: b,
+        alpha: a,
+        ..
+    } = p;
     // A count, not a float maximum: an integer sum vectorises.
     let mut outside = 0u32;
-    for (o, &n) in out.iter_mut().zip(x) {
-        // ggml's order: mul, add, add; then mul, sin, sqr, div, add.
+    for (o, &xv) in out.iter_mut().zip(x) {
+        // ggml's order: norm; mul, add, add; then mul, sin, sqr, div, add.
+        let n = (xv - mean) * scale;
         let v = n * g + n + b;
         let m = v * a;
         outside += u32::from(m.abs() > SIN_LIMIT || m.is_nan());
-        let s = sin_approx(m);
+        let s = sin(m);
         *o = v + s * s / a;
     }
     outside == 0
 }
 
+/// [`channel_with`] and [`sin_approx`].
+#[inline(always)]
+fn channel(x: &[f32], out: &mut [f32], p: ChannelParams) -> bool {
+    channel_with(x, out, p, sin_approx)
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn channel_avx2(x: &[f32], out: &mut [f32], g: f32, b: f32, a: f32) -> bool {
-    channel(x, out, g, b, a)
+fn channel_avx2(x: &[f32], out: &mut [f32], p: ChannelParams) -> bool {
+    channel(x, out, p)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn channel_avx512(x: &[f32], out: &mut [f32], g: f32, b: f32, a: f32) -> bool {
-    channel(x, out, g, b, a)
+fn channel_avx512(x: &[f32], out: &mut [f32], p: ChannelParams) -> bool {
+    channel(x, out, p)
 }
 
-/// `y` [T, C] = Snake(AdaIN affine(`normed`)) with one `gamma`, `beta` and `alpha` per
-/// channel (a row of `normed`, time fastest): the share `part` names (whole channels).
-/// A channel with an argument beyond [`SIN_LIMIT`] (or NaN) is computed again with
-/// libm's sine. Refuses lengths that do not fit.
+/// `y` [T, C] = Snake(AdaIN(`x`)): each channel (a row of `x`, time fastest)
+/// normalised over time (mean 0, variance 1 with `eps`), then its `gamma`, `beta` and
+/// Snake `alpha`; the share `part` names (whole channels). A channel with an argument
+/// beyond [`SIN_LIMIT`] (or NaN) is computed again with libm's sine. Refuses lengths
+/// that do not fit.
 pub fn ada_in_snake(
-    normed: Matrix<'_, f32>,
+    x: Matrix<'_, f32>,
+    eps: f32,
     gamma: &[f32],
     beta: &[f32],
     alpha: &[f32],
     y: &Output<'_>,
     part: Part,
 ) -> KernelResult {
-    let [len, channels, batches] = normed.dims();
+    let [len, channels, batches] = x.dims();
     expect_eq("the input's batches", batches, 1)?;
     expect_eq("the gains", gamma.len(), channels)?;
     expect_eq("the offsets", beta.len(), channels)?;
@@ -92,26 +145,27 @@ pub fn ada_in_snake(
     y.expect_len("the Snake", len * channels)?;
     let level = SimdLevel::allowed();
     for c in split_range(channels, 1, part.ith, part.nth) {
-        let x = &normed.data[c * normed.row_stride..][..len];
-        let (g, b, a) = (gamma[c], beta[c], alpha[c]);
+        let row = &x.data[c * x.row_stride..][..len];
+        let p = ChannelParams {
+            eps,
+            gain: gamma[c],
+            offset: beta[c],
+            alpha: alpha[c],
+        };
         // SAFETY: channel c's row lies inside y (len x channels floats, checked above);
         // no other part writes it (split_range).
         let out = unsafe { std::slice::from_raw_parts_mut(y.ptr.add(c * len), len) };
         let in_range = match level {
             // SAFETY: the CPU has the function's target features.
             #[cfg(target_arch = "x86_64")]
-            Some(SimdLevel::Avx512) => unsafe { channel_avx512(x, out, g, b, a) },
+            Some(SimdLevel::Avx512) => unsafe { channel_avx512(row, out, p) },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Some(SimdLevel::Avx2) => unsafe { channel_avx2(x, out, g, b, a) },
-            _ => channel(x, out, g, b, a),
+            Some(SimdLevel::Avx2) => unsafe { channel_avx2(row, out, p) },
+            _ => channel(row, out, p),
         };
         if !in_range {
-            for (o, &n) in out.iter_mut().zip(x) {
-                let v = n * g + n + b;
-                let s = (v * a).sin();
-                *o = v + s * s / a;
-            }
+            channel_with(row, out, p, f32::sin);
         }
     }
     Ok(())
@@ -139,27 +193,55 @@ mod tests {
         assert!(sin_approx(f32::NAN).is_nan());
     }
 
+    /// Snake(AdaIN(x)) of channel `c` in f64, with the true sine.
+    fn reference(x: &[f32], g: f32, b: f32, a: f32) -> Vec<f64> {
+        let n = x.len() as f64;
+        let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
+        let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+        let scale = 1.0 / (var + EPS as f64).sqrt();
+        x.iter()
+            .map(|&v| {
+                let normed = (v as f64 - mean) * scale;
+                let v = normed * (1.0 + g as f64) + b as f64;
+                v + (a as f64 * v).sin().powi(2) / a as f64
+            })
+            .collect()
+    }
+
+    const EPS: f32 = 1e-5;
+
     #[test]
     fn every_level_gives_the_same_bits_and_far_arguments_take_libm() {
         let (len, channels) = (1000, 4);
-        let x = values(len * channels, 3, 2.0);
+        // Channels of different means and spreads.
+        let x: Vec<f32> = values(len * channels, 3, 2.0)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v * (1 + i / len) as f32 + (i / len) as f32 * 3.0)
+            .collect();
         let (g, b) = (values(channels, 4, 1.0), values(channels, 5, 1.0));
         // Channel 3's alpha takes its arguments past the limit.
         let a = [0.7, -1.3, 2.1, 9.0e3];
         let xm = Matrix::rows(&x, len, channels).unwrap();
         let mut y = vec![f32::NAN; len * channels];
-        ada_in_snake(xm, &g, &b, &a, &Output::new(&mut y), Part::WHOLE).unwrap();
-        for (i, got) in y.iter().enumerate() {
-            let c = i / len;
-            let v = x[i] * g[c] + x[i] + b[c];
-            let want = v as f64 + ((a[c] * v) as f64).sin().powi(2) / a[c] as f64;
-            assert!(
-                (*got as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()),
-                "channel {c} at {i}: {got} vs {want}"
-            );
+        ada_in_snake(xm, EPS, &g, &b, &a, &Output::new(&mut y), Part::WHOLE).unwrap();
+        for c in 0..channels {
+            let want = reference(&x[c * len..][..len], g[c], b[c], a[c]);
+            for (i, (got, want)) in y[c * len..][..len].iter().zip(&want).enumerate() {
+                assert!(
+                    (*got as f64 - want).abs() <= 2e-5 * (1.0 + want.abs()),
+                    "channel {c} at {i}: {got} vs {want}"
+                );
+            }
         }
         let levels = float_levels();
         report_missing("Snake", &levels);
+        let p = ChannelParams {
+            eps: EPS,
+            gain: g[0],
+            offset: b[0],
+            alpha: a[0],
+        };
         let mut by_level = Vec::new();
         for level in levels.iter().map(|&l| Some(l)).chain([None]) {
             let mut out = vec![0f32; len];
@@ -167,13 +249,11 @@ mod tests {
             let in_range = match level {
                 // SAFETY: the CPU has the level's features.
                 #[cfg(target_arch = "x86_64")]
-                Some(SimdLevel::Avx512) => unsafe {
-                    channel_avx512(x0, &mut out, g[0], b[0], a[0])
-                },
+                Some(SimdLevel::Avx512) => unsafe { channel_avx512(x0, &mut out, p) },
                 // SAFETY: as above.
                 #[cfg(target_arch = "x86_64")]
-                Some(SimdLevel::Avx2) => unsafe { channel_avx2(x0, &mut out, g[0], b[0], a[0]) },
-                _ => channel(x0, &mut out, g[0], b[0], a[0]),
+                Some(SimdLevel::Avx2) => unsafe { channel_avx2(x0, &mut out, p) },
+                _ => channel(x0, &mut out, p),
             };
             assert!(in_range);
             assert_eq!(out[..], y[..len], "{level:?} against the kernel");
@@ -193,21 +273,22 @@ mod tests {
         );
         let xm = Matrix::rows(&x, len, channels).unwrap();
         let mut whole = vec![f32::NAN; len * channels];
-        ada_in_snake(xm, &g, &b, &a, &Output::new(&mut whole), Part::WHOLE).unwrap();
+        ada_in_snake(xm, EPS, &g, &b, &a, &Output::new(&mut whole), Part::WHOLE).unwrap();
         for nth in 2..=3 {
             let mut y = vec![f32::NAN; len * channels];
             let out = Output::new(&mut y);
             for ith in 0..nth {
-                ada_in_snake(xm, &g, &b, &a, &out, Part::new(ith, nth).unwrap()).unwrap();
+                ada_in_snake(xm, EPS, &g, &b, &a, &out, Part::new(ith, nth).unwrap()).unwrap();
             }
             assert_eq!(y, whole, "nth {nth}");
         }
         let mut y = vec![0f32; len * channels];
         let out = Output::new(&mut y);
-        let err = ada_in_snake(xm, &g[1..], &b, &a, &out, Part::WHOLE).unwrap_err();
+        let err = ada_in_snake(xm, EPS, &g[1..], &b, &a, &out, Part::WHOLE).unwrap_err();
         assert!(err.contains("gains"), "{err}");
         let mut short = vec![0f32; len];
-        let err = ada_in_snake(xm, &g, &b, &a, &Output::new(&mut short), Part::WHOLE).unwrap_err();
+        let err =
+            ada_in_snake(xm, EPS, &g, &b, &a, &Output::new(&mut short), Part::WHOLE).unwrap_err();
         assert!(err.contains("output holds"), "{err}");
     }
 }

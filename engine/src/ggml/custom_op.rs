@@ -38,8 +38,11 @@ pub(super) enum CustomOp {
     },
     /// [`super::Context::mul_mat_f16_cpu`].
     F16Product,
-    /// [`super::Context::ada_in_snake_cpu`].
-    AdaInSnake,
+    /// [`super::Context::ada_in_snake_cpu`] with this normalisation epsilon.
+    AdaInSnake {
+        /// The epsilon's bits (an f32 has no `Eq`).
+        eps_bits: u32,
+    },
 }
 
 /// What a custom op needs to know about one operand (a source or its result).
@@ -177,7 +180,7 @@ impl CustomOp {
             CustomOp::GeluErf => "gelu_erf_cpu",
             CustomOp::SelfAttention { .. } => "self_attention_cpu",
             CustomOp::F16Product => "mul_mat_f16_cpu",
-            CustomOp::AdaInSnake => "ada_in_snake_cpu",
+            CustomOp::AdaInSnake { .. } => "ada_in_snake_cpu",
         }
     }
 
@@ -191,7 +194,7 @@ impl CustomOp {
             CustomOp::F32Packed
             | CustomOp::GeluErf
             | CustomOp::SelfAttention { .. }
-            | CustomOp::AdaInSnake => kernels::attention_kernel_available(),
+            | CustomOp::AdaInSnake { .. } => kernels::attention_kernel_available(),
         };
         if !available {
             return Err("this CPU lacks the vector instructions the kernel needs".into());
@@ -235,7 +238,11 @@ impl CustomOp {
                 srcs[1].expect("the activations", DType::F32, [k, m, 1, 1], false)?;
                 Ok([n, m, 1, 1])
             }
-            CustomOp::AdaInSnake => {
+            CustomOp::AdaInSnake { eps_bits } => {
+                let eps = f32::from_bits(eps_bits);
+                if !(eps >= 0.0) {
+                    return Err(format!("the epsilon {eps} is not a non-negative number"));
+                }
                 arity(srcs, 4, 0)?;
                 let [len, channels, _, _] = srcs[0].ne;
                 srcs[0].expect("the input", DType::F32, [len, channels, 1, 1], false)?;
@@ -324,8 +331,9 @@ impl CustomOp {
                     )
                 }
                 CustomOp::GeluErf => gelu::gelu_erf_part(span::<f32>(src(0))?, &out, part),
-                CustomOp::AdaInSnake => snake::ada_in_snake(
+                CustomOp::AdaInSnake { eps_bits } => snake::ada_in_snake(
                     matrix::<f32>(src(0))?,
+                    f32::from_bits(eps_bits),
                     span::<f32>(src(1))?,
                     span::<f32>(src(2))?,
                     span::<f32>(src(3))?,
@@ -590,21 +598,25 @@ impl Context {
         self.custom_op(op, &args)
     }
 
-    /// Snake after an AdaIN's affine part: `v + sin(alpha v)^2 / alpha` where `v` is
-    /// `normed` times `gamma`, plus `normed` and `beta`, for `normed` [T, C] and one
-    /// gain, offset and alpha per channel (each C contiguous f32 values), as a CPU-only
-    /// custom op ([`crate::cpu_kernels::snake`]: one pass, a vectorised sine). Refuses
-    /// any other operand.
+    /// Snake after an AdaIN: `v + sin(alpha v)^2 / alpha` where `v` is `n` times
+    /// `gamma`, plus `n` and `beta`, and `n` is `x` [T, C] normalised per channel over
+    /// time with `eps` (ggml's `norm`); one gain, offset and alpha per channel (each C
+    /// contiguous f32 values). A CPU-only custom op ([`crate::cpu_kernels::snake`]: one
+    /// pass after the channel's statistics, a vectorised sine). Refuses any other
+    /// operand.
     pub fn ada_in_snake_cpu<'a>(
         &'a self,
-        normed: Tensor<'a>,
+        x: Tensor<'a>,
+        eps: f32,
         gamma: Tensor<'a>,
         beta: Tensor<'a>,
         alpha: Tensor<'a>,
     ) -> super::Result<Tensor<'a>> {
-        let op = CustomOp::AdaInSnake;
-        let normed = self.contiguous_f32(op, normed, "the input")?;
-        let mut args = vec![normed];
+        let op = CustomOp::AdaInSnake {
+            eps_bits: eps.to_bits(),
+        };
+        let x = self.contiguous_f32(op, x, "the input")?;
+        let mut args = vec![x];
         for (what, t) in [
             ("the gains", gamma),
             ("the offsets", beta),
@@ -1007,7 +1019,7 @@ mod tests {
                 input.mark_input();
             }
             let layers = crate::layers::Layers::with_cpu_kernels(fused);
-            let y = layers.ada_in_snake(&ctx, x, g, b, a).unwrap();
+            let y = layers.ada_in_snake(&ctx, x, 1e-5, g, b, a).unwrap();
             y.mark_output();
             let mut graph = ctx.new_graph(64);
             graph.expand(y);
@@ -1032,7 +1044,7 @@ mod tests {
         let g = ctx.new_tensor(DType::F32, &[c], "g");
         let short = ctx.new_tensor(DType::F32, &[c - 1], "a");
         refused(
-            ctx.ada_in_snake_cpu(x, g, g, short),
+            ctx.ada_in_snake_cpu(x, 1e-5, g, g, short),
             "ada_in_snake_cpu",
             "the Snake alphas: dims [5, 1, 1, 1], expected [6, 1, 1, 1]",
         );

@@ -13,7 +13,7 @@ use crate::ggml::{Context, Tensor};
 use crate::layers::Layers;
 
 /// PyTorch's `InstanceNorm1d` epsilon, which the exported graph adds to the variance.
-const INSTANCE_NORM_EPS: f32 = 1e-5;
+pub(crate) const INSTANCE_NORM_EPS: f32 = 1e-5;
 /// The slope of the LeakyReLU between the stages of an [`AdainResBlk1d`].
 const RES_BLOCK_SLOPE: f32 = 0.2;
 
@@ -202,19 +202,19 @@ impl AdaIn1d {
         x: Tensor<'a>,
         style: Tensor<'a>,
     ) -> Result<Tensor<'a>> {
-        let (normed, gamma, beta) = self.parts(ctx, w, x, style)?;
+        let (gamma, beta) = self.style_affine(ctx, w, style)?;
+        let normed = ctx.norm(x, INSTANCE_NORM_EPS);
         Ok(ctx.add(ctx.add(ctx.mul(normed, gamma), normed), beta))
     }
 
-    /// The block's parts before its affine step, for layers that fuse that step with
-    /// what follows: `x` normalised per channel, and gamma and beta, each [1, C].
-    pub fn parts<'a>(
+    /// The block's gain and offset for `style`, each [1, C], for layers that fuse the
+    /// normalisation and the affine step with what follows.
+    pub fn style_affine<'a>(
         &self,
         ctx: &'a Context,
         w: &'a dyn WeightLookup,
-        x: Tensor<'a>,
         style: Tensor<'a>,
-    ) -> Result<(Tensor<'a>, Tensor<'a>, Tensor<'a>)> {
+    ) -> Result<(Tensor<'a>, Tensor<'a>)> {
         let c = self.channels;
         let fc = ctx.cont(ctx.transpose(w.tensor(&self.fc_weight)?)); // [style, 2C]
         let h = ctx.add(
@@ -223,7 +223,7 @@ impl AdaIn1d {
         ); // [2C, 1]
         let gamma = ctx.reshape(ctx.view_1d(h, c, 0), &[1, c]);
         let beta = ctx.reshape(ctx.view_1d(h, c, c as usize), &[1, c]);
-        Ok((ctx.norm(x, INSTANCE_NORM_EPS), gamma, beta))
+        Ok((gamma, beta))
     }
 }
 

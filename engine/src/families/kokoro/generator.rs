@@ -8,7 +8,7 @@
 use crate::error::{EngineError, Result};
 use crate::ggml::{Context, Tensor};
 
-use super::adain::{dims_of, expect_shape, AdaIn1d, Conv1d, WeightLookup};
+use super::adain::{dims_of, expect_shape, AdaIn1d, Conv1d, WeightLookup, INSTANCE_NORM_EPS};
 
 /// The generator's hyper-parameters that no weight shape tells (Kokoro v1.0's
 /// `istftnet` config: upsample rates [10, 6], dilations [1, 3, 5], iSTFT hop 5).
@@ -51,7 +51,8 @@ struct SnakeStage {
 }
 
 /// Snake `v + sin(alpha v)^2 / alpha` of `v = adain(x)` for `x` [T, C], `alpha`
-/// [1, C, 1] (ONNX shape), the AdaIN's affine step and the Snake computed as one layer.
+/// [1, C, 1] (ONNX shape): the AdaIN (normalisation and affine step) and the Snake
+/// computed as one layer.
 fn ada_in_snake<'a>(
     ctx: &'a Context,
     w: &'a dyn WeightLookup,
@@ -61,9 +62,10 @@ fn ada_in_snake<'a>(
     alpha: &str,
 ) -> Result<Tensor<'a>> {
     let [_, c, _, _] = x.ne();
-    let (normed, gamma, beta) = adain.parts(ctx, w, x, style)?;
+    let (gamma, beta) = adain.style_affine(ctx, w, style)?;
     let a = ctx.reshape(ctx.to_f32(w.tensor(alpha)?), &[1, c]);
-    w.layers().ada_in_snake(ctx, normed, gamma, beta, a)
+    w.layers()
+        .ada_in_snake(ctx, x, INSTANCE_NORM_EPS, gamma, beta, a)
 }
 
 impl AdaInResBlock1 {

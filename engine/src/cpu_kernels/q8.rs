@@ -719,7 +719,7 @@ impl ConvSteps {
 
 /// Output positions whose im2col rows one pass of [`conv_time_major`] builds and
 /// multiplies (their f32 and quantized rows and results stay in cache).
-const CONV_CHUNK: usize = 32;
+const CONV_CHUNK: usize = 64;
 
 /// The input samples a chunk of outputs reads, channel by channel: `span` samples from
 /// input position `first` (which may lie in the padding) of every channel, zeros

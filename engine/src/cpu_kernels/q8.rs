@@ -892,8 +892,9 @@ unsafe fn store_transposed_avx512(
 ) {
     use std::arch::x86_64::*;
     let rows = tile.len() / n;
-    for r0 in (0..rows).step_by(16) {
-        for c0 in (0..n).step_by(16) {
+    // Channels outer: each of the 16 channel rows a block writes then fills in order.
+    for c0 in (0..n).step_by(16) {
+        for r0 in (0..rows).step_by(16) {
             // SAFETY: rows r0..r0 + 16 and channels c0..c0 + 16 lie in the tile.
             let r: [__m512; 16] = std::array::from_fn(|i| unsafe {
                 _mm512_loadu_ps(tile.as_ptr().add((r0 + i) * n + c0))

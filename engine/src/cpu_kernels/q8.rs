@@ -1005,6 +1005,19 @@ pub fn conv_time_major(
                 while start < positions.end {
                     let rows = (positions.end - start).min(CONV_CHUNK);
                     let input = ChunkInput::gather(samples, &x, steps, start..start + rows);
+                    // The output lines this chunk will write, asked for (for writing)
+                    // before the product, so their reads from memory overlap it.
+                    for oc in 0..n {
+                        for at in (0..rows).step_by(16) {
+                            // SAFETY: a prefetch reads nothing architecturally;
+                            // the address lies inside y (out_len x n floats).
+                            unsafe {
+                                std::arch::x86_64::_mm_prefetch::<
+                                    { std::arch::x86_64::_MM_HINT_ET1 },
+                                >(y.ptr.add(oc * out_len + start + at).cast())
+                            };
+                        }
+                    }
                     for r in 0..rows {
                         input.row(level, steps, r, cols);
                         // SAFETY: the CPU has `level` (q8_kernel_level); k is whole

@@ -240,7 +240,7 @@ impl CustomOp {
             }
             CustomOp::AdaInSnake { eps_bits } => {
                 let eps = f32::from_bits(eps_bits);
-                if !(eps >= 0.0) {
+                if eps.is_nan() || eps < 0.0 {
                     return Err(format!("the epsilon {eps} is not a non-negative number"));
                 }
                 arity(srcs, 4, 0)?;

@@ -182,10 +182,13 @@ impl Layers {
     /// (`[stride, pad, dilation]`), returning [T', OC] (time fastest). It follows the
     /// storage [`Layers::store`] chose at upload: the engine's int8 kernel for a packed
     /// q8_0 kernel ([`DType::I8`], which adds the bias itself), int8 products over
-    /// im2col for a Q8_0 kernel stored [IC * K, OC], the f32 product over im2col for an
-    /// f32 [K, IC, OC] one, and ggml's product for f16 (which multiplies an f16 matrix
-    /// only from the left, so channels come out fastest and are transposed back).
+    /// im2col for a Q8_0 kernel stored [IC * K, OC], for an f32 [K, IC, OC] one the
+    /// engine's f32 convolution (im2col in cache, the bias inside) where the float
+    /// kernels run and ggml's f32 product over im2col elsewhere, and ggml's product for
+    /// f16 (which multiplies an f16 matrix only from the left, so channels come out
+    /// fastest and are transposed back).
     pub fn conv_1d_time_major<'a>(
+        &self,
         ctx: &'a Context,
         kernel: Tensor<'a>,
         kernel_width: i64,
@@ -202,6 +205,10 @@ impl Layers {
                 [stride, pad, dilation],
                 bias,
             )?);
+        }
+        if self.float && kernel.dtype() == Some(DType::F32) {
+            let bias = bias.map(|b| ctx.to_f32(b));
+            return Ok(ctx.conv_1d_f32_time_major_cpu(kernel, x, [stride, pad, dilation], bias)?);
         }
         let y = match kernel.dtype() {
             Some(DType::F32) => ctx.conv_1d_f32_time_major(kernel, x, stride, pad, dilation),

@@ -6,6 +6,7 @@
 //!   are ggml's (activations quantized to q8_0 blocks, exact integer block products).
 //! - [`f32_product`]: f32 products on weights packed transposed at upload (the conv
 //!   stem's im2col product).
+//! - [`conv_f32`]: f32 1-D convolutions over time-major inputs, im2col in cache.
 //! - [`f16_product`]: f16 weight times f32 activation products that are a read of a
 //!   large weight (the logits, the decoder's cross-attention over its f16 cache).
 //! - [`attention`]: multi-head self-attention (heads of 64) whose score rows stay in
@@ -29,6 +30,7 @@ use std::marker::PhantomData;
 #[macro_use]
 mod simd;
 pub mod attention;
+pub mod conv_f32;
 pub mod f16_product;
 pub mod f32_product;
 pub mod gelu;

@@ -719,7 +719,7 @@ impl ConvSteps {
 
 /// Output positions whose im2col rows one pass of [`conv_time_major`] builds and
 /// multiplies (their f32 and quantized rows and results stay in cache).
-const CONV_CHUNK: usize = 64;
+pub(super) const CONV_CHUNK: usize = 64;
 
 /// Asks the CPU to bring the cache lines of `values` closer (a hint: no effect on
 /// results).
@@ -742,14 +742,14 @@ fn prefetch(values: &[f32]) {
 /// The input samples a chunk of outputs reads, channel by channel: `span` samples from
 /// input position `first` (which may lie in the padding) of every channel, zeros
 /// outside the input, so building a row needs no bounds test per tap.
-struct ChunkInput<'a> {
+pub(super) struct ChunkInput<'a> {
     samples: &'a mut Vec<f32>,
     span: usize,
 }
 
 impl<'a> ChunkInput<'a> {
     /// Copies channel by channel the samples outputs `outputs` read.
-    fn gather(
+    pub(super) fn gather(
         samples: &'a mut Vec<f32>,
         x: &Matrix<'_, f32>,
         steps: ConvSteps,
@@ -788,7 +788,7 @@ impl<'a> ChunkInput<'a> {
     /// Writes the im2col row of the chunk's output `r` (the [IC][K] values the kernel's
     /// row multiplies) into `row`, with AVX-512 when `level` has it and the kernel is at
     /// most 16 taps (one masked load or gather per channel).
-    fn row(&self, level: SimdLevel, steps: ConvSteps, r: usize, row: &mut [f32]) {
+    pub(super) fn row(&self, level: SimdLevel, steps: ConvSteps, r: usize, row: &mut [f32]) {
         let k = steps.kernel_width;
         let reach = steps.dilation * (k - 1) + 1;
         let channels = row.len() / k;
@@ -869,14 +869,15 @@ thread_local! {
 
 /// Writes `tile` (`rows` rows of `n` results, one row per output position) into `out`
 /// at positions `start..start + rows` of each of the `n` channel rows, `out_len` apart:
-/// blocks of 16 x 16 transposed in registers with AVX-512, the rest value by value.
+/// blocks of 16 x 16 transposed in registers with AVX-512 (when `n` is whole blocks of
+/// 16), the rest value by value.
 ///
 /// # Safety
-/// The CPU has `level`; `n` is a multiple of 16 and `tile.len()` of `n`; `out` is valid
+/// The CPU has `level`; `tile.len()` is a multiple of `n`; `out` is valid
 /// for writes at `c * out_len + start + r` for every channel `c < n` and row `r`, and
 /// nothing else accesses those floats meanwhile.
 #[cfg(target_arch = "x86_64")]
-unsafe fn store_transposed(
+pub(super) unsafe fn store_transposed(
     level: SimdLevel,
     tile: &[f32],
     n: usize,
@@ -886,7 +887,7 @@ unsafe fn store_transposed(
 ) {
     let rows = tile.len() / n;
     let mut done = 0;
-    if level == SimdLevel::Avx512 {
+    if level == SimdLevel::Avx512 && n.is_multiple_of(16) {
         done = rows - rows % 16;
         // SAFETY: the caller's guarantees; rows 0..done are whole blocks of 16.
         unsafe { store_transposed_avx512(&tile[..done * n], n, out, out_len, start) };

@@ -14,7 +14,8 @@ use llama_cpp_sys_2 as sys;
 
 use super::{Context, DType, GgmlError, Tensor};
 use crate::cpu_kernels::{
-    self as kernels, attention, f16_product, f32_product, gelu, q8, snake, Matrix, Output, Part,
+    self as kernels, attention, conv_f32, f16_product, f32_product, gelu, q8, snake, Matrix,
+    Output, Part,
 };
 
 /// The engine's custom ops, with the parameter each takes.
@@ -29,6 +30,11 @@ pub(super) enum CustomOp {
     },
     /// [`super::Context::mul_mat_f32_packed`].
     F32Packed,
+    /// [`super::Context::conv_1d_f32_time_major_cpu`] with these steps.
+    F32Conv {
+        /// Kernel width, stride, padding and dilation.
+        steps: q8::ConvSteps,
+    },
     /// [`super::Context::gelu_erf_cpu`].
     GeluErf,
     /// [`super::Context::self_attention_cpu`] over `heads` heads.
@@ -177,6 +183,7 @@ impl CustomOp {
             CustomOp::Q8Packed => "mul_mat_q8_packed",
             CustomOp::Q8Conv { .. } => "conv_1d_q8_packed_time_major",
             CustomOp::F32Packed => "mul_mat_f32_packed",
+            CustomOp::F32Conv { .. } => "conv_1d_f32_time_major_cpu",
             CustomOp::GeluErf => "gelu_erf_cpu",
             CustomOp::SelfAttention { .. } => "self_attention_cpu",
             CustomOp::F16Product => "mul_mat_f16_cpu",
@@ -192,6 +199,7 @@ impl CustomOp {
             CustomOp::Q8Packed | CustomOp::Q8Conv { .. } => kernels::q8_kernel_available(),
             CustomOp::F16Product => kernels::f16_product_available(),
             CustomOp::F32Packed
+            | CustomOp::F32Conv { .. }
             | CustomOp::GeluErf
             | CustomOp::SelfAttention { .. }
             | CustomOp::AdaInSnake { .. } => kernels::attention_kernel_available(),
@@ -253,6 +261,21 @@ impl CustomOp {
                     s.expect(what, DType::F32, [channels, 1, 1, 1], false)?;
                 }
                 Ok(srcs[0].ne)
+            }
+            CustomOp::F32Conv { steps } => {
+                arity(srcs, 2, 1)?;
+                let [len, channels, _, _] = srcs[1].ne;
+                srcs[1].expect("the input", DType::F32, [len, channels, 1, 1], false)?;
+                let oc = srcs[0].ne[2];
+                let kernel = [steps.kernel_width as i64, channels, oc, 1];
+                srcs[0].expect("the kernel", DType::F32, kernel, false)?;
+                if let Some(bias) = srcs.get(2) {
+                    bias.expect("the bias", DType::F32, [oc, 1, 1, 1], false)?;
+                }
+                let out_len = steps.output_len(len as usize).ok_or_else(|| {
+                    format!("an input of {len} samples gives no output with {steps:?}")
+                })?;
+                Ok([out_len as i64, oc, 1, 1])
             }
             CustomOp::GeluErf => {
                 arity(srcs, 1, 0)?;
@@ -331,6 +354,20 @@ impl CustomOp {
                     )
                 }
                 CustomOp::GeluErf => gelu::gelu_erf_part(span::<f32>(src(0))?, &out, part),
+                CustomOp::F32Conv { steps } => {
+                    let bias = match src(2) {
+                        b if b.is_null() => None,
+                        b => Some(span::<f32>(b)?),
+                    };
+                    conv_f32::conv_time_major(
+                        span::<f32>(src(0))?,
+                        matrix::<f32>(src(1))?,
+                        steps,
+                        bias,
+                        &out,
+                        part,
+                    )
+                }
                 CustomOp::AdaInSnake { eps_bits } => snake::ada_in_snake(
                     matrix::<f32>(src(0))?,
                     f32::from_bits(eps_bits),
@@ -624,6 +661,47 @@ impl Context {
         ] {
             let t = self.contiguous_f32(op, t, what)?;
             args.push(self.reshape(t, &[t.ne().iter().product()]));
+        }
+        self.custom_op(op, &args)
+    }
+
+    /// 1-D convolution (PyTorch cross-correlation) of `input` [L, IC] f32 with an f32
+    /// `kernel` [K, IC, OC] (as the converter stores ONNX's [OC, IC, K]), `conv` the
+    /// stride, padding and dilation, plus `bias` [OC]: [OL, OC], time fastest. A
+    /// CPU-only custom op ([`crate::cpu_kernels::conv_f32`]: the im2col rows built in
+    /// cache, the kernel read in place). Refuses any other operand.
+    pub fn conv_1d_f32_time_major_cpu<'a>(
+        &'a self,
+        kernel: Tensor<'a>,
+        input: Tensor<'a>,
+        conv: [i32; 3],
+        bias: Option<Tensor<'a>>,
+    ) -> super::Result<Tensor<'a>> {
+        let [stride, pad, dilation] = conv;
+        let width = kernel.ne()[0];
+        if width < 1 || stride < 1 || pad < 0 || dilation < 1 {
+            return Err(GgmlError::Operand {
+                op: "conv_1d_f32_time_major_cpu",
+                reason: format!(
+                    "a step is not positive or the padding negative (width {width}, stride \
+                     {stride}, padding {pad}, dilation {dilation})"
+                ),
+            });
+        }
+        let op = CustomOp::F32Conv {
+            steps: q8::ConvSteps {
+                kernel_width: width as usize,
+                stride: stride as usize,
+                pad: pad as usize,
+                dilation: dilation as usize,
+            },
+        };
+        let mut args = vec![
+            self.contiguous_f32(op, kernel, "the kernel")?,
+            self.contiguous_f32(op, input, "the input")?,
+        ];
+        if let Some(b) = bias {
+            args.push(self.contiguous_f32(op, b, "the bias")?);
         }
         self.custom_op(op, &args)
     }

@@ -150,7 +150,7 @@ impl Conv1d {
             Some(b) => Some(w.tensor(b)?),
             None => None,
         };
-        Layers::conv_1d_time_major(
+        w.layers().conv_1d_time_major(
             ctx,
             w.tensor(&self.weight)?,
             self.kernel_width,

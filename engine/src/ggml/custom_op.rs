@@ -1129,6 +1129,45 @@ mod tests {
     }
 
     #[test]
+    fn the_f32_conv_refuses_a_kernel_that_does_not_fit_its_input() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(16, 0).unwrap();
+        let op = "conv_1d_f32_time_major_cpu";
+        let w = ctx.new_tensor(DType::F32, &[3, 8, 5], "w");
+        let x = ctx.new_tensor(DType::F32, &[20, 8], "x");
+        let b = ctx.new_tensor(DType::F32, &[5], "b");
+        let y = ctx
+            .conv_1d_f32_time_major_cpu(w, x, [2, 1, 1], Some(b))
+            .unwrap();
+        assert_eq!(y.ne(), [10, 5, 1, 1]);
+        let x7 = ctx.new_tensor(DType::F32, &[20, 7], "x7");
+        refused(
+            ctx.conv_1d_f32_time_major_cpu(w, x7, [1, 1, 1], None),
+            op,
+            "the kernel: dims [3, 8, 5, 1], expected [3, 7, 5, 1]",
+        );
+        let short_bias = ctx.new_tensor(DType::F32, &[4], "b4");
+        refused(
+            ctx.conv_1d_f32_time_major_cpu(w, x, [1, 1, 1], Some(short_bias)),
+            op,
+            "the bias",
+        );
+        let tiny = ctx.new_tensor(DType::F32, &[1, 8], "tiny");
+        refused(
+            ctx.conv_1d_f32_time_major_cpu(w, tiny, [1, 0, 1], None),
+            op,
+            "gives no output",
+        );
+        refused(
+            ctx.conv_1d_f32_time_major_cpu(w, x, [1, 1, 0], None),
+            op,
+            "a step is not positive",
+        );
+    }
+
+    #[test]
     fn the_fused_q8_conv_refuses_a_kernel_that_does_not_fit_its_input() {
         if !kernels_here() {
             return;

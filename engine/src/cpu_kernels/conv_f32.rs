@@ -124,17 +124,24 @@ impl Avx512Dots {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-impl Dots for Avx512Dots {
-    unsafe fn tile(rows: [&[f32]; TILE], weights: [&[f32]; TILE]) -> [[f32; TILE]; TILE] {
-        // SAFETY: the caller's guarantees.
-        unsafe { Self::dots(rows, weights) }
-    }
-    unsafe fn one(row: &[f32], weight: &[f32]) -> f32 {
-        // SAFETY: the caller's guarantees.
-        unsafe { Self::dots::<1, 1>([row], [weight])[0][0] }
-    }
+/// [`Dots`] for a type whose `dots::<R, C>` computes [`dot_tile`]'s products.
+macro_rules! dots_from_tiles {
+    ($t:ty) => {
+        #[cfg(target_arch = "x86_64")]
+        impl Dots for $t {
+            unsafe fn tile(rows: [&[f32]; TILE], weights: [&[f32]; TILE]) -> [[f32; TILE]; TILE] {
+                // SAFETY: the caller's guarantees.
+                unsafe { Self::dots(rows, weights) }
+            }
+            unsafe fn one(row: &[f32], weight: &[f32]) -> f32 {
+                // SAFETY: the caller's guarantees.
+                unsafe { Self::dots::<1, 1>([row], [weight])[0][0] }
+            }
+        }
+    };
 }
+
+dots_from_tiles!(Avx512Dots);
 
 /// [`dot_tile`] with AVX2: two vectors per lane set.
 #[cfg(target_arch = "x86_64")]
@@ -184,17 +191,7 @@ impl Avx2Dots {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-impl Dots for Avx2Dots {
-    unsafe fn tile(rows: [&[f32]; TILE], weights: [&[f32]; TILE]) -> [[f32; TILE]; TILE] {
-        // SAFETY: the caller's guarantees.
-        unsafe { Self::dots(rows, weights) }
-    }
-    unsafe fn one(row: &[f32], weight: &[f32]) -> f32 {
-        // SAFETY: the caller's guarantees.
-        unsafe { Self::dots::<1, 1>([row], [weight])[0][0] }
-    }
-}
+dots_from_tiles!(Avx2Dots);
 
 /// `tile` [rows x n] = `cols` [rows x k] times `kernel` [n x k]^T plus `bias`, tiles of
 /// [`TILE`] x [`TILE`] (single products at the edges), with the kernels `D`.

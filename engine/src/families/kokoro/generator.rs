@@ -6,7 +6,7 @@
 //! the phase (`sin`) of the inverse STFT ([`super::istft`]).
 
 use crate::error::{EngineError, Result};
-use crate::ggml::{Context, Tensor};
+use crate::ggml::{profile, Context, DType, Tensor};
 
 use super::adain::{dims_of, expect_shape, AdaIn1d, Conv1d, WeightLookup, INSTANCE_NORM_EPS};
 
@@ -147,9 +147,28 @@ impl ConvTranspose1d {
     ) -> Result<Tensor<'a>> {
         let [l, _, _, _] = x.ne();
         let s = self.stride as i64;
-        // An f16 kernel is widened: ggml's CUDA transposed convolution is f32 only.
-        let kernel = ctx.to_f32(w.tensor(&self.weight)?);
-        let full = conv_transpose_by_product(ctx, kernel, x, self.stride);
+        let kernel = w.tensor(&self.weight)?;
+        let full = if matches!(kernel.dtype(), Some(DType::Q8_0 | DType::I8)) {
+            // A q8_0 file's kernel is the tap product's matrix [IC, K * OC] (packed for
+            // the engine's int8 kernel on the CPU): the product is a linear layer.
+            if self.kernel % s != 0 {
+                return Err(EngineError::BadSpec {
+                    origin: "kokoro".into(),
+                    reason: format!(
+                        "quantized transposed kernel '{}' of width {} is not whole strides \
+                         of {s}",
+                        self.weight, self.kernel
+                    ),
+                });
+            }
+            let taps = w
+                .layers()
+                .linear(ctx, kernel, None, ctx.cont(ctx.transpose(x)))?;
+            overlap_add(ctx, taps, self.kernel, self.out_channels, l, s)
+        } else {
+            // An f16 kernel is widened: ggml's CUDA transposed convolution is f32 only.
+            conv_transpose_by_product(ctx, ctx.to_f32(kernel), x, self.stride)
+        };
         let full_len = (l - 1) * s + self.kernel;
         let pad = ((self.kernel - s) / 2) as usize;
         let y =
@@ -181,10 +200,24 @@ pub(super) fn conv_transpose_by_product<'a>(
     if s <= 0 || k % s != 0 {
         return ctx.conv_transpose_1d_f32(kernel, input, stride);
     }
-    let m = k / s;
     let w = ctx.cont(ctx.transpose(ctx.reshape(kernel, &[k * oc, ic]))); // [IC, K*OC]
     let x = ctx.cont(ctx.transpose(input)); // [IC, L]
     let taps = ctx.mul_mat(w, x); // [K*OC, L]
+    overlap_add(ctx, taps, k, oc, l, s)
+}
+
+/// The transposed convolution (padding 0, [(L - 1) * stride + K, OC]) from `taps`
+/// [K * OC, L], every tap of every step (row `oc * K + k`), for a kernel of `k` = m x
+/// `s` taps: the sum of the m tap blocks, each shifted by its block index.
+fn overlap_add<'a>(
+    ctx: &'a Context,
+    taps: Tensor<'a>,
+    k: i64,
+    oc: i64,
+    l: i64,
+    s: i64,
+) -> Tensor<'a> {
+    let m = k / s;
     let (ku, ocu, su) = (k as usize, oc as usize, s as usize);
     let mut out: Option<Tensor<'a>> = None;
     for j in 0..m {
@@ -303,7 +336,9 @@ impl Generator {
             x = ctx.leaky_relu(x, 0.1);
             let mut xs = self.noise_convs[i].build(ctx, w, source)?;
             xs = self.noise_res[i].build(ctx, w, xs, style)?;
+            profile::mark_stage(xs, &format!("noise_{i}"));
             x = up.build(ctx, w, x)?;
+            profile::mark_stage(x, &format!("ups_{i}"));
             if i == last {
                 x = ctx.pad_reflect_1d(x, 1, 0);
             }
@@ -318,9 +353,11 @@ impl Generator {
             }
             let n = self.resblocks[i].len() as f32;
             x = ctx.scale(sum.expect("at least one block per stage"), 1.0 / n);
+            profile::mark_stage(x, &format!("resblocks_{i}"));
         }
         x = ctx.leaky_relu(x, 0.01);
         let post = self.conv_post.build(ctx, w, x)?; // [L, 2 * bins]
+        profile::mark_stage(post, "conv_post");
         let [l, _, _, _] = post.ne();
         let half = |k: i64| ctx.view_2d_strided(post, [l, self.bins], l as usize, (k * l) as usize);
         Ok(Spectrum {

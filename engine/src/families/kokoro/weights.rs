@@ -20,8 +20,11 @@
 //! such a kernel is stored [IC * K, OC] (the ONNX [OC, IC, K] with its last two axes
 //! flattened, the same bytes in the same order), its name listed in the metadata
 //! [`QUANTIZED_KERNELS_KEY`] with its width K in [`QUANTIZED_KERNEL_WIDTHS_KEY`];
-//! [`Weights::dims`] gives its ONNX dims [K, IC, OC]. When the graphs run on the CPU
-//! backend and the CPU has the engine's q8_0 kernel, such a kernel is re-laid out at
+//! [`Weights::dims`] gives its ONNX dims [K, IC, OC]. The generator's transposed
+//! convolution kernels are stored Q8_0 as the [IC, K * OC] matrix of their tap product,
+//! listed in [`QUANTIZED_TRANSPOSED_KERNELS_KEY`] (dims [K, OC, IC]). When the graphs
+//! run on the CPU backend and the CPU has the engine's q8_0 kernel, such a kernel is
+//! re-laid out at
 //! load as a [`crate::cpu_kernels::PackedQ8`] ([`DType::I8`]) by [`Layers::store`], the
 //! one place that chooses storage; on other backends it stays Q8_0.
 
@@ -39,6 +42,14 @@ pub const QUANTIZED_KERNELS_KEY: &str = "kokoro.quantized_kernels";
 /// Metadata: the kernel width K of each of [`QUANTIZED_KERNELS_KEY`], in its order.
 pub const QUANTIZED_KERNEL_WIDTHS_KEY: &str = "kokoro.quantized_kernel_widths";
 
+/// Metadata: names of the transposed convolution kernels stored block-quantized as the
+/// [IC, K * OC] matrix of their tap product.
+pub const QUANTIZED_TRANSPOSED_KERNELS_KEY: &str = "kokoro.quantized_transposed_kernels";
+/// Metadata: the kernel width K of each of [`QUANTIZED_TRANSPOSED_KERNELS_KEY`], in its
+/// order.
+pub const QUANTIZED_TRANSPOSED_KERNEL_WIDTHS_KEY: &str =
+    "kokoro.quantized_transposed_kernel_widths";
+
 /// Prefix of the voice tensors, which stay on the host.
 pub const VOICE_PREFIX: &str = "voice.";
 /// Name suffix of the transposed copies of MatMul weights.
@@ -49,7 +60,8 @@ pub struct Weights {
     store: WeightStore,
     /// Where the layers over these weights compute.
     layers: Layers,
-    /// ONNX dims (ggml order) of the kernels held block-quantized as [IC * K, OC].
+    /// ONNX dims (ggml order) of the kernels held block-quantized ([IC * K, OC], or
+    /// [IC, K * OC] for a transposed one).
     quantized_dims: HashMap<String, [i64; 4]>,
 }
 
@@ -60,7 +72,14 @@ impl Weights {
             path: file.path.clone(),
             reason,
         };
-        let widths = quantized_kernel_widths(file).map_err(bad)?;
+        let widths =
+            listed_widths(file, QUANTIZED_KERNELS_KEY, QUANTIZED_KERNEL_WIDTHS_KEY).map_err(bad)?;
+        let transposed_widths = listed_widths(
+            file,
+            QUANTIZED_TRANSPOSED_KERNELS_KEY,
+            QUANTIZED_TRANSPOSED_KERNEL_WIDTHS_KEY,
+        )
+        .map_err(bad)?;
         let layers = Layers::new(runtime);
         let mut quantized_dims = HashMap::new();
         let tensors = file
@@ -68,8 +87,13 @@ impl Weights {
             .iter()
             .filter(|t| !t.name.starts_with(VOICE_PREFIX))
             .flat_map(|t| -> Vec<Result<WeightTensor>> {
-                if let Some(&k) = widths.get(&t.name) {
-                    return match quantized_kernel_dims(t, k) {
+                let quantized = match (widths.get(&t.name), transposed_widths.get(&t.name)) {
+                    (Some(&k), _) => Some(quantized_kernel_dims(t, k)),
+                    (None, Some(&k)) => Some(quantized_transposed_kernel_dims(t, k)),
+                    (None, None) => None,
+                };
+                if let Some(dims) = quantized {
+                    return match dims {
                         Ok(dims) => {
                             quantized_dims.insert(t.name.clone(), dims);
                             vec![Ok(layers.store(t.clone(), WeightUse::Linear).into())]
@@ -87,10 +111,15 @@ impl Weights {
                 }
             });
         let store = WeightStore::upload(&file.path, tensors, runtime)?;
-        if let Some(missing) = widths.keys().find(|n| !quantized_dims.contains_key(*n)) {
-            return Err(bad(format!(
-                "'{QUANTIZED_KERNELS_KEY}' lists '{missing}', which the file lacks"
-            )));
+        for (key, listed) in [
+            (QUANTIZED_KERNELS_KEY, &widths),
+            (QUANTIZED_TRANSPOSED_KERNELS_KEY, &transposed_widths),
+        ] {
+            if let Some(missing) = listed.keys().find(|n| !quantized_dims.contains_key(*n)) {
+                return Err(bad(format!(
+                    "'{key}' lists '{missing}', which the file lacks"
+                )));
+            }
         }
         Ok(Weights {
             store,
@@ -100,7 +129,7 @@ impl Weights {
     }
 
     /// The ONNX dims (ggml order) of `name`: its device dims, except for a kernel held
-    /// block-quantized as [IC * K, OC], which is [K, IC, OC].
+    /// block-quantized, whose ONNX dims are kept at load.
     pub fn dims(&self, name: &str) -> Result<[i64; 4]> {
         match self.quantized_dims.get(name) {
             Some(&ne) => Ok(ne),
@@ -161,13 +190,15 @@ impl super::adain::WeightLookup for Weights {
 }
 
 /// Name -> kernel width of the kernels the file stores block-quantized, from the two
-/// parallel metadata arrays (none when the file has neither).
-fn quantized_kernel_widths(file: &ModelFile) -> std::result::Result<HashMap<String, i64>, String> {
+/// parallel metadata arrays `names_key` and `widths_key` (none when the file has
+/// neither).
+fn listed_widths(
+    file: &ModelFile,
+    names_key: &str,
+    widths_key: &str,
+) -> std::result::Result<HashMap<String, i64>, String> {
     let find = |key: &str| file.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v);
-    match (
-        find(QUANTIZED_KERNELS_KEY),
-        find(QUANTIZED_KERNEL_WIDTHS_KEY),
-    ) {
+    match (find(names_key), find(widths_key)) {
         (None, None) => Ok(HashMap::new()),
         (Some(GgufValue::StrArray(names)), Some(GgufValue::U32Array(widths)))
             if names.len() == widths.len() =>
@@ -179,8 +210,8 @@ fn quantized_kernel_widths(file: &ModelFile) -> std::result::Result<HashMap<Stri
                 .collect())
         }
         _ => Err(format!(
-            "metadata '{QUANTIZED_KERNELS_KEY}' (strings) and '{QUANTIZED_KERNEL_WIDTHS_KEY}' \
-             (as many u32) must come together"
+            "metadata '{names_key}' (strings) and '{widths_key}' (as many u32) must come \
+             together"
         )),
     }
 }
@@ -193,6 +224,23 @@ fn quantized_kernel_dims(t: &HostTensor, k: i64) -> std::result::Result<[i64; 4]
         [ick, oc] if t.dtype == DType::Q8_0 && k >= 1 && ick % k == 0 => Ok([k, ick / k, oc, 1]),
         _ => Err(format!(
             "quantized kernel '{}' is {:?} of dims {dims:?}, expected Q8_0 [IC * {k}, OC]",
+            t.name, t.dtype
+        )),
+    }
+}
+
+/// The ONNX dims [K, OC, IC, 1] of the block-quantized transposed kernel `t` (its tap
+/// product's matrix, [IC, K * OC]) of width `k`, after checking its type and shape.
+fn quantized_transposed_kernel_dims(
+    t: &HostTensor,
+    k: i64,
+) -> std::result::Result<[i64; 4], String> {
+    let dims = trim(&t.ne);
+    match dims[..] {
+        [ic, koc] if t.dtype == DType::Q8_0 && k >= 1 && koc % k == 0 => Ok([k, koc / k, ic, 1]),
+        _ => Err(format!(
+            "quantized transposed kernel '{}' is {:?} of dims {dims:?}, expected Q8_0 \
+             [IC, {k} * OC]",
             t.name, t.dtype
         )),
     }
@@ -346,7 +394,32 @@ fn matmul_transposed(t: &F32Tensor) -> Option<F32Tensor> {
 
 #[cfg(test)]
 mod tests {
-    use super::transpose;
+    use super::*;
+
+    fn q8_tensor(name: &str, ne: Vec<i64>, dtype: DType) -> HostTensor {
+        HostTensor {
+            name: name.into(),
+            dtype,
+            ne,
+            data: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn quantized_kernels_give_their_onnx_dims_or_a_reason() {
+        let conv = q8_tensor("c", vec![96, 8], DType::Q8_0);
+        assert_eq!(quantized_kernel_dims(&conv, 3), Ok([3, 32, 8, 1]));
+        let up = q8_tensor("u", vec![256, 1536], DType::Q8_0);
+        assert_eq!(
+            quantized_transposed_kernel_dims(&up, 12),
+            Ok([12, 128, 256, 1])
+        );
+        let err = quantized_transposed_kernel_dims(&up, 7).unwrap_err();
+        assert!(err.contains("'u'") && err.contains("[IC, 7 * OC]"), "{err}");
+        let f32_up = q8_tensor("u", vec![256, 1536], DType::F32);
+        let err = quantized_transposed_kernel_dims(&f32_up, 12).unwrap_err();
+        assert!(err.contains("F32"), "{err}");
+    }
 
     #[test]
     fn transpose_swaps_rows_and_columns_per_batch() {

@@ -10,9 +10,8 @@
 //! f64 phase accumulation and atan2, which ggml lacks), and the iSTFT's edge division
 //! and crop.
 
-use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
-use crate::ggml::{Context, DType, GgufValue, Tensor};
+use crate::ggml::{profile, Context, DType, GgufValue, Scheduler, Tensor};
 
 use super::adain::{expect_shape, AdainResBlk1d, Conv1d, WeightLookup};
 use super::generator::{Generator, GeneratorConfig, Spectrum};
@@ -20,7 +19,7 @@ use super::istft::InverseStft;
 use super::source::{harmonic_source, source_stft, SourceParams};
 
 /// Upper bound of graph nodes for one utterance (the graph does not grow with length).
-const GRAPH_NODES: usize = 8192;
+pub(super) const GRAPH_NODES: usize = 8192;
 
 /// The most frames one decoder pass takes (100 s of Kokoro's audio, 40 frames a second): the
 /// graph holds about 1 MB per frame at its widest (the last stage's kernel-11
@@ -292,6 +291,7 @@ impl Decoder {
                 feed = false;
             }
         }
+        profile::mark_stage(x, "decode_blocks");
         let spectrum = self.generator.build(ctx, w, x, source, style)?;
         let raw = self
             .istft
@@ -301,10 +301,10 @@ impl Decoder {
 
     /// The whole decoder for one utterance: the harmonic source and its STFT on the
     /// host (or `source_stft_override`, [frames, 2 * bins] time fastest, to feed a
-    /// reference's), the graph on `runtime`, then the iSTFT's edge fix and crop.
+    /// reference's), the graph on `sched` (kept by the caller, so its buffers outlive a sentence), then the iSTFT's edge fix and crop.
     pub fn synthesize(
         &self,
-        runtime: &Runtime,
+        sched: &mut Scheduler,
         w: &dyn WeightLookup,
         input: &DecoderInput<'_>,
         source_stft_override: Option<&[f32]>,
@@ -378,7 +378,6 @@ impl Decoder {
         }
         let mut graph = ctx.new_graph(GRAPH_NODES);
         graph.expand(raw);
-        let mut sched = runtime.scheduler(GRAPH_NODES)?;
         sched.compute(
             &mut graph,
             &[
@@ -432,7 +431,7 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use super::*;
-    use crate::backend::RuntimeOptions;
+    use crate::backend::{Runtime, RuntimeOptions};
     use crate::ggml::{read_gguf_file, Buffer};
 
     /// The arrays of a NumPy `.npz` (f32 and i64 ones), as f32 with their shapes.
@@ -554,7 +553,12 @@ mod tests {
             };
             let started = std::time::Instant::now();
             let ours = decoder
-                .synthesize(&runtime, &weights, &input, None)
+                .synthesize(
+                    &mut runtime.scheduler(GRAPH_NODES).unwrap(),
+                    &weights,
+                    &input,
+                    None,
+                )
                 .unwrap();
             eprintln!(
                 "decoded {:.2} s of audio in {:.2} s on {} threads",
@@ -570,7 +574,14 @@ mod tests {
                     ..RuntimeOptions::default()
                 })
                 .unwrap();
-                let single = decoder.synthesize(&one, &weights, &input, None).unwrap();
+                let single = decoder
+                    .synthesize(
+                        &mut one.scheduler(GRAPH_NODES).unwrap(),
+                        &weights,
+                        &input,
+                        None,
+                    )
+                    .unwrap();
                 assert!(
                     single.samples == ours.samples,
                     "1 and {} threads give different samples",
@@ -584,7 +595,12 @@ mod tests {
             let mut reference_stft = get("har_spec").clone();
             reference_stft.extend_from_slice(get("har_phase"));
             let fed = decoder
-                .synthesize(&runtime, &weights, &input, Some(&reference_stft))
+                .synthesize(
+                    &mut runtime.scheduler(GRAPH_NODES).unwrap(),
+                    &weights,
+                    &input,
+                    Some(&reference_stft),
+                )
                 .unwrap();
             let magnitude_snr = snr_db(get("gen_mag"), &fed.magnitude);
             let fed_phase_snr = snr_db(get("gen_phase"), &fed.phase);

@@ -206,11 +206,14 @@ pub struct Kokoro {
     /// Voices in the order listed, each [510 x 256] row-major.
     voices: Vec<(String, Vec<f32>)>,
     sample_rate: u32,
-    /// The schedulers of graphs 1 and 2, kept from sentence to sentence so that their
-    /// device buffers are allocated once, not per sentence (see [`SchedulerSlot`]);
-    /// declared before `runtime`, so that they are freed before its backends.
+    /// The schedulers of graphs 1 and 2 and of the decoder, kept from sentence to
+    /// sentence so that their device buffers are allocated (and, on the CPU, their
+    /// pages faulted in) once, not per sentence; a longer sentence reallocates the
+    /// buffer (see [`SchedulerSlot`]). Declared before `runtime`, so that they are freed
+    /// before its backends.
     front_sched: SchedulerSlot,
     frames_sched: SchedulerSlot,
+    decoder_sched: SchedulerSlot,
     runtime: Runtime,
     /// The English front end per dialect: the lexicon texts from the file, parsed into a
     /// [`G2p`]. The default voice's dialect is parsed on a thread of its own started at
@@ -365,6 +368,7 @@ impl Kokoro {
             front_ends,
             front_sched: SchedulerSlot::default(),
             frames_sched: SchedulerSlot::default(),
+            decoder_sched: SchedulerSlot::default(),
         };
         if kokoro.runtime.device().device_type != DeviceType::Cpu {
             kokoro.warm_up()?;
@@ -506,8 +510,10 @@ impl Kokoro {
             style: dec_style,
         };
         let decoded = self
-            .decoder
-            .synthesize(&self.runtime, &self.weights, &input, None)?;
+            .decoder_sched
+            .with(&self.runtime, decoder::GRAPH_NODES, |sched| {
+                self.decoder.synthesize(sched, &self.weights, &input, None)
+            })?;
         if timed {
             let walls = [
                 front_done - started,

@@ -15,14 +15,15 @@ use crate::project::{project_root, target_dir};
 /// The weight types the GGUF is converted to: (file suffix, the `--quantize` value).
 const WEIGHTS: [(&str, &str); 3] = [("f32", "f32"), ("f16", "f16"), ("q8_0", "q8_0")];
 
-/// Builds the CLI, converts the Kokoro sources to each weight type and runs the Python
-/// driver.
+/// Builds and stages this host's package (the CLI users get, with its CPU variant
+/// picked at start, as the other benches run it), converts the Kokoro sources to each
+/// weight type with its CLI and runs the Python driver.
 pub fn bench(repeat: u32) -> Result<()> {
     let a = assets::ensure()?;
     let src = a.dir.join(assets::KOKORO_DIR);
     let out_dir = target_dir().join("bench-tts");
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let cli = release_cli()?;
+    let cli = super::exe(&crate::dist::host_package()?, "audiocpp_cli");
     let mut ggufs = Vec::new();
     for (suffix, quantize) in WEIGHTS {
         let out = out_dir.join(format!("kokoro-{suffix}.gguf"));
@@ -47,21 +48,6 @@ pub fn bench(repeat: u32) -> Result<()> {
         &[],
         repeat,
     )
-}
-
-/// The workspace's release `audiocpp_cli`, built (incrementally) first. The plain
-/// release build, not a staged package: TTS runs on the CPU backend linked in.
-fn release_cli() -> Result<std::path::PathBuf> {
-    let status = crate::test::cargo()
-        .current_dir(project_root())
-        .args(["build", "--release", "-p", "audiocpp-cli"])
-        .status()
-        .context("running cargo build")?;
-    anyhow::ensure!(
-        status.success(),
-        "cargo build --release -p audiocpp-cli failed"
-    );
-    Ok(super::exe(&target_dir().join("release"), "audiocpp_cli"))
 }
 
 /// Converts the Kokoro sources in the asset dir `assets` to `out` (every run, so the

@@ -939,30 +939,33 @@ pub fn convert(src: &Sources, spec: &ModelSpec, weights_as: WeightType) -> Resul
         GgufValue::StrArray(voices.iter().map(|(n, _)| n.clone()).collect()),
     );
     if weights_as == WeightType::Q8_0 {
-        let kernels: Vec<&Weight> = weights
-            .iter()
-            .filter(|w| is_q8_0_kernel(&w.name, &w.dims))
-            .collect();
-        put(
-            super::weights::QUANTIZED_KERNELS_KEY,
-            GgufValue::StrArray(kernels.iter().map(|w| w.name.clone()).collect()),
-        );
-        put(
-            super::weights::QUANTIZED_KERNEL_WIDTHS_KEY,
-            GgufValue::U32Array(kernels.iter().map(|w| w.dims[2] as u32).collect()),
-        );
-        let transposed: Vec<&Weight> = weights
-            .iter()
-            .filter(|w| is_q8_0_transposed_kernel(&w.name, &w.dims))
-            .collect();
-        put(
-            super::weights::QUANTIZED_TRANSPOSED_KERNELS_KEY,
-            GgufValue::StrArray(transposed.iter().map(|w| w.name.clone()).collect()),
-        );
-        put(
-            super::weights::QUANTIZED_TRANSPOSED_KERNEL_WIDTHS_KEY,
-            GgufValue::U32Array(transposed.iter().map(|w| w.dims[2] as u32).collect()),
-        );
+        // Each quantized kind's names, and its widths K in the same order.
+        let kinds: [(fn(&str, &[usize]) -> bool, &str, &str); 2] = [
+            (
+                is_q8_0_kernel,
+                super::weights::QUANTIZED_KERNELS_KEY,
+                super::weights::QUANTIZED_KERNEL_WIDTHS_KEY,
+            ),
+            (
+                is_q8_0_transposed_kernel,
+                super::weights::QUANTIZED_TRANSPOSED_KERNELS_KEY,
+                super::weights::QUANTIZED_TRANSPOSED_KERNEL_WIDTHS_KEY,
+            ),
+        ];
+        for (quantized, names_key, widths_key) in kinds {
+            let listed: Vec<&Weight> = weights
+                .iter()
+                .filter(|w| quantized(&w.name, &w.dims))
+                .collect();
+            put(
+                names_key,
+                GgufValue::StrArray(listed.iter().map(|w| w.name.clone()).collect()),
+            );
+            put(
+                widths_key,
+                GgufValue::U32Array(listed.iter().map(|w| w.dims[2] as u32).collect()),
+            );
+        }
     }
     let mut tensors: Vec<HostTensor> = weights
         .into_iter()

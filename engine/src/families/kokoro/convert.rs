@@ -667,6 +667,9 @@ fn ggml_ne(dims: &[usize]) -> Vec<i64> {
     dims.iter().rev().map(|&d| d as i64).collect()
 }
 
+/// Whether a weight (name, ONNX dims) is one kind of kernel a q8_0 file quantizes.
+type KernelTest = fn(&str, &[usize]) -> bool;
+
 /// True for the convolution kernels a [`WeightType::Q8_0`] file stores as Q8_0: those
 /// of the decoder's residual blocks (the AdainResBlk1d convs of `encode`/`decode.*` and
 /// the generator's `resblocks`/`noise_res` convs), where ggml can quantize each row of
@@ -940,7 +943,7 @@ pub fn convert(src: &Sources, spec: &ModelSpec, weights_as: WeightType) -> Resul
     );
     if weights_as == WeightType::Q8_0 {
         // Each quantized kind's names, and its widths K in the same order.
-        let kinds: [(fn(&str, &[usize]) -> bool, &str, &str); 2] = [
+        let kinds: [(KernelTest, &str, &str); 2] = [
             (
                 is_q8_0_kernel,
                 super::weights::QUANTIZED_KERNELS_KEY,

@@ -109,7 +109,9 @@ impl AdaInResBlock1 {
 }
 
 /// A transposed convolution with PyTorch's padding `(K - stride) / 2`: [L, IC] ->
-/// [L * stride, OC]. ggml's has no padding: the full result is cropped.
+/// [L * stride, OC], computed as one tap product and an overlap-add
+/// ([`conv_transpose_by_product`]), so its kernel must be whole strides. ggml's has no
+/// padding: the full result is cropped.
 #[derive(Debug, Clone)]
 struct ConvTranspose1d {
     weight: String,
@@ -117,6 +119,9 @@ struct ConvTranspose1d {
     kernel: i64,
     out_channels: i64,
     stride: i32,
+    /// The file stores the tap product's matrix [IC, K * OC] (q8_0 files, packed for
+    /// the engine's int8 kernel on the CPU) instead of the ONNX kernel [K, OC, IC].
+    stored_as_taps: bool,
 }
 
 impl ConvTranspose1d {
@@ -124,18 +129,24 @@ impl ConvTranspose1d {
         let weight = format!("{prefix}.weight");
         let [kernel, out_channels, _, _] = dims_of(w, &weight)?;
         let bias = expect_shape(w, &format!("{prefix}.bias"), &[out_channels])?;
-        if kernel < stride as i64 || (kernel - stride as i64) % 2 != 0 {
+        let s = stride as i64;
+        if s <= 0 || kernel < s || (kernel - s) % 2 != 0 || kernel % s != 0 {
             return Err(EngineError::BadSpec {
                 origin: "kokoro".into(),
-                reason: format!("'{weight}': kernel {kernel} does not fit stride {stride}"),
+                reason: format!(
+                    "'{weight}': kernel {kernel} does not fit stride {stride} (the generator \
+                     needs a kernel of whole strides, at least one)"
+                ),
             });
         }
+        let stored_as_taps = matches!(w.tensor(&weight)?.dtype(), Some(DType::Q8_0 | DType::I8));
         Ok(ConvTranspose1d {
             weight,
             bias,
             kernel,
             out_channels,
             stride,
+            stored_as_taps,
         })
     }
 
@@ -148,27 +159,17 @@ impl ConvTranspose1d {
         let [l, _, _, _] = x.ne();
         let s = self.stride as i64;
         let kernel = w.tensor(&self.weight)?;
-        let full = if matches!(kernel.dtype(), Some(DType::Q8_0 | DType::I8)) {
-            // A q8_0 file's kernel is the tap product's matrix [IC, K * OC] (packed for
-            // the engine's int8 kernel on the CPU): the product is a linear layer.
-            if self.kernel % s != 0 {
-                return Err(EngineError::BadSpec {
-                    origin: "kokoro".into(),
-                    reason: format!(
-                        "quantized transposed kernel '{}' of width {} is not whole strides \
-                         of {s}",
-                        self.weight, self.kernel
-                    ),
-                });
-            }
-            let taps = w
-                .layers()
-                .linear(ctx, kernel, None, ctx.cont(ctx.transpose(x)))?;
-            overlap_add(ctx, taps, self.kernel, self.out_channels, l, s)
+        // An f16 kernel is widened: the product runs in f32 (as the reference checks of
+        // the f16 file measured it).
+        let matrix = if self.stored_as_taps {
+            kernel
         } else {
-            // An f16 kernel is widened: ggml's CUDA transposed convolution is f32 only.
-            conv_transpose_by_product(ctx, ctx.to_f32(kernel), x, self.stride)
+            tap_matrix(ctx, ctx.to_f32(kernel))
         };
+        let taps = w
+            .layers()
+            .linear(ctx, matrix, None, ctx.cont(ctx.transpose(x)))?;
+        let full = overlap_add(ctx, taps, self.kernel, self.out_channels, l, s);
         let full_len = (l - 1) * s + self.kernel;
         let pad = ((self.kernel - s) / 2) as usize;
         let y =
@@ -194,16 +195,22 @@ pub(super) fn conv_transpose_by_product<'a>(
     input: Tensor<'a>,
     stride: i32,
 ) -> Tensor<'a> {
-    let [k, oc, ic, _] = kernel.ne();
+    let [k, oc, _, _] = kernel.ne();
     let [l, _, _, _] = input.ne();
     let s = stride as i64;
     if s <= 0 || k % s != 0 {
         return ctx.conv_transpose_1d_f32(kernel, input, stride);
     }
-    let w = ctx.cont(ctx.transpose(ctx.reshape(kernel, &[k * oc, ic]))); // [IC, K*OC]
     let x = ctx.cont(ctx.transpose(input)); // [IC, L]
-    let taps = ctx.mul_mat(w, x); // [K*OC, L]
+    let taps = ctx.mul_mat(tap_matrix(ctx, kernel), x); // [K*OC, L]
     overlap_add(ctx, taps, k, oc, l, s)
+}
+
+/// The matrix of the tap product, [IC, K * OC] (row `oc * K + k`), of a transposed
+/// convolution's f32 `kernel` [K, OC, IC]: what a q8_0 file stores in its place.
+fn tap_matrix<'a>(ctx: &'a Context, kernel: Tensor<'a>) -> Tensor<'a> {
+    let [k, oc, ic, _] = kernel.ne();
+    ctx.cont(ctx.transpose(ctx.reshape(kernel, &[k * oc, ic])))
 }
 
 /// The transposed convolution (padding 0, [(L - 1) * stride + K, OC]) from `taps`
@@ -364,5 +371,54 @@ impl Generator {
             magnitude: ctx.exp(ctx.cont(half(0))),
             phase: ctx.sin(ctx.cont(half(self.bins))),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConvTranspose1d;
+    use crate::error::EngineError;
+    use crate::ggml::{Context, DType};
+
+    /// A bare context with a kernel of `dtype` and dims `ne`, and its bias.
+    fn weights(dtype: DType, ne: &[i64]) -> Context {
+        let ctx = Context::new(4, 0).unwrap();
+        ctx.new_tensor(dtype, ne, "up.weight");
+        ctx.new_tensor(DType::F32, &[ne[1]], "up.bias");
+        ctx
+    }
+
+    fn refusal(ctx: &Context, stride: i32) -> String {
+        match ConvTranspose1d::load(ctx, "up", stride) {
+            Err(EngineError::BadSpec { reason, .. }) => reason,
+            other => panic!("stride {stride}: expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_kernel_of_whole_strides_loads_in_either_form() {
+        let f32_kernel = ConvTranspose1d::load(&weights(DType::F32, &[20, 4, 3]), "up", 10);
+        assert!(!f32_kernel.unwrap().stored_as_taps);
+        // A bare context's dims are the tensor's own: a q8_0 tensor [32, 30] reads as a
+        // kernel of 32 taps and 30 output channels.
+        let taps = ConvTranspose1d::load(&weights(DType::Q8_0, &[32, 30]), "up", 16);
+        assert!(taps.unwrap().stored_as_taps);
+    }
+
+    #[test]
+    fn a_kernel_that_is_not_whole_strides_is_refused_at_load() {
+        let reason = refusal(&weights(DType::F32, &[14, 4, 3]), 6);
+        assert!(
+            reason.contains("'up.weight': kernel 14 does not fit stride 6"),
+            "{reason}"
+        );
+        assert!(reason.contains("whole strides"), "{reason}");
+        let reason = refusal(&weights(DType::Q8_0, &[32, 30]), 10);
+        assert!(
+            reason.contains("kernel 32 does not fit stride 10"),
+            "{reason}"
+        );
+        let reason = refusal(&weights(DType::F32, &[20, 4, 3]), 0);
+        assert!(reason.contains("stride 0"), "{reason}");
     }
 }

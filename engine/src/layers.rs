@@ -182,7 +182,7 @@ impl Layers {
     /// (`[stride, pad, dilation]`), returning [T', OC] (time fastest). It follows the
     /// storage [`Layers::store`] chose at upload: the engine's int8 kernel for a packed
     /// q8_0 kernel ([`DType::I8`], which adds the bias itself), int8 products over
-    /// im2col for a Q8_0 kernel stored [IC * K, OC], for an f32 [K, IC, OC] one the
+    /// im2col for a Q8_0 kernel stored tap-major [K * IC, OC], for an f32 [K, IC, OC] one the
     /// engine's f32 convolution (im2col in cache, the bias inside) where the float
     /// kernels run and ggml's f32 product over im2col elsewhere, and ggml's product for
     /// f16 (which multiplies an f16 matrix only from the left, so channels come out
@@ -341,5 +341,120 @@ mod tests {
             |t: &HostTensor, i: usize| f32::from_le_bytes(t.data[4 * i..][..4].try_into().unwrap());
         // Kernel [K=3, IC=2, OC=64] element (c, oc) at oc * 6 + c lands at c * 64 + oc.
         assert_eq!(value(&conv, 5 * 64 + 7), value(&conv_kernel(), 7 * 6 + 5));
+    }
+}
+
+#[cfg(test)]
+mod conv_routes {
+    //! Both routes of a q8_0 convolution (the engine's fused kernel over the packed
+    //! weight, and ggml's im2col and product, which the GPU backends run) against the
+    //! plain convolution with the dequantized kernel.
+    use super::{Layers, WeightUse};
+    use crate::backend::{Runtime, RuntimeOptions};
+    use crate::ggml::{quantize_rows, Context, DType, HostTensor};
+    use crate::weights::WeightStore;
+
+    #[test]
+    fn a_tap_major_q8_0_convolution_gives_the_plain_result_by_either_route() {
+        let (ic, k, oc, len, pad, dilation) = (64usize, 3usize, 32usize, 40usize, 3usize, 3usize);
+        let wave = |i: usize, f: f32| ((i as f32 * f).sin() + (i as f32 * 0.37).cos()) * 0.5;
+        // Tap-major rows: tap `j` of channel `c` at `j * ic + c`.
+        let kernel: Vec<f32> = (0..oc * k * ic).map(|i| wave(i, 0.61)).collect();
+        let q8 = HostTensor {
+            name: "conv.weight".into(),
+            dtype: DType::Q8_0,
+            ne: vec![(k * ic) as i64, oc as i64],
+            data: quantize_rows(DType::Q8_0, &kernel, k * ic).unwrap(),
+        };
+        let dequantized = q8.to_f32();
+        let x: Vec<f32> = (0..ic * len).map(|i| wave(i, 0.23)).collect(); // [L, IC]
+        let ol = len + 2 * pad - dilation * (k - 1);
+        let mut plain = vec![0f32; ol * oc]; // [OL, OC], time fastest
+        for o in 0..oc {
+            for t in 0..ol {
+                let mut sum = 0f64;
+                for j in 0..k {
+                    let at = (t + j * dilation) as isize - pad as isize;
+                    if !(0..len as isize).contains(&at) {
+                        continue;
+                    }
+                    for c in 0..ic {
+                        sum += f64::from(dequantized[o * k * ic + j * ic + c])
+                            * f64::from(x[c * len + at as usize]);
+                    }
+                }
+                plain[o * ol + t] = sum as f32;
+            }
+        }
+        let runtime = Runtime::new(&RuntimeOptions::default()).unwrap();
+        let fused = Layers::new(&runtime);
+        let mut routes = vec![("ggml", Layers::with_cpu_kernels(false), q8.clone())];
+        if fused.q8 {
+            let mut packed = fused.store(q8.clone(), WeightUse::Linear);
+            packed.name = "conv.packed".into();
+            assert_eq!(packed.dtype, DType::I8);
+            routes.push(("fused", fused, packed));
+        } else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run on a CPU with the q8_0 kernel"
+            );
+        }
+        let store = WeightStore::upload(
+            "test.gguf".as_ref(),
+            routes.iter().map(|(_, _, t)| Ok(t.clone().into())),
+            &runtime,
+        )
+        .unwrap();
+        let mut results = Vec::new();
+        for (route, layers, t) in &routes {
+            let ctx = Context::new(64, 64).unwrap();
+            let input = ctx.new_tensor(DType::F32, &[len as i64, ic as i64], "x");
+            input.mark_input();
+            let weight = store.tensor(&t.name).unwrap();
+            let y = layers
+                .conv_1d_time_major(
+                    &ctx,
+                    weight,
+                    k as i64,
+                    input,
+                    [1, pad as i32, dilation as i32],
+                    None,
+                )
+                .unwrap();
+            y.mark_output();
+            let mut graph = ctx.new_graph(64);
+            graph.expand(y);
+            let mut sched = runtime.scheduler(64).unwrap();
+            sched.compute_with(&mut graph, &[(input, &x)], &[]).unwrap();
+            let got = y.read_f32().unwrap();
+            assert_eq!(got.len(), plain.len(), "{route}");
+            // The activations are quantized per block of 32 (a step of max|x| / 127):
+            // over 192 terms that leaves errors of a few per cent of the largest result,
+            // where a wrong tap or channel order gives errors of the results' own size.
+            let scale = plain.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let worst = got
+                .iter()
+                .zip(&plain)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(worst <= 0.05 * scale, "{route}: error {worst} of {scale}");
+            results.push(got);
+        }
+        // Both routes quantize the same blocks the same way: only the order of the
+        // float sums differs.
+        if let [ggml, fused] = &results[..] {
+            let apart = ggml
+                .iter()
+                .zip(fused)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(apart <= 1e-4, "the routes differ by {apart}");
+        } else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must compare both routes"
+            );
+        }
     }
 }

@@ -861,8 +861,8 @@ impl<'a> ChunkInput<'a> {
 
 #[cfg(target_arch = "x86_64")]
 thread_local! {
-    /// Each worker thread's input samples, im2col row (f32) and product results of one
-    /// chunk of [`conv_time_major`].
+    /// Each worker thread's input samples, one position's channels (f32) and product
+    /// results of one chunk of [`conv_time_major`].
     static CONV_SCRATCH: RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> =
         const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
@@ -957,13 +957,24 @@ unsafe fn store_transposed_avx512(
     }
 }
 
-/// A 1-D convolution with a packed q8_0 kernel (`w`, [IC * K] values per output channel,
-/// the ONNX [OC, IC, K] order), `x` [L, IC] (time fastest, one batch), plus `bias` (one
-/// value per output channel) when given; `y` is [OL, OC], time fastest. The same values
-/// as ggml's im2col, then [`product`], then a transpose, to the bit: each output's
-/// im2col row is quantized exactly as that product quantizes it. But the rows are built
-/// a chunk at a time in cache and the results land in place, so the im2col matrix (K
-/// times the input) and the transpose never go through memory. Positions are split
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// Each worker thread's quantized input positions of one chunk of
+    /// [`conv_time_major`]: every position's channels as bytes, then their block scales.
+    static POSITION_SCRATCH: RefCell<(Vec<u8>, Vec<f32>)> =
+        const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// A 1-D convolution with a packed q8_0 kernel in tap-major order (`w`, [K * IC] values
+/// per output channel: tap `k` of input channel `c` at `k * IC + c`), `x` [L, IC] (time
+/// fastest, one batch, IC whole blocks of 32), plus `bias` (one value per output
+/// channel) when given; `y` is [OL, OC], time fastest. The same values as ggml's
+/// im2col with its [IC][K] rows reordered to [K][IC], then [`product`], then a
+/// transpose, to the bit: a row's blocks of 32 are then each 32 channels of one input
+/// position, so each position is quantized once and every row that reads it copies its
+/// bytes (instead of quantizing K times its values). The positions are quantized and
+/// the rows built a chunk at a time in cache and the results land in place, so the
+/// im2col matrix and the transpose never go through memory. Output positions are split
 /// among the parts. Refuses lengths that do not fit, or a CPU without the kernel.
 pub fn conv_time_major(
     w: PackedQ8View<'_>,
@@ -976,10 +987,16 @@ pub fn conv_time_major(
     let [len, channels, batches] = x.dims();
     expect_eq("the input's batches", batches, 1)?;
     expect_eq(
-        "the kernel row (input channels x taps)",
+        "the kernel row (taps x input channels)",
         channels * steps.kernel_width,
         w.k,
     )?;
+    if channels % QK != 0 {
+        return Err(format!(
+            "{channels} input channels are not whole q8_0 blocks of {QK} (the tap-major \
+             kernel quantizes each position's channels)"
+        ));
+    }
     if let Some(bias) = bias {
         expect_eq("the bias length", bias.len(), w.n)?;
     }
@@ -994,67 +1011,90 @@ pub fn conv_time_major(
     {
         let (k, n) = (w.k, w.n);
         let nb = k / QK;
+        let channel_blocks = channels / QK;
         let positions = split_range(out_len, TILE_ROWS, part.ith, part.nth);
         let bias = bias.map_or(std::ptr::null(), <[f32]>::as_ptr);
         SCRATCH.with_borrow_mut(|(xq, xd)| {
-            CONV_SCRATCH.with_borrow_mut(|(samples, cols, tile)| {
-                xq.resize(CONV_CHUNK * k, 0);
-                xd.resize(CONV_CHUNK * nb, 0.0);
-                cols.resize(k, 0.0);
-                tile.resize(CONV_CHUNK * n, 0.0);
-                let mut start = positions.start;
-                while start < positions.end {
-                    let rows = (positions.end - start).min(CONV_CHUNK);
-                    let input = ChunkInput::gather(samples, &x, steps, start..start + rows);
-                    // The output lines this chunk will write, asked for (for writing)
-                    // before the product, so their reads from memory overlap it.
-                    for oc in 0..n {
-                        for at in (0..rows).step_by(16) {
-                            // SAFETY: a prefetch reads nothing architecturally;
-                            // the address lies inside y (out_len x n floats).
+            CONV_SCRATCH.with_borrow_mut(|(samples, column, tile)| {
+                POSITION_SCRATCH.with_borrow_mut(|(pq, pd)| {
+                    xq.resize(CONV_CHUNK * k, 0);
+                    xd.resize(CONV_CHUNK * nb, 0.0);
+                    column.resize(channels, 0.0);
+                    tile.resize(CONV_CHUNK * n, 0.0);
+                    let mut start = positions.start;
+                    while start < positions.end {
+                        let rows = (positions.end - start).min(CONV_CHUNK);
+                        let input = ChunkInput::gather(samples, &x, steps, start..start + rows);
+                        // The output lines this chunk will write, asked for (for
+                        // writing) before the product, so their reads from memory
+                        // overlap it.
+                        for oc in 0..n {
+                            for at in (0..rows).step_by(16) {
+                                // SAFETY: a prefetch reads nothing architecturally;
+                                // the address lies inside y (out_len x n floats).
+                                unsafe {
+                                    std::arch::x86_64::_mm_prefetch::<
+                                        { std::arch::x86_64::_MM_HINT_ET1 },
+                                    >(
+                                        y.ptr.add(oc * out_len + start + at).cast()
+                                    )
+                                };
+                            }
+                        }
+                        let span = input.span;
+                        pq.resize(span * channels, 0);
+                        pd.resize(span * channel_blocks, 0.0);
+                        for p in 0..span {
+                            for (c, v) in column.iter_mut().enumerate() {
+                                *v = input.samples[c * span + p];
+                            }
+                            // SAFETY: the CPU has `level` (q8_kernel_level); the column
+                            // is whole blocks (checked above) and position p's bytes
+                            // and scales fit the buffers.
                             unsafe {
-                                std::arch::x86_64::_mm_prefetch::<
-                                    { std::arch::x86_64::_MM_HINT_ET1 },
-                                >(y.ptr.add(oc * out_len + start + at).cast())
+                                quantize_row(
+                                    level,
+                                    column,
+                                    &mut pq[p * channels..][..channels],
+                                    &mut pd[p * channel_blocks..][..channel_blocks],
+                                )
                             };
                         }
-                    }
-                    for r in 0..rows {
-                        input.row(level, steps, r, cols);
-                        // SAFETY: the CPU has `level` (q8_kernel_level); k is whole
-                        // blocks (PackedQ8View::new) and row r's bytes and scales fit
-                        // the chunk's buffers.
+                        for r in 0..rows {
+                            for tap in 0..steps.kernel_width {
+                                let p = r * steps.stride + tap * steps.dilation;
+                                xq[r * k + tap * channels..][..channels]
+                                    .copy_from_slice(&pq[p * channels..][..channels]);
+                                xd[r * nb + tap * channel_blocks..][..channel_blocks]
+                                    .copy_from_slice(&pd[p * channel_blocks..][..channel_blocks]);
+                            }
+                        }
+                        // SAFETY: the CPU has `level`; the weight holds every group's
+                        // cells; `tile` holds `rows` rows of n floats; a non-null bias
+                        // has n values.
                         unsafe {
-                            quantize_row(
+                            gemm_rows(
                                 level,
-                                cols,
-                                &mut xq[r * k..][..k],
-                                &mut xd[r * nb..][..nb],
+                                w.bytes.as_ptr(),
+                                nb,
+                                xq,
+                                xd,
+                                0..rows,
+                                0..n / GROUP_COLS,
+                                tile.as_mut_ptr(),
+                                n,
+                                bias,
                             )
                         };
+                        // SAFETY: y holds out_len x n floats (checked above) and this
+                        // part alone writes positions start..start + rows
+                        // (split_range); the tile holds rows x n results.
+                        unsafe {
+                            store_transposed(level, &tile[..rows * n], n, y.ptr, out_len, start)
+                        };
+                        start += rows;
                     }
-                    // SAFETY: the CPU has `level`; the weight holds every group's cells;
-                    // `tile` holds `rows` rows of n floats; a non-null bias has n values.
-                    unsafe {
-                        gemm_rows(
-                            level,
-                            w.bytes.as_ptr(),
-                            nb,
-                            xq,
-                            xd,
-                            0..rows,
-                            0..n / GROUP_COLS,
-                            tile.as_mut_ptr(),
-                            n,
-                            bias,
-                        )
-                    };
-                    // SAFETY: y holds out_len x n floats (checked above) and this part
-                    // alone writes positions start..start + rows (split_range); the
-                    // tile holds rows x n results.
-                    unsafe { store_transposed(level, &tile[..rows * n], n, y.ptr, out_len, start) };
-                    start += rows;
-                }
+                })
             })
         });
     }
@@ -1334,13 +1374,13 @@ mod tests {
             let bias = values(oc, 31, 1.0);
             let ol = steps.output_len(len).unwrap();
             assert_eq!(ol, (len + 2 * pad - dilation * (kw - 1) - 1) / stride + 1);
-            // The plain route: every im2col row, one product, a transpose.
+            // The plain route: every im2col row (tap-major), one product, a transpose.
             let mut cols = vec![0f32; ol * k];
             for t in 0..ol {
                 for c in 0..ic {
                     for j in 0..kw {
                         let at = (t * stride + j * dilation) as isize - pad as isize;
-                        cols[t * k + c * kw + j] = if (0..len as isize).contains(&at) {
+                        cols[t * k + j * ic + c] = if (0..len as isize).contains(&at) {
                             x[c * len + at as usize]
                         } else {
                             0.0
@@ -1387,6 +1427,16 @@ mod tests {
         let narrow = Matrix::rows(&x, 4, 16).unwrap();
         let err = conv_time_major(w.view(), narrow, steps, None, &out, Part::WHOLE).unwrap_err();
         assert!(err.contains("kernel row"), "{err}");
+        // Six taps over 16 channels fill the kernel row, but a position's 16 channels
+        // are not a block.
+        let half_blocks = ConvSteps {
+            kernel_width: 6,
+            ..steps
+        };
+        let narrow = Matrix::rows(&x, 4, 16).unwrap();
+        let err =
+            conv_time_major(w.view(), narrow, half_blocks, None, &out, Part::WHOLE).unwrap_err();
+        assert!(err.contains("not whole q8_0 blocks"), "{err}");
         assert_eq!(ConvSteps { stride: 0, ..steps }.output_len(10), None);
     }
 

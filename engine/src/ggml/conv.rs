@@ -12,11 +12,12 @@ use super::{checks, Context, DType, GgmlError, Result, Tensor};
 
 impl Context {
     /// 1-D convolution (PyTorch cross-correlation, one sequence) with a block-quantized
-    /// kernel: `kernel` is [IC * K, OC] (the [K, IC, OC] kernel with its first two axes
-    /// flattened, as ONNX's [OC, IC, K] lies in memory) of a type such as
-    /// [`DType::Q8_0`], `kernel_width` is K and `input` is [L, IC] f32. Returns
-    /// [OL, OC] (time fastest) in f32. Refuses a kernel whose row is not whole kernels
-    /// of width K over the input's channels.
+    /// kernel in tap-major order: `kernel` is [K * IC, OC] (row `oc` holds tap `k` of
+    /// input channel `c` at `k * IC + c`, so each block of 32 is 32 channels of one tap)
+    /// of a type such as [`DType::Q8_0`], `kernel_width` is K and `input` is [L, IC]
+    /// f32. ggml's im2col rows ([IC][K]) are reordered to match before the product.
+    /// Returns [OL, OC] (time fastest) in f32. Refuses a kernel whose row is not whole
+    /// kernels of width K over the input's channels.
     pub fn conv_1d_quantized_time_major<'a>(
         &'a self,
         kernel: Tensor<'a>,
@@ -51,19 +52,23 @@ impl Context {
                 input.dtype()
             )));
         }
-        let cols = self.im2col_for(kernel_width, input, stride, pad, dilation)?;
+        let cols = self.im2col_for(kernel_width, input, stride, pad, dilation)?; // [IC * K, OL]
+        let ol = cols.ne()[1];
+        let by_tap = self.permute(self.reshape(cols, &[kernel_width, ic, ol]), [1, 0, 2, 3]);
+        let cols = self.reshape(self.cont(by_tap), &[ick, ol]); // [K * IC, OL]
         let y = self.mul_mat(kernel, cols); // [OC, OL]
         debug_assert_eq!(y.ne()[..2], [oc, cols.ne()[1]]);
         Ok(self.cont(self.transpose(y)))
     }
 
     /// [`Context::conv_1d_quantized_time_major`] with the kernel a [`crate::cpu_kernels::PackedQ8`]
-    /// ([`DType::I8`], packed from the [IC * K, OC] q8_0 kernel) and the bias (`[OC]`
-    /// f32) added inside the product: the engine's CPU kernel, so CPU only (needs
-    /// [`crate::cpu_kernels::q8_kernel_available`]). One custom op
-    /// ([`crate::cpu_kernels::q8::conv_time_major`]) builds each output's im2col row in
-    /// cache and writes the result time-major, with the bits of im2col, the product and
-    /// a transpose. Refuses operands the kernel does not take.
+    /// ([`DType::I8`], packed from the tap-major [K * IC, OC] q8_0 kernel) and the bias
+    /// (`[OC]` f32) added inside the product: the engine's CPU kernel, so CPU only (needs
+    /// [`crate::cpu_kernels::q8_kernel_available`]; IC whole blocks of 32). One custom op
+    /// ([`crate::cpu_kernels::q8::conv_time_major`]) quantizes each input position once,
+    /// builds each output's row from those bytes in cache and writes the result
+    /// time-major, with the bits of the reordered im2col, the product and a transpose.
+    /// Refuses operands the kernel does not take.
     pub fn conv_1d_q8_packed_time_major<'a>(
         &'a self,
         packed: Tensor<'a>,

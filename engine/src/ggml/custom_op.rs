@@ -227,6 +227,12 @@ impl CustomOp {
                         steps.kernel_width
                     ));
                 }
+                if channels % 32 != 0 {
+                    return Err(format!(
+                        "the input's {channels} channels are not whole q8_0 blocks of 32 (the \
+                         tap-major kernel quantizes each position's channels)"
+                    ));
+                }
                 let out_len = steps.output_len(len as usize).ok_or_else(|| {
                     format!("an input of {len} samples gives no output with {steps:?}")
                 })?;
@@ -1185,6 +1191,11 @@ mod tests {
             ctx.conv_1d_q8_packed_time_major(w, 2, x3, [1, 1, 1], None),
             op,
             "not 2 taps over the input's 16 channels",
+        );
+        refused(
+            ctx.conv_1d_q8_packed_time_major(w, 4, x3, [1, 1, 1], None),
+            op,
+            "16 channels are not whole q8_0 blocks",
         );
         let tiny = ctx.new_tensor(DType::F32, &[1, 32], "tiny");
         refused(

@@ -24,7 +24,7 @@ pub trait WeightLookup {
 
     /// The dims of `name` as the ONNX shape gives them (ggml order). They differ from
     /// the tensor's own for a convolution kernel stored block-quantized, which is
-    /// [IC * K, OC] on the device.
+    /// tap-major [K * IC, OC] on the device.
     fn dims(&self, name: &str) -> Result<[i64; 4]> {
         Ok(self.tensor(name)?.ne())
     }

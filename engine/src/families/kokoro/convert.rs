@@ -31,7 +31,7 @@ pub enum WeightType {
     F16,
     /// As [`WeightType::F16`], except the convolution kernels of the decoder's residual
     /// blocks ([`is_q8_0_kernel`]: most of the model's multiply-adds), which are Q8_0,
-    /// stored [IC * K, OC] and listed in the metadata (see [`super::weights`]).
+    /// stored tap-major [K * IC, OC] and listed in the metadata (see [`super::weights`]).
     Q8_0,
 }
 
@@ -672,8 +672,8 @@ type KernelTest = fn(&str, &[usize]) -> bool;
 
 /// True for the convolution kernels a [`WeightType::Q8_0`] file stores as Q8_0: those
 /// of the decoder's residual blocks (the AdainResBlk1d convs of `encode`/`decode.*` and
-/// the generator's `resblocks`/`noise_res` convs), where ggml can quantize each row of
-/// IC * K values in blocks of 32. Norms, LSTMs, the transposed convolutions, the
+/// the generator's `resblocks`/`noise_res` convs) whose input channels are whole blocks
+/// of 32, so that each block of a tap-major row is 32 channels of one tap. Norms, LSTMs, the transposed convolutions, the
 /// source path (`noise_convs`) and `conv_post` keep the f16 type's precision.
 pub fn is_q8_0_kernel(name: &str, dims: &[usize]) -> bool {
     let Some(path) = name
@@ -695,7 +695,7 @@ pub fn is_q8_0_kernel(name: &str, dims: &[usize]) -> bool {
         }
         _ => false,
     };
-    residual_conv && matches!(dims, [_, ic, k] if (ic * k) % DType::Q8_0.block_len() == 0)
+    residual_conv && matches!(dims, [_, ic, _] if ic % DType::Q8_0.block_len() == 0)
 }
 
 /// True for the transposed convolution kernels a [`WeightType::Q8_0`] file stores as
@@ -715,7 +715,8 @@ pub fn is_q8_0_transposed_kernel(name: &str, dims: &[usize]) -> bool {
 }
 
 /// The stored form of a weight: f16 for matrix and conv weights when asked, else f32.
-/// In a q8_0 file, Q8_0 [IC * K, OC] for [`is_q8_0_kernel`]'s, and for
+/// In a q8_0 file, Q8_0 [K * IC, OC] for [`is_q8_0_kernel`]'s (each row tap-major:
+/// tap `k` of input channel `c` at `k * IC + c`), and for
 /// [`is_q8_0_transposed_kernel`]'s Q8_0 [IC, K * OC], the matrix whose product with the
 /// input gives every tap of every step (row `oc * K + k` holds tap `k` of output
 /// channel `oc` for each input channel).
@@ -736,8 +737,15 @@ fn host_tensor(w: Weight, weights: WeightType) -> Result<HostTensor> {
         });
     }
     if weights == WeightType::Q8_0 && is_q8_0_kernel(&w.name, &w.dims) {
-        let (oc, row) = (w.dims[0], w.dims[1] * w.dims[2]);
-        let data = crate::ggml::quantize_rows(DType::Q8_0, &w.values, row)?;
+        let (oc, ic, k) = (w.dims[0], w.dims[1], w.dims[2]);
+        let row = ic * k;
+        let tap_major: Vec<f32> = (0..oc * row)
+            .map(|i| {
+                let (o, j, c) = (i / row, (i % row) / ic, i % ic);
+                w.values[o * row + c * k + j]
+            })
+            .collect();
+        let data = crate::ggml::quantize_rows(DType::Q8_0, &tap_major, row)?;
         return Ok(HostTensor {
             name: w.name,
             dtype: DType::Q8_0,
@@ -1059,7 +1067,9 @@ mod tests {
         ));
         assert!(q("decoder.decoder.decode.3.conv2.weight", &[512, 512, 3]));
         assert!(q("decoder.decoder.encode.conv2.weight", &[1024, 1024, 3]));
-        // Rows of 1090 * 3 values do not split into blocks of 32.
+        // 48 input channels do not split into blocks of 32, even where 48 x 2 does.
+        assert!(!q("decoder.decoder.decode.3.conv2.weight", &[512, 48, 2]));
+        // Nor do 1090.
         assert!(!q(
             "decoder.decoder.decode.0.conv1.weight",
             &[1024, 1090, 3]
@@ -1084,7 +1094,7 @@ mod tests {
     }
 
     #[test]
-    fn a_q8_0_kernel_is_stored_as_rows_of_ic_times_k() {
+    fn a_q8_0_kernel_is_stored_as_tap_major_rows() {
         let values: Vec<f32> = (0..2 * 32 * 3).map(|i| (i as f32 - 96.0) / 64.0).collect();
         let w = Weight {
             name: "decoder.decoder.decode.0.conv2.weight".into(),
@@ -1097,11 +1107,16 @@ mod tests {
         let t = host_tensor(w, WeightType::Q8_0).unwrap();
         assert_eq!((t.dtype, t.ne.clone()), (DType::Q8_0, vec![96, 2]));
         let back = t.to_f32();
-        let max_err = values
-            .iter()
-            .zip(&back)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        // ONNX [OC, IC, K]: value (o, c, j) lands at row o, column j * IC + c.
+        let mut max_err = 0f32;
+        for o in 0..2 {
+            for c in 0..32 {
+                for j in 0..3 {
+                    let err = (values[o * 96 + c * 3 + j] - back[o * 96 + j * 32 + c]).abs();
+                    max_err = max_err.max(err);
+                }
+            }
+        }
         // One step of the block scale (max |w| / 127 <= 1.5 / 127), halved.
         assert!(max_err <= 0.75 / 127.0 + 1e-6, "{max_err}");
     }

@@ -17,10 +17,12 @@
 //! products round the activations to f16, which the F0 accuracy bound does not allow).
 //! Q8_0 convolution kernels (the decoder's large ones in a `--quantize q8_0` file) stay
 //! Q8_0 on the device for ggml's int8 products. ggml quantizes rows of 32 values, so
-//! such a kernel is stored [IC * K, OC] (the ONNX [OC, IC, K] with its last two axes
-//! flattened, the same bytes in the same order), its name listed in the metadata
-//! [`QUANTIZED_KERNELS_KEY`] with its width K in [`QUANTIZED_KERNEL_WIDTHS_KEY`];
-//! [`Weights::dims`] gives its ONNX dims [K, IC, OC]. The generator's transposed
+//! such a kernel is stored [K * IC, OC], each output channel's row tap-major (tap `k` of
+//! input channel `c` at `k * IC + c`, the ONNX [OC, IC, K] with its last two axes
+//! swapped): with IC whole blocks, each block is 32 channels of one tap, so the CPU
+//! kernel quantizes an input position once for all the taps that read it. Its name is
+//! listed in the metadata [`QUANTIZED_KERNELS_KEY`] with its width K in
+//! [`QUANTIZED_KERNEL_WIDTHS_KEY`]; [`Weights::dims`] gives its ONNX dims [K, IC, OC]. The generator's transposed
 //! convolution kernels are stored Q8_0 as the [IC, K * OC] matrix of their tap product,
 //! listed in [`QUANTIZED_TRANSPOSED_KERNELS_KEY`] (dims [K, OC, IC]). When the graphs
 //! run on the CPU backend and the CPU has the engine's q8_0 kernel, such a kernel is
@@ -37,10 +39,14 @@ use crate::layers::{Layers, WeightUse};
 use crate::model_file::ModelFile;
 use crate::weights::{f32_tensor, WeightStore, WeightTensor};
 
-/// Metadata: names of the convolution kernels stored block-quantized as [IC * K, OC].
-pub const QUANTIZED_KERNELS_KEY: &str = "kokoro.quantized_kernels";
+/// Metadata: names of the convolution kernels stored block-quantized as tap-major
+/// [K * IC, OC].
+pub const QUANTIZED_KERNELS_KEY: &str = "kokoro.tap_major_kernels";
 /// Metadata: the kernel width K of each of [`QUANTIZED_KERNELS_KEY`], in its order.
-pub const QUANTIZED_KERNEL_WIDTHS_KEY: &str = "kokoro.quantized_kernel_widths";
+pub const QUANTIZED_KERNEL_WIDTHS_KEY: &str = "kokoro.tap_major_kernel_widths";
+/// Metadata of files from earlier converters, whose q8_0 kernels are channel-major
+/// [IC * K, OC]: refused with the remedy (convert again), not read as tap-major.
+const CHANNEL_MAJOR_KERNELS_KEY: &str = "kokoro.quantized_kernels";
 
 /// Metadata: names of the transposed convolution kernels stored block-quantized as the
 /// [IC, K * OC] matrix of their tap product.
@@ -60,7 +66,7 @@ pub struct Weights {
     store: WeightStore,
     /// Where the layers over these weights compute.
     layers: Layers,
-    /// ONNX dims (ggml order) of the kernels held block-quantized ([IC * K, OC], or
+    /// ONNX dims (ggml order) of the kernels held block-quantized ([K * IC, OC], or
     /// [IC, K * OC] for a transposed one).
     quantized_dims: HashMap<String, [i64; 4]>,
 }
@@ -72,6 +78,17 @@ impl Weights {
             path: file.path.clone(),
             reason,
         };
+        if file
+            .metadata
+            .iter()
+            .any(|(k, _)| k == CHANNEL_MAJOR_KERNELS_KEY)
+        {
+            return Err(bad(format!(
+                "its q8_0 convolution kernels are channel-major ('{CHANNEL_MAJOR_KERNELS_KEY}', \
+                 an earlier converter's layout); convert the ONNX model again with \
+                 `--task convert --family kokoro --quantize q8_0`"
+            )));
+        }
         let widths =
             listed_widths(file, QUANTIZED_KERNELS_KEY, QUANTIZED_KERNEL_WIDTHS_KEY).map_err(bad)?;
         let transposed_widths = listed_widths(
@@ -216,14 +233,14 @@ fn listed_widths(
     }
 }
 
-/// The ONNX dims [K, IC, OC, 1] of the block-quantized kernel `t` ([IC * K, OC]) of
-/// width `k`, after checking its type and shape.
+/// The ONNX dims [K, IC, OC, 1] of the block-quantized kernel `t` (tap-major
+/// [K * IC, OC]) of width `k`, after checking its type and shape.
 fn quantized_kernel_dims(t: &HostTensor, k: i64) -> std::result::Result<[i64; 4], String> {
     let dims = trim(&t.ne);
     match dims[..] {
         [ick, oc] if t.dtype == DType::Q8_0 && k >= 1 && ick % k == 0 => Ok([k, ick / k, oc, 1]),
         _ => Err(format!(
-            "quantized kernel '{}' is {:?} of dims {dims:?}, expected Q8_0 [IC * {k}, OC]",
+            "quantized kernel '{}' is {:?} of dims {dims:?}, expected Q8_0 [{k} * IC, OC]",
             t.name, t.dtype
         )),
     }
@@ -402,6 +419,36 @@ mod tests {
             dtype,
             ne,
             data: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_file_with_channel_major_q8_0_kernels_is_refused_with_the_remedy() {
+        let file = ModelFile {
+            path: "old-q8_0.gguf".into(),
+            format: crate::model_file::ModelFormat::Gguf,
+            family: Some("kokoro".into()),
+            metadata: vec![
+                (
+                    CHANNEL_MAJOR_KERNELS_KEY.into(),
+                    GgufValue::StrArray(vec!["c".into()]),
+                ),
+                (
+                    "kokoro.quantized_kernel_widths".into(),
+                    GgufValue::U32Array(vec![3]),
+                ),
+            ],
+            tensors: vec![q8_tensor("c", vec![96, 8], DType::Q8_0)],
+        };
+        let runtime = Runtime::new(&crate::backend::RuntimeOptions::default()).unwrap();
+        match Weights::load(&file, &runtime) {
+            Err(EngineError::Model { path, reason }) => {
+                assert_eq!(path, std::path::PathBuf::from("old-q8_0.gguf"));
+                assert!(reason.contains("channel-major"), "{reason}");
+                assert!(reason.contains("convert the ONNX model again"), "{reason}");
+            }
+            Err(other) => panic!("expected a model error, got {other}"),
+            Ok(_) => panic!("an old q8_0 file loaded"),
         }
     }
 

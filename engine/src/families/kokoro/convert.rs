@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::onnx::{self, Graph, Initializer, Node, TensorData};
+use super::weights::padded_channels;
 use crate::error::{EngineError, Result};
 use crate::ggml::{DType, GgufValue, HostTensor};
 use crate::spec::ModelSpec;
@@ -671,9 +672,10 @@ fn ggml_ne(dims: &[usize]) -> Vec<i64> {
 type KernelTest = fn(&str, &[usize]) -> bool;
 
 /// True for the convolution kernels a [`WeightType::Q8_0`] file stores as Q8_0: those
-/// of the decoder's residual blocks (the AdainResBlk1d convs of `encode`/`decode.*` and
-/// the generator's `resblocks`/`noise_res` convs) whose input channels are whole blocks
-/// of 32, so that each block of a tap-major row is 32 channels of one tap. Norms, LSTMs, the transposed convolutions, the
+/// of the decoder's residual blocks (the AdainResBlk1d convs and 1x1 shortcuts of
+/// `encode`/`decode.*` and the generator's `resblocks`/`noise_res` convs). Each tap's
+/// input channels are padded with zeros to whole blocks of 32 ([`padded_channels`]), so
+/// each block of a tap-major row is channels of one tap. Norms, LSTMs, the transposed convolutions, the
 /// source path (`noise_convs`) and `conv_post` keep the f16 type's precision.
 pub fn is_q8_0_kernel(name: &str, dims: &[usize]) -> bool {
     let Some(path) = name
@@ -685,8 +687,8 @@ pub fn is_q8_0_kernel(name: &str, dims: &[usize]) -> bool {
     let parts: Vec<&str> = path.split('.').collect();
     let numbered = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let residual_conv = match parts[..] {
-        ["encode", conv] => matches!(conv, "conv1" | "conv2"),
-        ["decode", i, conv] => numbered(i) && matches!(conv, "conv1" | "conv2"),
+        ["encode", conv] => matches!(conv, "conv1" | "conv2" | "conv1x1"),
+        ["decode", i, conv] => numbered(i) && matches!(conv, "conv1" | "conv2" | "conv1x1"),
         ["generator", blocks, i, convs, j] => {
             matches!(blocks, "resblocks" | "noise_res")
                 && numbered(i)
@@ -695,7 +697,7 @@ pub fn is_q8_0_kernel(name: &str, dims: &[usize]) -> bool {
         }
         _ => false,
     };
-    residual_conv && matches!(dims, [_, ic, _] if ic % DType::Q8_0.block_len() == 0)
+    residual_conv && dims.len() == 3
 }
 
 /// True for the transposed convolution kernels a [`WeightType::Q8_0`] file stores as
@@ -715,8 +717,9 @@ pub fn is_q8_0_transposed_kernel(name: &str, dims: &[usize]) -> bool {
 }
 
 /// The stored form of a weight: f16 for matrix and conv weights when asked, else f32.
-/// In a q8_0 file, Q8_0 [K * IC, OC] for [`is_q8_0_kernel`]'s (each row tap-major:
-/// tap `k` of input channel `c` at `k * IC + c`), and for
+/// In a q8_0 file, Q8_0 [K * IC', OC] for [`is_q8_0_kernel`]'s (each row tap-major:
+/// tap `k` of input channel `c` at `k * IC' + c`, IC' the channels padded to whole
+/// blocks with zeros), and for
 /// [`is_q8_0_transposed_kernel`]'s Q8_0 [IC, K * OC], the matrix whose product with the
 /// input gives every tap of every step (row `oc * K + k` holds tap `k` of output
 /// channel `oc` for each input channel).
@@ -738,11 +741,16 @@ fn host_tensor(w: Weight, weights: WeightType) -> Result<HostTensor> {
     }
     if weights == WeightType::Q8_0 && is_q8_0_kernel(&w.name, &w.dims) {
         let (oc, ic, k) = (w.dims[0], w.dims[1], w.dims[2]);
-        let row = ic * k;
+        let padded = padded_channels(ic as i64) as usize;
+        let row = padded * k;
         let tap_major: Vec<f32> = (0..oc * row)
             .map(|i| {
-                let (o, j, c) = (i / row, (i % row) / ic, i % ic);
-                w.values[o * row + c * k + j]
+                let (o, j, c) = (i / row, (i % row) / padded, i % padded);
+                if c < ic {
+                    w.values[(o * ic + c) * k + j]
+                } else {
+                    0.0
+                }
             })
             .collect();
         let data = crate::ggml::quantize_rows(DType::Q8_0, &tap_major, row)?;
@@ -950,20 +958,23 @@ pub fn convert(src: &Sources, spec: &ModelSpec, weights_as: WeightType) -> Resul
         GgufValue::StrArray(voices.iter().map(|(n, _)| n.clone()).collect()),
     );
     if weights_as == WeightType::Q8_0 {
-        // Each quantized kind's names, and its widths K in the same order.
-        let kinds: [(KernelTest, &str, &str); 2] = [
+        // Each quantized kind's names, its widths K in the same order and, for the
+        // convolutions (whose stored rows pad the channels), their input channels.
+        let kinds: [(KernelTest, &str, &str, Option<&str>); 2] = [
             (
                 is_q8_0_kernel,
                 super::weights::QUANTIZED_KERNELS_KEY,
                 super::weights::QUANTIZED_KERNEL_WIDTHS_KEY,
+                Some(super::weights::QUANTIZED_KERNEL_CHANNELS_KEY),
             ),
             (
                 is_q8_0_transposed_kernel,
                 super::weights::QUANTIZED_TRANSPOSED_KERNELS_KEY,
                 super::weights::QUANTIZED_TRANSPOSED_KERNEL_WIDTHS_KEY,
+                None,
             ),
         ];
-        for (quantized, names_key, widths_key) in kinds {
+        for (quantized, names_key, widths_key, channels_key) in kinds {
             let listed: Vec<&Weight> = weights
                 .iter()
                 .filter(|w| quantized(&w.name, &w.dims))
@@ -976,6 +987,12 @@ pub fn convert(src: &Sources, spec: &ModelSpec, weights_as: WeightType) -> Resul
                 widths_key,
                 GgufValue::U32Array(listed.iter().map(|w| w.dims[2] as u32).collect()),
             );
+            if let Some(channels_key) = channels_key {
+                put(
+                    channels_key,
+                    GgufValue::U32Array(listed.iter().map(|w| w.dims[1] as u32).collect()),
+                );
+            }
         }
     }
     let mut tensors: Vec<HostTensor> = weights
@@ -1067,13 +1084,15 @@ mod tests {
         ));
         assert!(q("decoder.decoder.decode.3.conv2.weight", &[512, 512, 3]));
         assert!(q("decoder.decoder.encode.conv2.weight", &[1024, 1024, 3]));
-        // 48 input channels do not split into blocks of 32, even where 48 x 2 does.
-        assert!(!q("decoder.decoder.decode.3.conv2.weight", &[512, 48, 2]));
-        // Nor do 1090.
-        assert!(!q(
-            "decoder.decoder.decode.0.conv1.weight",
-            &[1024, 1090, 3]
+        // Channels that are not whole blocks are padded: the 1090 of the decode
+        // blocks' first conv and shortcut, the 514 of encode's.
+        assert!(q("decoder.decoder.decode.0.conv1.weight", &[1024, 1090, 3]));
+        assert!(q(
+            "decoder.decoder.decode.3.conv1x1.weight",
+            &[512, 1090, 1]
         ));
+        assert!(q("decoder.decoder.encode.conv1x1.weight", &[1024, 514, 1]));
+        assert!(!q("decoder.decoder.decode.0.conv1.bias", &[1024]));
         assert!(!q(
             "decoder.decoder.generator.conv_post.weight",
             &[22, 128, 7]
@@ -1094,31 +1113,44 @@ mod tests {
     }
 
     #[test]
-    fn a_q8_0_kernel_is_stored_as_tap_major_rows() {
-        let values: Vec<f32> = (0..2 * 32 * 3).map(|i| (i as f32 - 96.0) / 64.0).collect();
+    fn a_q8_0_kernel_is_stored_as_tap_major_rows_of_padded_channels() {
+        // 40 channels are stored as 64 per tap, the last 24 zeros.
+        let (oc, ic, k, padded) = (2, 40, 3, 64);
+        let values: Vec<f32> = (0..oc * ic * k)
+            .map(|i| (i as f32 - 120.0) / 160.0)
+            .collect();
         let w = Weight {
-            name: "decoder.decoder.decode.0.conv2.weight".into(),
-            dims: vec![2, 32, 3],
+            name: "decoder.decoder.decode.0.conv1.weight".into(),
+            dims: vec![oc, ic, k],
             values: values.clone(),
             source: "test".into(),
             dequantized: true,
             is_matrix: true,
         };
         let t = host_tensor(w, WeightType::Q8_0).unwrap();
-        assert_eq!((t.dtype, t.ne.clone()), (DType::Q8_0, vec![96, 2]));
+        let row = padded * k;
+        assert_eq!(
+            (t.dtype, t.ne.clone()),
+            (DType::Q8_0, vec![row as i64, oc as i64])
+        );
         let back = t.to_f32();
-        // ONNX [OC, IC, K]: value (o, c, j) lands at row o, column j * IC + c.
+        // ONNX [OC, IC, K]: value (o, c, j) lands at row o, column j * 64 + c.
         let mut max_err = 0f32;
-        for o in 0..2 {
-            for c in 0..32 {
-                for j in 0..3 {
-                    let err = (values[o * 96 + c * 3 + j] - back[o * 96 + j * 32 + c]).abs();
-                    max_err = max_err.max(err);
+        for o in 0..oc {
+            for j in 0..k {
+                for c in 0..padded {
+                    let stored = back[o * row + j * padded + c];
+                    if c < ic {
+                        let err = (values[(o * ic + c) * k + j] - stored).abs();
+                        max_err = max_err.max(err);
+                    } else {
+                        assert_eq!(stored, 0.0, "padding of tap {j}, channel {c}");
+                    }
                 }
             }
         }
-        // One step of the block scale (max |w| / 127 <= 1.5 / 127), halved.
-        assert!(max_err <= 0.75 / 127.0 + 1e-6, "{max_err}");
+        // One step of the block scale (max |w| <= 1, so at most 1 / 127), halved.
+        assert!(max_err <= 0.5 / 127.0 + 1e-6, "{max_err}");
     }
 
     #[test]

@@ -44,6 +44,10 @@ use crate::weights::{f32_tensor, WeightStore, WeightTensor};
 pub const QUANTIZED_KERNELS_KEY: &str = "kokoro.tap_major_kernels";
 /// Metadata: the kernel width K of each of [`QUANTIZED_KERNELS_KEY`], in its order.
 pub const QUANTIZED_KERNEL_WIDTHS_KEY: &str = "kokoro.tap_major_kernel_widths";
+/// Metadata: the input channels IC (the ONNX kernel's) of each of
+/// [`QUANTIZED_KERNELS_KEY`], in its order. A kernel stores each tap's channels padded
+/// with zeros to whole blocks of 32, so its rows are K x IC rounded up.
+pub const QUANTIZED_KERNEL_CHANNELS_KEY: &str = "kokoro.tap_major_kernel_channels";
 /// Metadata of files from earlier converters, whose q8_0 kernels are channel-major
 /// [IC * K, OC]: refused with the remedy (convert again), not read as tap-major.
 const CHANNEL_MAJOR_KERNELS_KEY: &str = "kokoro.quantized_kernels";
@@ -91,6 +95,8 @@ impl Weights {
         }
         let widths =
             listed_widths(file, QUANTIZED_KERNELS_KEY, QUANTIZED_KERNEL_WIDTHS_KEY).map_err(bad)?;
+        let channels = listed_widths(file, QUANTIZED_KERNELS_KEY, QUANTIZED_KERNEL_CHANNELS_KEY)
+            .map_err(bad)?;
         let transposed_widths = listed_widths(
             file,
             QUANTIZED_TRANSPOSED_KERNELS_KEY,
@@ -105,7 +111,10 @@ impl Weights {
             .filter(|t| !t.name.starts_with(VOICE_PREFIX))
             .flat_map(|t| -> Vec<Result<WeightTensor>> {
                 let quantized = match (widths.get(&t.name), transposed_widths.get(&t.name)) {
-                    (Some(&k), _) => Some(quantized_kernel_dims(t, k)),
+                    (Some(&k), _) => {
+                        let ic = channels.get(&t.name).copied().unwrap_or(0);
+                        Some(quantized_kernel_dims(t, k, ic))
+                    }
                     (None, Some(&k)) => Some(quantized_transposed_kernel_dims(t, k)),
                     (None, None) => None,
                 };
@@ -206,9 +215,9 @@ impl super::adain::WeightLookup for Weights {
     }
 }
 
-/// Name -> kernel width of the kernels the file stores block-quantized, from the two
-/// parallel metadata arrays `names_key` and `widths_key` (none when the file has
-/// neither).
+/// Name -> value (a kernel width or channel count) of the kernels the file stores
+/// block-quantized, from the two parallel metadata arrays `names_key` and `widths_key`
+/// (none when the file has neither).
 fn listed_widths(
     file: &ModelFile,
     names_key: &str,
@@ -234,16 +243,28 @@ fn listed_widths(
 }
 
 /// The ONNX dims [K, IC, OC, 1] of the block-quantized kernel `t` (tap-major
-/// [K * IC, OC]) of width `k`, after checking its type and shape.
-fn quantized_kernel_dims(t: &HostTensor, k: i64) -> std::result::Result<[i64; 4], String> {
+/// [K * IC', OC], IC' = `ic` rounded up to whole blocks of 32) of width `k`, after
+/// checking its type and shape.
+fn quantized_kernel_dims(t: &HostTensor, k: i64, ic: i64) -> std::result::Result<[i64; 4], String> {
     let dims = trim(&t.ne);
+    let padded = padded_channels(ic);
     match dims[..] {
-        [ick, oc] if t.dtype == DType::Q8_0 && k >= 1 && ick % k == 0 => Ok([k, ick / k, oc, 1]),
+        [row, oc] if t.dtype == DType::Q8_0 && k >= 1 && ic >= 1 && row == k * padded => {
+            Ok([k, ic, oc, 1])
+        }
         _ => Err(format!(
-            "quantized kernel '{}' is {:?} of dims {dims:?}, expected Q8_0 [{k} * IC, OC]",
+            "quantized kernel '{}' is {:?} of dims {dims:?}, expected Q8_0 [{k} * {padded}, OC] \
+             ({ic} input channels padded to blocks of 32)",
             t.name, t.dtype
         )),
     }
+}
+
+/// `ic` input channels rounded up to whole q8_0 blocks: the channels of each tap a
+/// tap-major kernel row holds.
+pub fn padded_channels(ic: i64) -> i64 {
+    let block = DType::Q8_0.block_len() as i64;
+    (ic + block - 1) / block * block
 }
 
 /// The ONNX dims [K, OC, IC, 1] of the block-quantized transposed kernel `t` (its tap
@@ -455,7 +476,14 @@ mod tests {
     #[test]
     fn quantized_kernels_give_their_onnx_dims_or_a_reason() {
         let conv = q8_tensor("c", vec![96, 8], DType::Q8_0);
-        assert_eq!(quantized_kernel_dims(&conv, 3), Ok([3, 32, 8, 1]));
+        assert_eq!(quantized_kernel_dims(&conv, 3, 32), Ok([3, 32, 8, 1]));
+        // 20 channels are stored padded to 32.
+        assert_eq!(quantized_kernel_dims(&conv, 3, 20), Ok([3, 20, 8, 1]));
+        let err = quantized_kernel_dims(&conv, 3, 33).unwrap_err();
+        assert!(
+            err.contains("[3 * 64, OC]") && err.contains("33 input channels"),
+            "{err}"
+        );
         let up = q8_tensor("u", vec![256, 1536], DType::Q8_0);
         assert_eq!(
             quantized_transposed_kernel_dims(&up, 12),

@@ -739,9 +739,10 @@ fn prefetch(values: &[f32]) {
     let _ = values;
 }
 
-/// The input samples a chunk of outputs reads, channel by channel: `span` samples from
-/// input position `first` (which may lie in the padding) of every channel, zeros
-/// outside the input, so building a row needs no bounds test per tap.
+/// The input samples a chunk of outputs reads, channel by channel: `span` samples (at
+/// least those read, rounded up to whole runs of 16) from input position `first`
+/// (which may lie in the padding) of every channel, zeros outside the input, so
+/// building a row needs no bounds test per tap.
 pub(super) struct ChunkInput<'a> {
     samples: &'a mut Vec<f32>,
     span: usize,
@@ -757,7 +758,9 @@ impl<'a> ChunkInput<'a> {
     ) -> Self {
         let [len, channels, _] = x.dims();
         let reach = steps.dilation * (steps.kernel_width - 1);
-        let span = (outputs.len() - 1) * steps.stride + reach + 1;
+        // Whole runs of 16 samples, so that the q8_0 convolution's transposes of the
+        // chunk take the AVX-512 path (the extra samples are read but not used).
+        let span = ((outputs.len() - 1) * steps.stride + reach + 1).next_multiple_of(16);
         let first = (outputs.start * steps.stride) as isize - steps.pad as isize;
         // Every value is written below, so the buffer is only grown, never cleared.
         samples.resize(channels * span, 0.0);
@@ -861,8 +864,8 @@ impl<'a> ChunkInput<'a> {
 
 #[cfg(target_arch = "x86_64")]
 thread_local! {
-    /// Each worker thread's input samples, one position's channels (f32) and product
-    /// results of one chunk of [`conv_time_major`].
+    /// Each worker thread's input samples (channel-major, then position-major) and
+    /// product results of one chunk of [`conv_time_major`].
     static CONV_SCRATCH: RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> =
         const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
@@ -1015,11 +1018,10 @@ pub fn conv_time_major(
         let positions = split_range(out_len, TILE_ROWS, part.ith, part.nth);
         let bias = bias.map_or(std::ptr::null(), <[f32]>::as_ptr);
         SCRATCH.with_borrow_mut(|(xq, xd)| {
-            CONV_SCRATCH.with_borrow_mut(|(samples, column, tile)| {
+            CONV_SCRATCH.with_borrow_mut(|(samples, by_position, tile)| {
                 POSITION_SCRATCH.with_borrow_mut(|(pq, pd)| {
                     xq.resize(CONV_CHUNK * k, 0);
                     xd.resize(CONV_CHUNK * nb, 0.0);
-                    column.resize(channels, 0.0);
                     tile.resize(CONV_CHUNK * n, 0.0);
                     let mut start = positions.start;
                     while start < positions.end {
@@ -1041,20 +1043,35 @@ pub fn conv_time_major(
                                 };
                             }
                         }
+                        // Position-major samples: each position's channels in a row.
                         let span = input.span;
-                        pq.resize(span * channels, 0);
-                        pd.resize(span * channel_blocks, 0.0);
-                        for p in 0..span {
-                            for (c, v) in column.iter_mut().enumerate() {
-                                *v = input.samples[c * span + p];
-                            }
-                            // SAFETY: the CPU has `level` (q8_kernel_level); the column
-                            // is whole blocks (checked above) and position p's bytes
-                            // and scales fit the buffers.
+                        by_position.resize(span * channels, 0.0);
+                        // SAFETY: the CPU has `level`; the samples are `channels` rows
+                        // of `span` values and `by_position` holds span x channels
+                        // floats, position p's channel c at p * channels + c.
+                        unsafe {
+                            store_transposed(
+                                level,
+                                &input.samples[..channels * span],
+                                span,
+                                by_position.as_mut_ptr(),
+                                channels,
+                                0,
+                            )
+                        };
+                        let used = (rows - 1) * steps.stride
+                            + steps.dilation * (steps.kernel_width - 1)
+                            + 1;
+                        pq.resize(used * channels, 0);
+                        pd.resize(used * channel_blocks, 0.0);
+                        for p in 0..used {
+                            // SAFETY: the CPU has `level` (q8_kernel_level); a position's
+                            // channels are whole blocks (checked above) and position p's
+                            // bytes and scales fit the buffers.
                             unsafe {
                                 quantize_row(
                                     level,
-                                    column,
+                                    &by_position[p * channels..][..channels],
                                     &mut pq[p * channels..][..channels],
                                     &mut pd[p * channel_blocks..][..channel_blocks],
                                 )

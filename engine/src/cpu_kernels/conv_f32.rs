@@ -6,7 +6,7 @@
 
 use std::cell::RefCell;
 
-use super::q8::{ChunkInput, ConvSteps, CONV_CHUNK};
+use super::q8::{for_each_chunk, ConvSteps, CONV_CHUNK};
 use super::{expect_eq, split_range, KernelResult, Matrix, Output, Part, SimdLevel};
 
 /// Lanes each dot product accumulates in (a fixed order, whatever the vector width).
@@ -289,10 +289,7 @@ pub fn conv_time_major(
         SCRATCH.with_borrow_mut(|(samples, cols, tile)| {
             cols.resize(CONV_CHUNK * k, 0.0);
             tile.resize(CONV_CHUNK * n, 0.0);
-            let mut start = positions.start;
-            while start < positions.end {
-                let rows = (positions.end - start).min(CONV_CHUNK);
-                let input = ChunkInput::gather(samples, &x, steps, start..start + rows);
+            for_each_chunk(samples, &x, steps, positions, |start, rows, input| {
                 for (r, row) in cols.chunks_exact_mut(k).take(rows).enumerate() {
                     input.row(level, steps, r, row);
                 }
@@ -307,8 +304,7 @@ pub fn conv_time_major(
                 // SAFETY: y holds out_len x n floats (checked above) and this part alone
                 // writes positions start..start + rows (split_range).
                 unsafe { super::q8::store_transposed(level, results, n, y.ptr, out_len, start) };
-                start += rows;
-            }
+            });
         });
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -395,7 +391,8 @@ mod tests {
             let cols: Vec<f32> = (0..ol)
                 .flat_map(|t| {
                     let mut samples = Vec::new();
-                    let input = ChunkInput::gather(&mut samples, &xm, steps, t..t + 1);
+                    let input =
+                        super::super::q8::ChunkInput::gather(&mut samples, &xm, steps, t..t + 1);
                     let mut row = vec![0f32; k];
                     input.row(SimdLevel::Avx2, steps, 0, &mut row);
                     row

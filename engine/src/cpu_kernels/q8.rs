@@ -862,6 +862,25 @@ impl<'a> ChunkInput<'a> {
     }
 }
 
+/// Runs `chunk` on each run of at most [`CONV_CHUNK`] output positions of `positions`,
+/// with its first position, its length and the input samples it reads (gathered into
+/// `samples`): the loop both fused convolutions share.
+pub(super) fn for_each_chunk(
+    samples: &mut Vec<f32>,
+    x: &Matrix<'_, f32>,
+    steps: ConvSteps,
+    positions: std::ops::Range<usize>,
+    mut chunk: impl FnMut(usize, usize, &ChunkInput<'_>),
+) {
+    let mut start = positions.start;
+    while start < positions.end {
+        let rows = (positions.end - start).min(CONV_CHUNK);
+        let input = ChunkInput::gather(samples, x, steps, start..start + rows);
+        chunk(start, rows, &input);
+        start += rows;
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 thread_local! {
     /// Each worker thread's input samples (channel-major, then position-major) and
@@ -1023,10 +1042,7 @@ pub fn conv_time_major(
                     xq.resize(CONV_CHUNK * k, 0);
                     xd.resize(CONV_CHUNK * nb, 0.0);
                     tile.resize(CONV_CHUNK * n, 0.0);
-                    let mut start = positions.start;
-                    while start < positions.end {
-                        let rows = (positions.end - start).min(CONV_CHUNK);
-                        let input = ChunkInput::gather(samples, &x, steps, start..start + rows);
+                    for_each_chunk(samples, &x, steps, positions, |start, rows, input| {
                         // The output lines this chunk will write, asked for (for
                         // writing) before the product, so their reads from memory
                         // overlap it.
@@ -1109,8 +1125,7 @@ pub fn conv_time_major(
                         unsafe {
                             store_transposed(level, &tile[..rows * n], n, y.ptr, out_len, start)
                         };
-                        start += rows;
-                    }
+                    });
                 })
             })
         });

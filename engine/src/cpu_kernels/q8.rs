@@ -705,6 +705,24 @@ pub struct ConvSteps {
 }
 
 impl ConvSteps {
+    /// The steps of a kernel `kernel_width` taps wide and `[stride, pad, dilation]` as
+    /// the graph gives them (signed), or the reason they are not steps: a width, stride
+    /// or dilation below 1 or a negative padding.
+    pub fn checked(kernel_width: i64, [stride, pad, dilation]: [i32; 3]) -> Result<Self, String> {
+        if kernel_width < 1 || stride < 1 || pad < 0 || dilation < 1 {
+            return Err(format!(
+                "a step is not positive or the padding negative (width {kernel_width}, \
+                 stride {stride}, padding {pad}, dilation {dilation})"
+            ));
+        }
+        Ok(ConvSteps {
+            kernel_width: kernel_width as usize,
+            stride: stride as usize,
+            pad: pad as usize,
+            dilation: dilation as usize,
+        })
+    }
+
     /// Outputs for an input of `input_len` samples, as PyTorch and ggml's im2col count
     /// them; `None` when a step is 0 or the kernel reaches past the padded input.
     pub fn output_len(&self, input_len: usize) -> Option<usize> {

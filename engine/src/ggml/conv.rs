@@ -77,22 +77,13 @@ impl Context {
         conv: [i32; 3],
         bias: Option<Tensor<'a>>,
     ) -> Result<Tensor<'a>> {
-        let [stride, pad, dilation] = conv;
-        if kernel_width < 1 || stride < 1 || pad < 0 || dilation < 1 {
-            return Err(GgmlError::Operand {
-                op: "conv_1d_q8_packed_time_major",
-                reason: format!(
-                    "a step is not positive or the padding negative (width {kernel_width}, \
-                     stride {stride}, padding {pad}, dilation {dilation})"
-                ),
-            });
-        }
-        let steps = crate::cpu_kernels::q8::ConvSteps {
-            kernel_width: kernel_width as usize,
-            stride: stride as usize,
-            pad: pad as usize,
-            dilation: dilation as usize,
-        };
+        let steps =
+            crate::cpu_kernels::q8::ConvSteps::checked(kernel_width, conv).map_err(|reason| {
+                GgmlError::Operand {
+                    op: "conv_1d_q8_packed_time_major",
+                    reason,
+                }
+            })?;
         self.conv_q8_packed(packed, input, steps, bias)
     }
 

@@ -683,25 +683,12 @@ impl Context {
         conv: [i32; 3],
         bias: Option<Tensor<'a>>,
     ) -> super::Result<Tensor<'a>> {
-        let [stride, pad, dilation] = conv;
-        let width = kernel.ne()[0];
-        if width < 1 || stride < 1 || pad < 0 || dilation < 1 {
-            return Err(GgmlError::Operand {
+        let steps =
+            q8::ConvSteps::checked(kernel.ne()[0], conv).map_err(|reason| GgmlError::Operand {
                 op: "conv_1d_f32_time_major_cpu",
-                reason: format!(
-                    "a step is not positive or the padding negative (width {width}, stride \
-                     {stride}, padding {pad}, dilation {dilation})"
-                ),
-            });
-        }
-        let op = CustomOp::F32Conv {
-            steps: q8::ConvSteps {
-                kernel_width: width as usize,
-                stride: stride as usize,
-                pad: pad as usize,
-                dilation: dilation as usize,
-            },
-        };
+                reason,
+            })?;
+        let op = CustomOp::F32Conv { steps };
         let mut args = vec![
             self.contiguous_f32(op, kernel, "the kernel")?,
             self.contiguous_f32(op, input, "the input")?,

@@ -1119,6 +1119,13 @@ mod tests {
             "ada_in_snake_cpu",
             "the Snake alphas: dims [5, 1, 1, 1], expected [6, 1, 1, 1]",
         );
+        for eps in [-1e-5, f32::NAN] {
+            refused(
+                ctx.ada_in_snake_cpu(x, eps, g, g, g),
+                "ada_in_snake_cpu",
+                "is not a non-negative number",
+            );
+        }
     }
 
     #[test]

@@ -237,7 +237,8 @@ impl Layers {
 /// packed as I8) has rows of `kernel_width` taps over more channels than `x` has, up
 /// to whole blocks of 32: a tap-major kernel row pads each tap's channels with zero
 /// weights to whole blocks, and the zero inputs make the product the unpadded one.
-/// Anything else is returned as it is (the convolution then checks the shapes).
+/// Anything else (or an input that is not contiguous f32) is returned as it is: the
+/// convolution then checks the shapes and refuses.
 fn pad_channels_to_kernel<'a>(
     ctx: &'a Context,
     kernel: Tensor<'a>,
@@ -252,7 +253,8 @@ fn pad_channels_to_kernel<'a>(
     };
     let ic = x.ne()[1];
     let padded = (ic + block - 1) / block * block;
-    if kernel_width < 1 || padded == ic || row != kernel_width * padded {
+    let fits = x.dtype() == Some(DType::F32) && x.row_contiguous();
+    if !fits || kernel_width < 1 || padded == ic || row != kernel_width * padded {
         return x;
     }
     ctx.pad_zeros(x, [0, 0], [0, (padded - ic) as i32])

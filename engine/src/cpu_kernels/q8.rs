@@ -735,8 +735,9 @@ impl ConvSteps {
     }
 }
 
-/// Output positions whose im2col rows one pass of [`conv_time_major`] builds and
-/// multiplies (their f32 and quantized rows and results stay in cache).
+/// Output positions whose rows one pass of the fused convolutions ([`conv_time_major`],
+/// [`super::conv_f32::conv_time_major`]) builds and multiplies (their samples, rows and
+/// results stay in cache).
 pub(super) const CONV_CHUNK: usize = 64;
 
 /// Asks the CPU to bring the cache lines of `values` closer (a hint: no effect on

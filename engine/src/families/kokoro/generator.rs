@@ -109,9 +109,9 @@ impl AdaInResBlock1 {
 }
 
 /// A transposed convolution with PyTorch's padding `(K - stride) / 2`: [L, IC] ->
-/// [L * stride, OC], computed as one tap product and an overlap-add
-/// ([`conv_transpose_by_product`]), so its kernel must be whole strides. ggml's has no
-/// padding: the full result is cropped.
+/// [L * stride, OC], computed as [`conv_transpose_by_product`] computes it (one tap
+/// product, here on the stored or transposed tap matrix, and an overlap-add), so its
+/// kernel must be whole strides. ggml's has no padding: the full result is cropped.
 #[derive(Debug, Clone)]
 struct ConvTranspose1d {
     weight: String,

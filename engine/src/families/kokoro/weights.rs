@@ -17,13 +17,14 @@
 //! products round the activations to f16, which the F0 accuracy bound does not allow).
 //! Q8_0 convolution kernels (the decoder's large ones in a `--quantize q8_0` file) stay
 //! Q8_0 on the device for ggml's int8 products. ggml quantizes rows of 32 values, so
-//! such a kernel is stored [K * IC, OC], each output channel's row tap-major (tap `k` of
-//! input channel `c` at `k * IC + c`, the ONNX [OC, IC, K] with its last two axes
-//! swapped): with IC whole blocks, each block is 32 channels of one tap, so the CPU
-//! kernel quantizes an input position once for all the taps that read it. Its name is
-//! listed in the metadata [`QUANTIZED_KERNELS_KEY`] with its width K in
-//! [`QUANTIZED_KERNEL_WIDTHS_KEY`]; [`Weights::dims`] gives its ONNX dims [K, IC, OC]. The generator's transposed
-//! convolution kernels are stored Q8_0 as the [IC, K * OC] matrix of their tap product,
+//! such a kernel is stored [K * IC', OC], each output channel's row tap-major (tap `k`
+//! of input channel `c` at `k * IC' + c`, the ONNX [OC, IC, K] with its last two axes
+//! swapped), IC' being IC padded with zero weights to whole blocks of 32: each block is
+//! 32 channels of one tap, so the CPU kernel quantizes an input position once for all
+//! the taps that read it. Its name is listed in the metadata [`QUANTIZED_KERNELS_KEY`]
+//! with its width K in [`QUANTIZED_KERNEL_WIDTHS_KEY`] and its IC in
+//! [`QUANTIZED_KERNEL_CHANNELS_KEY`]; [`Weights::dims`] gives its ONNX dims [K, IC, OC].
+//! The generator's transposed convolution kernels are stored Q8_0 as the [IC, K * OC] matrix of their tap product,
 //! listed in [`QUANTIZED_TRANSPOSED_KERNELS_KEY`] (dims [K, OC, IC]). When the graphs
 //! run on the CPU backend and the CPU has the engine's q8_0 kernel, such a kernel is
 //! re-laid out at
@@ -70,8 +71,8 @@ pub struct Weights {
     store: WeightStore,
     /// Where the layers over these weights compute.
     layers: Layers,
-    /// ONNX dims (ggml order) of the kernels held block-quantized ([K * IC, OC], or
-    /// [IC, K * OC] for a transposed one).
+    /// ONNX dims (ggml order) of the kernels held block-quantized (stored [K * IC', OC],
+    /// or [IC, K * OC] for a transposed one).
     quantized_dims: HashMap<String, [i64; 4]>,
 }
 
@@ -249,7 +250,12 @@ fn quantized_kernel_dims(t: &HostTensor, k: i64, ic: i64) -> std::result::Result
     let dims = trim(&t.ne);
     let padded = padded_channels(ic);
     match dims[..] {
-        [row, oc] if t.dtype == DType::Q8_0 && k >= 1 && ic >= 1 && row == k * padded => {
+        [row, oc]
+            if t.dtype == DType::Q8_0
+                && k >= 1
+                && ic >= 1
+                && k.checked_mul(padded) == Some(row) =>
+        {
             Ok([k, ic, oc, 1])
         }
         _ => Err(format!(
@@ -484,6 +490,9 @@ mod tests {
             err.contains("[3 * 64, OC]") && err.contains("33 input channels"),
             "{err}"
         );
+        // Widths and channel counts come from the file: their product must not overflow.
+        let huge = u32::MAX as i64;
+        assert!(quantized_kernel_dims(&conv, huge, huge).is_err());
         let up = q8_tensor("u", vec![256, 1536], DType::Q8_0);
         assert_eq!(
             quantized_transposed_kernel_dims(&up, 12),

@@ -245,19 +245,26 @@ fn pad_channels_to_kernel<'a>(
     kernel_width: i64,
     x: Tensor<'a>,
 ) -> Tensor<'a> {
-    let block = DType::Q8_0.block_len() as i64;
     let row = match kernel.dtype() {
         Some(DType::Q8_0) => kernel.ne()[0],
-        Some(DType::I8) => kernel.ne()[1] * block,
+        Some(DType::I8) => kernel.ne()[1] * DType::Q8_0.block_len() as i64,
         _ => return x,
     };
     let ic = x.ne()[1];
-    let padded = (ic + block - 1) / block * block;
+    let padded = padded_channels(ic);
     let fits = x.dtype() == Some(DType::F32) && x.row_contiguous();
     if !fits || kernel_width < 1 || padded == ic || row != kernel_width * padded {
         return x;
     }
     ctx.pad_zeros(x, [0, 0], [0, (padded - ic) as i32])
+}
+
+/// `ic` input channels rounded up to whole q8_0 blocks: the channels of each tap a
+/// tap-major kernel row holds (the converter pads to this, [`Layers::conv_1d_time_major`]
+/// pads its input to match).
+pub fn padded_channels(ic: i64) -> i64 {
+    let block = DType::Q8_0.block_len() as i64;
+    (ic + block - 1) / block * block
 }
 
 /// A q8_0 weight re-laid out for the q8_0 kernel ([`PackedQ8`]) when its shape fits;

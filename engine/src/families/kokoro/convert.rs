@@ -17,9 +17,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::onnx::{self, Graph, Initializer, Node, TensorData};
-use super::weights::padded_channels;
 use crate::error::{EngineError, Result};
 use crate::ggml::{DType, GgufValue, HostTensor};
+use crate::layers::padded_channels;
 use crate::spec::ModelSpec;
 
 /// How the converted weights are stored.

@@ -36,7 +36,7 @@ use std::collections::HashMap;
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
 use crate::ggml::{DType, GgufValue, HostTensor, Tensor};
-use crate::layers::{Layers, WeightUse};
+use crate::layers::{padded_channels, Layers, WeightUse};
 use crate::model_file::ModelFile;
 use crate::weights::{f32_tensor, WeightStore, WeightTensor};
 
@@ -264,13 +264,6 @@ fn quantized_kernel_dims(t: &HostTensor, k: i64, ic: i64) -> std::result::Result
             t.name, t.dtype
         )),
     }
-}
-
-/// `ic` input channels rounded up to whole q8_0 blocks: the channels of each tap a
-/// tap-major kernel row holds.
-pub fn padded_channels(ic: i64) -> i64 {
-    let block = DType::Q8_0.block_len() as i64;
-    (ic + block - 1) / block * block
 }
 
 /// The ONNX dims [K, OC, IC, 1] of the block-quantized transposed kernel `t` (its tap

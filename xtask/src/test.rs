@@ -323,12 +323,12 @@ pub(crate) fn says_the_phrase(stdout: &str) -> bool {
 /// Converts Whisper tiny.en with a packaged CLI, `run_env` (which runs it with the given
 /// arguments and environment and returns stdout), then transcribes the phrase clip with
 /// it at each level of CPU kernels: the package's converter, the Whisper spec compiled
-/// into it and its CPU kernels, as a user would run them.
+/// into it and its CPU kernels, as a user would run them. Returns the GGUF's path.
 fn package_transcribes_the_phrase(
     run_env: &RunPackaged,
     assets: &assets::Assets,
     out: &Path,
-) -> Result<()> {
+) -> Result<String> {
     let gguf = convert_tiny_en(&|args| run_env(args, &[]), assets, out)?;
     let args = phrase_asr_args(assets, &gguf);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -345,13 +345,103 @@ fn package_transcribes_the_phrase(
             "the packaged CLI ({kernels} CPU kernels) did not transcribe the phrase exactly: {asr}"
         );
     }
+    Ok(gguf)
+}
+
+/// The voice the packaged CLI speaks the phrase with (the bench's voice).
+const PHRASE_VOICE: &str = "af_heart";
+
+/// The words of a transcript, for comparing what Whisper heard with what was said:
+/// lower case, punctuation dropped (Whisper chooses both itself).
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| c.is_alphanumeric())
+                .flat_map(char::to_lowercase)
+                .collect::<String>()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// What users unzip the package for, above all: speech. With a packaged CLI, `run`,
+/// converts the pinned Kokoro sources (the int8 ONNX, every voice, the vocabulary and
+/// lexicons; the Kokoro spec compiled into the package) to a q8_0 GGUF in `out`, speaks
+/// the phrase as text with [`PHRASE_VOICE`] into a WAV, and transcribes that WAV with the
+/// package's own Whisper GGUF `whisper`: the phrase's words must come back, in order.
+fn package_speaks_the_phrase(
+    run: &dyn Fn(&[&str]) -> Result<String>,
+    assets: &assets::Assets,
+    out: &Path,
+    whisper: &str,
+) -> Result<()> {
+    let src = assets.dir.join(assets::KOKORO_DIR);
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    let gguf = path(&out.join("kokoro-q8_0.gguf"));
+    run(&[
+        "--task",
+        "convert",
+        "--family",
+        "kokoro",
+        "--model",
+        &path(&src.join("kokoro.onnx")),
+        "--voices",
+        &path(&src.join("voices")),
+        "--vocab",
+        &path(&assets.dir.join(assets::KOKORO_VOCAB)),
+        "--lexicons",
+        &path(&assets.dir.join(assets::MISAKI_DIR)),
+        "--out",
+        &gguf,
+        "--quantize",
+        "q8_0",
+    ])?;
+    let wav = path(&out.join("phrase-kokoro.wav"));
+    let _ = std::fs::remove_file(&wav);
+    let tts = run(&[
+        "--task",
+        "tts",
+        "--family",
+        "kokoro",
+        "--model",
+        &gguf,
+        "--text",
+        PHRASE,
+        "--voice",
+        PHRASE_VOICE,
+        "--out",
+        &wav,
+    ])?;
+    let asr = run(&[
+        "--task",
+        "asr",
+        "--family",
+        "whisper",
+        "--model",
+        whisper,
+        "--audio",
+        &wav,
+        "--temperatures",
+        "0",
+    ])?;
+    let heard = asr
+        .lines()
+        .find_map(|l| l.strip_prefix("text="))
+        .unwrap_or_default();
+    anyhow::ensure!(
+        words(heard) == words(PHRASE),
+        "the packaged CLI spoke the phrase with Kokoro ({PHRASE_VOICE}), and its Whisper heard {heard:?} instead of {PHRASE:?}; tts said: {tts}"
+    );
     Ok(())
 }
 
 /// The README's main command for real: `dist` for this host into a scratch folder,
 /// `verify-package` on the zip, then unzip it elsewhere and run the CLI from an empty
 /// working directory (`--version`, `--list-devices`, a VAD run whose spec must come from
-/// the compiled-in catalog, a Whisper conversion and transcription).
+/// the compiled-in catalog, a Whisper conversion and transcription, a Kokoro conversion
+/// and the phrase spoken and heard back).
 fn dist_end_to_end(assets: &assets::Assets) -> Result<()> {
     let out = crate::project::target_dir().join("dist-test");
     let zip = dist_track(crate::dist::host_track(), &out)?;
@@ -387,23 +477,36 @@ fn dist_end_to_end(assets: &assets::Assets) -> Result<()> {
         vad.contains("spec_source=embedded") && vad.contains("segments=3"),
         "unexpected VAD output: {vad}"
     );
-    package_transcribes_the_phrase(&run_env, assets, &out.join("tiny.en-q8_0.gguf"))?;
+    let whisper = package_transcribes_the_phrase(&run_env, assets, &out.join("tiny.en-q8_0.gguf"))?;
+    package_speaks_the_phrase(&run, assets, &out, &whisper)?;
     eprintln!(
-        "test: {} unpacked and ran from an empty directory (VAD, Whisper convert and ASR)",
+        "test: {} unpacked and ran from an empty directory (VAD, Whisper convert and ASR, Kokoro convert and TTS heard by Whisper)",
         zip.display()
     );
     Ok(())
 }
 
 /// The Windows package cross-built with MinGW, verified, unzipped and run under Wine
-/// from an empty working directory (VAD, and Whisper converted and transcribed with the
-/// engine's CPU kernels); then one runtime DLL is removed and both
+/// from an empty working directory (VAD, Whisper converted and transcribed with the
+/// engine's CPU kernels, Kokoro converted and the phrase spoken and heard back), with the
+/// MinGW runtime packaged without its debug sections; then one runtime DLL is removed and both
 /// `verify-package` and Wine (exit code 53) must notice.
 fn windows_end_to_end(assets: &assets::Assets) -> Result<()> {
     let track = "windows-cpu-gnu";
     let out = crate::project::target_dir().join("dist-test");
     let zip = dist_track(track, &out)?;
     let root = unzip(&zip, &out.join("unpacked-windows"))?;
+    for dll in [
+        "libstdc++-6.dll",
+        "libgcc_s_seh-1.dll",
+        "libwinpthread-1.dll",
+    ] {
+        let sections = debug_sections(&root.join(dll))?;
+        anyhow::ensure!(
+            sections.is_empty(),
+            "{dll} must be packaged without debug sections (crt.strip_debug), has {sections:?}"
+        );
+    }
     let wine = crate::wine::Wine::prepare()?;
     let cwd = out.join("empty-cwd-windows");
     let cli = root.join("audiocpp_cli.exe");
@@ -433,7 +536,9 @@ fn windows_end_to_end(assets: &assets::Assets) -> Result<()> {
             vad.contains("spec_source=embedded") && vad.contains("segments=3"),
             "unexpected VAD output under Wine: {vad}"
         );
-        package_transcribes_the_phrase(&run_env, assets, &out.join("tiny.en-q8_0-wine.gguf"))?;
+        let whisper =
+            package_transcribes_the_phrase(&run_env, assets, &out.join("tiny.en-q8_0-wine.gguf"))?;
+        package_speaks_the_phrase(&run, assets, &out.join("wine-kokoro"), &whisper)?;
 
         let victim = "libstdc++-6.dll";
         std::fs::remove_file(root.join(victim))?;
@@ -458,10 +563,27 @@ fn windows_end_to_end(assets: &assets::Assets) -> Result<()> {
     wine.shutdown();
     result?;
     eprintln!(
-        "test: {} ran under Wine; a removed runtime DLL was caught by verify-package and Wine",
+        "test: {} ran under Wine (VAD, Whisper convert and ASR, Kokoro convert and TTS heard by Whisper); a removed runtime DLL was caught by verify-package and Wine",
         zip.display()
     );
     Ok(())
+}
+
+/// The names of the DWARF sections (`.debug_*`) of the PE file at `path`.
+fn debug_sections(path: &Path) -> Result<Vec<String>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let pe = goblin::pe::PE::parse(&bytes)
+        .with_context(|| format!("parsing {} as a PE file", path.display()))?;
+    Ok(pe
+        .sections
+        .iter()
+        .filter_map(|s| {
+            s.real_name
+                .clone()
+                .or_else(|| s.name().ok().map(str::to_string))
+        })
+        .filter(|n| n.starts_with(".debug"))
+        .collect())
 }
 
 fn rezip_without(src: &Path, dst: &Path, file_name: &str) -> Result<()> {

@@ -241,6 +241,13 @@ pub struct Crt {
     pub search: Vec<String>,
     /// The DLL names to bundle; each must be imported by something in the package.
     pub files: Vec<String>,
+    /// The tool that removes the DWARF debug sections of these DLLs as they are staged
+    /// (`x86_64-w64-mingw32-strip`, run as `--strip-debug`): MinGW-w64's runtime as
+    /// Debian ships it carries them (libstdc++-6.dll: 23.7 MB, 4.3 MB without), and no
+    /// user of the package debugs it; code, exports and imports stay as they are.
+    /// Absent: the DLLs are copied as they are (the Visual C++ redistributable).
+    #[serde(default)]
+    pub strip_debug: Option<String>,
 }
 
 /// The toolchain a bundled C/C++ runtime belongs to.

@@ -250,6 +250,50 @@ fn set_runpath_on_copy(src: &Path, dst: &Path, runpath: &str) -> Result<()> {
     Ok(())
 }
 
+/// Copies `src` to `dst` without its debug sections, with `tool --strip-debug` (the
+/// source stays as it is).
+fn strip_debug_on_copy(src: &Path, dst: &Path, tool: &str) -> Result<()> {
+    if let Some(p) = dst.parent() {
+        std::fs::create_dir_all(p)?;
+    }
+    let output = Command::new(tool)
+        .arg("--strip-debug")
+        .arg("-o")
+        .arg(dst)
+        .arg(src)
+        .output()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot run {tool} ({e}) to stage {} without its debug sections (crt.strip_debug in packaging/tracks.toml); install it with `apt-get install binutils-mingw-w64-x86-64`",
+                src.display()
+            )
+        })?;
+    if !output.status.success() {
+        let _ = std::fs::remove_file(dst);
+        bail!(
+            "{tool} --strip-debug -o {} {} failed ({}): {}",
+            dst.display(),
+            src.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// `plan` with each file's size as staged under `stage` (a stripped file is smaller than
+/// its source), for the README's and the printed size tables.
+fn with_staged_sizes(plan: &DistPlan, stage: &Path) -> Result<DistPlan> {
+    let mut staged = plan.clone();
+    for f in &mut staged.files {
+        let path = stage.join(&f.dest);
+        f.size = std::fs::metadata(&path)
+            .with_context(|| format!("reading the staged {}", path.display()))?
+            .len();
+    }
+    Ok(staged)
+}
+
 fn bar(len: u64, what: &str) -> ProgressBar {
     let pb = if std::env::var_os("CI").is_some() {
         ProgressBar::hidden()
@@ -286,17 +330,24 @@ fn stage_verify_zip(
     let t = Instant::now();
     let total: u64 = plan.files.iter().map(|f| f.size).sum();
     let pb = bar(total, "copy");
+    let strip_debug = ctx
+        .track
+        .crt
+        .as_ref()
+        .and_then(|c| c.strip_debug.as_deref());
     for f in &plan.files {
         let dst = stage.join(&f.dest);
-        match (&ctx.track.runtime_runpath, f.role) {
-            (Some(runpath), Role::Runtime | Role::RuntimeLoaded) => {
+        match (&ctx.track.runtime_runpath, f.role, strip_debug) {
+            (Some(runpath), Role::Runtime | Role::RuntimeLoaded, _) => {
                 set_runpath_on_copy(&f.src, &dst, runpath)?
             }
+            (_, Role::Crt, Some(tool)) => strip_debug_on_copy(&f.src, &dst, tool)?,
             _ => place(&f.src, &dst)?,
         }
         pb.inc(f.size);
     }
     pb.finish_and_clear();
+    let plan = &with_staged_sizes(plan, &stage)?;
 
     let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
     let readme = render_readme(ctx.track, plan, &commit)?;
@@ -539,4 +590,42 @@ fn gemm_kernels(ctx: &PackageContext) -> Vec<GemmKernels> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_strip_tool_names_the_key_and_the_package_and_stages_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("libstdc++-6.dll");
+        std::fs::write(&src, b"MZ").unwrap();
+        let dst = dir.path().join("stage/libstdc++-6.dll");
+        let e = strip_debug_on_copy(&src, &dst, "audiocpp-no-such-strip")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("crt.strip_debug in packaging/tracks.toml"),
+            "{e}"
+        );
+        assert!(
+            e.contains("apt-get install binutils-mingw-w64-x86-64"),
+            "{e}"
+        );
+        assert!(!dst.exists());
+    }
+
+    #[test]
+    fn a_file_strip_refuses_is_not_left_half_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("not-a-pe.dll");
+        std::fs::write(&src, b"not a PE file").unwrap();
+        let dst = dir.path().join("stage/not-a-pe.dll");
+        let e = strip_debug_on_copy(&src, &dst, "x86_64-w64-mingw32-strip")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--strip-debug"), "{e}");
+        assert!(!dst.exists());
+    }
 }

@@ -447,10 +447,12 @@ mod tests {
         assert_eq!(p.bytes_by_role()[&Role::GgmlLibrary], (3, 12));
     }
 
-    fn debian_rocblas_facts(track: &Track, dir: &str) -> DistFacts {
+    /// Facts of a Debian HIP build whose hipBLASLt kernel folder (named as in hipBLASLt
+    /// 7.2.4's real listing) is at `dir` below the SDK root.
+    fn debian_hipblaslt_facts(track: &Track, dir: &str) -> DistFacts {
         use crate::kernels::{debian, filter as kfilter, layout::LibraryKind};
-        let listing = crate::kernels::fixtures::ROCBLAS_644_LISTING;
-        let lib = debian::listing_library(LibraryKind::Rocblas, Path::new(dir), listing).unwrap();
+        let listing = crate::kernels::fixtures::HIPBLASLT_724_LISTING;
+        let lib = debian::listing_library(LibraryKind::Hipblaslt, Path::new(dir), listing).unwrap();
         let targets = kfilter::parse_targets(&["gfx1100"]).unwrap();
         let kernels = kfilter::plan_filter(
             Path::new("/usr"),
@@ -478,27 +480,27 @@ mod tests {
     fn linux_hip_runtime_sits_next_to_the_executables_and_kernels_keep_their_debian_path() {
         let t = tracks();
         let track = t.track("linux-hip-rocm7").unwrap();
-        let facts = debian_rocblas_facts(track, "lib/x86_64-linux-gnu/rocblas/5/library");
+        let facts = debian_hipblaslt_facts(track, "lib/x86_64-linux-gnu/hipblaslt/library");
         let p = plan("linux-hip-rocm7", track, &facts).unwrap();
         let dest = |name: &str| p.files.iter().any(|f| f.dest == name);
         for r in &track.runtime {
             assert!(dest(&r.name), "{} not at the package root", r.name);
         }
-        assert!(dest("rocblas/5/library/TensileLibrary_lazy_gfx1100.dat"));
-        assert!(!dest("rocblas/5/library/TensileLibrary_lazy_gfx1030.dat"));
+        assert!(dest("hipblaslt/library/TensileLibrary_lazy_gfx1100.dat"));
+        assert!(!dest("hipblaslt/library/TensileLibrary_lazy_gfx90a.dat"));
         assert!(!p.files.iter().any(|f| f.dest.starts_with("lib/")));
     }
 
     #[test]
-    fn a_rocblas_folder_of_another_version_is_refused_with_the_fix() {
+    fn a_kernel_folder_where_the_library_does_not_look_is_refused_with_the_fix() {
         let t = tracks();
         let track = t.track("linux-hip-rocm7").unwrap();
-        let facts = debian_rocblas_facts(track, "lib/x86_64-linux-gnu/rocblas/4.4.1/library");
+        let facts = debian_hipblaslt_facts(track, "lib/x86_64-linux-gnu/hipblaslt/7.2/library");
         let err = plan("linux-hip-rocm7", track, &facts)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("rocblas/5/library"), "{err}");
-        assert!(err.contains("rocblas/4.4.1/library"), "{err}");
+        assert!(err.contains("hipblaslt/7.2/library"), "{err}");
+        assert!(err.contains("lib/hipblaslt/library"), "{err}");
         assert!(err.contains("update the track's source and dest"), "{err}");
     }
 

@@ -30,6 +30,10 @@ pub const ROCBLAS_724_LISTING: &str = include_str!(
 pub const HIPBLASLT_711_LISTING: &str = include_str!(
     "../../tests/fixtures/rocm-library-listings/hipblaslt-library-sid-7.1.1+dfsg-4.tsv"
 );
+/// hipBLASLt 7.2.4 (Debian experimental) `library` listing.
+pub const HIPBLASLT_724_LISTING: &str = include_str!(
+    "../../tests/fixtures/rocm-library-listings/hipblaslt-library-experimental-7.2.4+dfsg-1~exp1.tsv"
+);
 
 /// The rocm6 track's GPU targets, read from packaging/tracks.toml so the tests and the
 /// benchmark filter for exactly what the release does.

@@ -14,7 +14,9 @@ const RUNTIMES: &[&CStr] = &[c"libamdhip64.so.7", c"libamdhip64.so.6"];
 /// `hipDeviceProp_tR0600`, the layout `hipGetDevicePropertiesR0600` fills since HIP 6.0:
 /// `gcnArchName` (256 bytes) starts at byte 1160 of 1472, as read from HIP 6.4.3's
 /// `hip_runtime_api.h` with `offsetof`. The struct has no `long` member, so the layout is
-/// the same on Windows x64.
+/// the same on Windows x64; LLVM's `amdgpu-arch` tool reads the same offset there. AMD's
+/// Windows runtime exports the symbol (`amdhip64_7.dll` 7.1 of the winhip track's pinned
+/// wheel, read from its export table with objdump).
 const GCN_ARCH_NAME_OFFSET: usize = 1160;
 const GCN_ARCH_NAME_LEN: usize = 256;
 /// Room for the struct and more (8 KiB), in case a later runtime writes a longer one.

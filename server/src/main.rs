@@ -514,26 +514,39 @@ struct JsonRequest {
     return_probabilities: bool,
 }
 
+/// `req` back, unless its `Content-Length` says the body is over `limit`: then the caller
+/// answers 413 before a byte of the body is read, and what the client still sends is read
+/// and dropped in the background (at most `drain_bytes`, within [`DRAIN_TIME`]), so the
+/// client sees the 413 instead of a connection reset in the middle of its upload.
+pub(crate) fn unless_declared_over(
+    headers: &HeaderMap,
+    req: Request,
+    limit: usize,
+    drain_bytes: usize,
+) -> Option<Request> {
+    let declared = headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_none_or(|n| n <= limit) {
+        return Some(req);
+    }
+    let body = req.into_body();
+    tokio::spawn(async move {
+        let drain = axum::body::to_bytes(body, drain_bytes);
+        let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+    });
+    None
+}
+
 async fn read_request(
     headers: &HeaderMap,
     req: Request,
     limit: usize,
 ) -> Result<AudioRequest, ApiError> {
-    let declared = headers
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        // Answered before a byte of the body is read. What the client still sends is
-        // read and dropped in the background (bounded), so it sees the 413 instead of a
-        // connection reset in the middle of its upload.
-        let body = req.into_body();
-        tokio::spawn(async move {
-            let drain = axum::body::to_bytes(body, limit.saturating_mul(4));
-            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
-        });
+    let Some(req) = unless_declared_over(headers, req, limit, limit.saturating_mul(4)) else {
         return Err(too_large());
-    }
+    };
     let content_type = headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())

@@ -210,6 +210,16 @@ async fn read_body(
         ));
     }
     let limit = MAX_SPEECH_BODY_BYTES.min(state.cfg.max_body_bytes);
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("a speech request body is at most {limit} bytes"),
+        )
+    };
+    // What the client still sends is drained as far as any endpoint of this server reads.
+    let drain = state.cfg.max_body_bytes.saturating_mul(4);
+    let req = crate::unless_declared_over(headers, req, limit, drain).ok_or_else(too_large)?;
     let timeout = Duration::from_millis(state.cfg.body_timeout_ms);
     let bytes = tokio::time::timeout(timeout, axum::body::to_bytes(req.into_body(), limit))
         .await
@@ -223,13 +233,7 @@ async fn read_body(
                 ),
             )
         })?
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("a speech request body is at most {limit} bytes"),
-            )
-        })?;
+        .map_err(|_| too_large())?;
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }

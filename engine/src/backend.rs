@@ -1,6 +1,7 @@
 //! Backend selection: which ggml device runs a model, chosen from the user's
 //! `--backend/--device/--threads` and what this build (and machine) has.
 
+use std::path::Path;
 use std::str::FromStr;
 
 use crate::error::{EngineError, Result};
@@ -228,6 +229,25 @@ enum GuardOutcome {
     Refuse(String),
 }
 
+/// What to do about a backend library that is in the package folder `dir` but does not
+/// load: copy in what the package was built without (its manifest's `absent_sdk_only`
+/// entries that `dir` still lacks), else make the folder whole again.
+fn not_loadable_advice(absent_sdk_only: &[String], dir: &Path) -> String {
+    let missing: Vec<&str> = absent_sdk_only
+        .iter()
+        .map(String::as_str)
+        .filter(|entry| !dir.join(entry.trim_end_matches('/')).exists())
+        .collect();
+    if missing.is_empty() {
+        "a library it needs is missing or does not load: unzip the package again, or set parameter 'backend' to cpu".into()
+    } else {
+        format!(
+            "this package was built without {}, which come only from the SDK: copy them next to the executables (see the package's README), or set parameter 'backend' to cpu",
+            missing.join(" and ")
+        )
+    }
+}
+
 /// Decides what the guard's refusal line (if any) means for the backend the user asked for.
 fn guard_outcome(requested: BackendKind, refusal: Option<String>) -> GuardOutcome {
     match (refusal, requested) {
@@ -290,6 +310,27 @@ impl Runtime {
                     .any(|r| BackendKind::of_registry(r) == Some(wanted));
             if dynamic && !present.contains(&wanted.flag_name()) && !wanted.compiled_in() && !loaded
             {
+                if let Some((path, reason)) = ggml::backend_library_error(wanted.flag_name()) {
+                    let dir = path.parent().unwrap_or(Path::new("."));
+                    let absent = crate::kernel_guard::read_manifest(dir)
+                        .ok()
+                        .flatten()
+                        .map(|m| m.absent_sdk_only)
+                        .unwrap_or_default();
+                    return Err(EngineError::BackendNotLoadable {
+                        requested: wanted.display_name().to_string(),
+                        file: path
+                            .file_name()
+                            .map(|f| f.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                        reason: if reason.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({reason})")
+                        },
+                        advice: not_loadable_advice(&absent, dir),
+                    });
+                }
                 return Err(EngineError::BackendUnavailable {
                     requested: wanted.display_name().to_string(),
                     available: present.join(", "),
@@ -433,5 +474,36 @@ mod tests {
             guard_outcome(BackendKind::Best, Some(line.into())),
             GuardOutcome::UseCpu(line.into())
         );
+    }
+
+    #[test]
+    fn an_unloadable_backend_names_what_the_package_was_built_without_until_it_is_copied_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = [
+            "libhipblaslt.dll".to_string(),
+            "hipblaslt/library/".to_string(),
+        ];
+        let advice = not_loadable_advice(&absent, dir.path());
+        assert!(
+            advice.contains("built without libhipblaslt.dll and hipblaslt/library/"),
+            "{advice}"
+        );
+        assert!(
+            advice.contains("set parameter 'backend' to cpu"),
+            "{advice}"
+        );
+        std::fs::create_dir_all(dir.path().join("hipblaslt/library")).unwrap();
+        let advice = not_loadable_advice(&absent, dir.path());
+        assert!(
+            advice.contains("built without libhipblaslt.dll,"),
+            "{advice}"
+        );
+        std::fs::write(dir.path().join("libhipblaslt.dll"), b"").unwrap();
+        let advice = not_loadable_advice(&absent, dir.path());
+        assert!(
+            advice.starts_with("a library it needs is missing"),
+            "{advice}"
+        );
+        assert_eq!(not_loadable_advice(&[], dir.path()), advice);
     }
 }

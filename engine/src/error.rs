@@ -86,6 +86,20 @@ pub enum EngineError {
         /// Backends this build has.
         available: String,
     },
+    /// The backend's library sits next to the executable but the OS could not load it
+    /// (a library it imports is missing): the fix is to complete the folder, not another
+    /// build.
+    #[error("{requested} backend library {file} is next to the executable but could not be loaded{reason}; {advice}")]
+    BackendNotLoadable {
+        /// The backend asked for.
+        requested: String,
+        /// The library's file name (`ggml-hip.dll`).
+        file: String,
+        /// The loader's reason in parentheses with a leading space, or empty.
+        reason: String,
+        /// What to do.
+        advice: String,
+    },
     /// The backend is built in but no device of that kind was found.
     #[error("{requested} backend is included in this build but no {requested} device was found ({detail}); set parameter 'backend' to cpu, or list the devices this build sees")]
     NoDevice {

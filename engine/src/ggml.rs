@@ -55,7 +55,7 @@ mod signal;
 
 use checks::{require, require_view_inside, GraphRoom};
 use custom_op::{OpState, Operand};
-pub use device::{devices, registry_names, Backend, DeviceInfo, DeviceType};
+pub use device::{backend_library_error, devices, registry_names, Backend, DeviceInfo, DeviceType};
 pub use gguf::{read_gguf, read_gguf_file, write_gguf, GgufContents, GgufValue, HostTensor};
 
 /// Whether this CPU runs the custom ops' float kernels, asked here by callers of the
@@ -276,6 +276,7 @@ pub fn init() {
                     unsafe { sys::ggml_backend_load_all_from_path(c.as_ptr()) };
                 }
                 log::report_backend_load_errors();
+                let _ = device::BACKEND_DIR.set(dir);
                 break;
             }
         }

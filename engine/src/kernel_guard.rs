@@ -26,6 +26,11 @@ pub struct PackageKernels {
     /// What to tell the owner of an uncovered GPU.
     #[serde(default)]
     pub uncovered_advice: Option<String>,
+    /// Files and folders the track takes only from a real SDK and this package was built
+    /// without (`libhipblaslt.dll`, `hipblaslt/library/`): the reason a GPU backend in it
+    /// cannot load until the user copies them in.
+    #[serde(default)]
+    pub absent_sdk_only: Vec<String>,
 }
 
 /// One GEMM kernel folder of a package.
@@ -42,6 +47,11 @@ pub struct KernelFolder {
 /// Reads `manifest.json` in `dir`. `Ok(None)` when there is none, or it records no GEMM
 /// kernels (a development build, a CPU or CUDA package): then there is nothing to check.
 pub fn read_package_kernels(dir: &Path) -> Result<Option<PackageKernels>, String> {
+    Ok(read_manifest(dir)?.filter(|pkg| !pkg.gemm_kernels.is_empty()))
+}
+
+/// Reads `manifest.json` in `dir`; `Ok(None)` when there is none (a development build).
+pub fn read_manifest(dir: &Path) -> Result<Option<PackageKernels>, String> {
     let path = dir.join("manifest.json");
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
@@ -54,7 +64,7 @@ pub fn read_package_kernels(dir: &Path) -> Result<Option<PackageKernels>, String
             path.display()
         )
     })?;
-    Ok((!pkg.gemm_kernels.is_empty()).then_some(pkg))
+    Ok(Some(pkg))
 }
 
 /// The base architecture of a HIP `gcnArchName` (`gfx1103:sramecc-:xnack-` -> `gfx1103`).

@@ -479,11 +479,107 @@ fn dist_end_to_end(assets: &assets::Assets) -> Result<()> {
     );
     let whisper = package_transcribes_the_phrase(&run_env, assets, &out.join("tiny.en-q8_0.gguf"))?;
     package_speaks_the_phrase(&run, assets, &out, &whisper)?;
+    if cfg!(target_os = "linux") {
+        an_unloadable_backend_is_named(&cli, &cwd, &root, &out, assets)?;
+    }
     eprintln!(
         "test: {} unpacked and ran from an empty directory (VAD, Whisper convert and ASR, Kokoro convert and TTS heard by Whisper)",
         zip.display()
     );
     Ok(())
+}
+
+/// A GPU backend library that sits in the package but cannot load (what a user who has
+/// not copied in the SDK's hipBLASLt, or whose folder lost a file, has): a stand-in
+/// `libggml-hip.so` importing a library that is not there, built with `cc` into the
+/// unpacked package `root`. `--backend hip` must exit 2 naming the file and the missing
+/// import (not "not included in this build"), and the CPU must still run; the stand-in
+/// is removed afterwards.
+fn an_unloadable_backend_is_named(
+    cli: &Path,
+    cwd: &Path,
+    root: &Path,
+    out: &Path,
+    assets: &assets::Assets,
+) -> Result<()> {
+    let scratch = out.join("unloadable-backend");
+    std::fs::create_dir_all(&scratch)?;
+    let c_file = |name: &str, text: &str| -> Result<PathBuf> {
+        let path = scratch.join(name);
+        std::fs::write(&path, text)?;
+        Ok(path)
+    };
+    let missing_src = c_file(
+        "missing.c",
+        "int audiocpp_test_missing(void) { return 1; }\n",
+    )?;
+    let stand_in_src = c_file(
+        "stand_in.c",
+        "int audiocpp_test_missing(void);\nint ggml_backend_score(void) { return audiocpp_test_missing(); }\n",
+    )?;
+    let cc = |args: &[&std::ffi::OsStr]| -> Result<()> {
+        let o = Command::new("cc")
+            .args(args)
+            .output()
+            .context("running cc")?;
+        anyhow::ensure!(
+            o.status.success(),
+            "cc {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Ok(())
+    };
+    let missing_lib = scratch.join("libaudiocpp_test_missing.so");
+    cc(&[
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-o".as_ref(),
+        missing_lib.as_os_str(),
+        missing_src.as_os_str(),
+    ])?;
+    let stand_in = root.join("libggml-hip.so");
+    let lib_dir = format!("-L{}", scratch.display());
+    cc(&[
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-o".as_ref(),
+        stand_in.as_os_str(),
+        stand_in_src.as_os_str(),
+        "-Wl,--no-as-needed".as_ref(),
+        lib_dir.as_ref(),
+        "-laudiocpp_test_missing".as_ref(),
+    ])?;
+    std::fs::remove_file(&missing_lib)?;
+    let result = (|| -> Result<()> {
+        let vad = vad_args(assets);
+        let run = |backend: &str| -> Result<std::process::Output> {
+            Ok(Command::new(cli)
+                .args(&vad)
+                .args(["--backend", backend])
+                .current_dir(cwd)
+                .env_remove("LD_LIBRARY_PATH")
+                .output()?)
+        };
+        let hip = run("hip")?;
+        let err = String::from_utf8_lossy(&hip.stderr);
+        anyhow::ensure!(
+            hip.status.code() == Some(2)
+                && err.contains("HIP backend library libggml-hip.so is next to the executable but could not be loaded")
+                && err.contains("libaudiocpp_test_missing.so")
+                && err.contains("--backend"),
+            "--backend hip with an unloadable libggml-hip.so must exit 2 naming the file and its missing import, got {:?}: {err}",
+            hip.status.code()
+        );
+        let cpu = run("cpu")?;
+        anyhow::ensure!(
+            cpu.status.success() && String::from_utf8_lossy(&cpu.stdout).contains("segments=3"),
+            "--backend cpu must still run next to an unloadable libggml-hip.so: {}",
+            String::from_utf8_lossy(&cpu.stderr)
+        );
+        Ok(())
+    })();
+    std::fs::remove_file(&stand_in)?;
+    result
 }
 
 /// The Windows package cross-built with MinGW, verified, unzipped and run under Wine

@@ -1,8 +1,10 @@
 //! ggml's devices and backends: what the registry lists ([`devices`]) and a started
 //! [`Backend`] on one of them.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
+use std::path::PathBuf;
 use std::ptr::NonNull;
+use std::sync::OnceLock;
 
 use llama_cpp_sys_2 as sys;
 
@@ -50,6 +52,45 @@ pub(super) fn cstr(ptr: *const std::os::raw::c_char) -> String {
     unsafe { CStr::from_ptr(ptr) }
         .to_string_lossy()
         .into_owned()
+}
+
+/// The folder the backend libraries were loaded from (set by [`init`] in builds with
+/// dynamic backends).
+pub(super) static BACKEND_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Why GPU backend `name` (`hip`, `cuda`, as ggml names its libraries) is not loaded
+/// although its library sits in the backend folder: ggml's loader skips a library that
+/// fails to load without a word, so this loads it once more, with the loader's message
+/// kept. `None` when there is no such file (or it loads now). The reason is the dynamic
+/// loader's text where the OS gives one (`dlerror`; Windows gives none: empty).
+pub fn backend_library_error(name: &str) -> Option<(PathBuf, String)> {
+    init();
+    let dir = BACKEND_DIR.get()?;
+    let (prefix, ext) = if cfg!(windows) {
+        ("", "dll")
+    } else {
+        ("lib", "so")
+    };
+    let path = dir.join(format!("{prefix}ggml-{name}.{ext}"));
+    if !path.is_file() {
+        return None;
+    }
+    let c = CString::new(path.to_string_lossy().as_bytes()).ok()?;
+    let _ = super::log::take_last_error();
+    // SAFETY: c is a valid NUL-terminated path; ggml registers the backend if it loads.
+    let reg = unsafe { sys::ggml_backend_load(c.as_ptr()) };
+    if !reg.is_null() {
+        return None;
+    }
+    // ggml's line: "load_backend: failed to load PATH: REASON".
+    let after_path = format!("{}:", path.display());
+    let reason = super::log::take_last_error()
+        .and_then(|line| {
+            line.split_once(&after_path)
+                .map(|(_, r)| r.trim().to_string())
+        })
+        .unwrap_or_default();
+    Some((path, reason))
 }
 
 /// The names of ggml's backend registries (after loading dynamic backends): a GPU

@@ -232,16 +232,16 @@ pub fn run(assets: &Assets) -> Result<()> {
             "without libhipblaslt.dll ggml-hip.dll cannot load, so HIP's device query must never run: {err}"
         );
         // ggml's loader skips a backend library that fails to load without a word, so the
-        // report is `--backend hip`'s: HIP is not available, only the CPU is (not "no HIP
-        // device", which is what a loaded backend without a GPU says).
+        // report is `--backend hip`'s: ggml-hip.dll is there but does not load, and the
+        // package was built without libhipblaslt.dll (its manifest says so); not "no HIP
+        // device", which is what a loaded backend without a GPU says.
         let (code, _, not_loaded) = asr("hip")?;
-        let said = not_loaded.to_lowercase();
         ensure!(
             code == Some(2)
-                && said.contains("hip backend")
-                && said.contains("available: cpu")
-                && !said.contains("no hip device was found"),
-            "without libhipblaslt.dll --backend hip must exit 2 saying HIP is not available (only the CPU), got {code:?}: {not_loaded}"
+                && not_loaded.contains("HIP backend library ggml-hip.dll is next to the executable but could not be loaded")
+                && not_loaded.contains("built without libhipblaslt.dll")
+                && !not_loaded.to_lowercase().contains("no hip device was found"),
+            "without libhipblaslt.dll --backend hip must exit 2 saying ggml-hip.dll does not load and naming libhipblaslt.dll, got {code:?}: {not_loaded}"
         );
         let (code, text, err) = asr("cpu")?;
         ensure!(

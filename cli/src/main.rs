@@ -789,12 +789,17 @@ fn print_vad(out: &VadOutput) -> Result<(), Failure> {
 }
 
 fn list_devices(json: bool) -> Result<(), Failure> {
+    let mut unloadable = backend::unloadable_backends();
+    for u in &mut unloadable {
+        u.advice = audiocpp_engine::error::spell_parameters(&u.advice, &flag_of);
+    }
     let devices = backend::list_devices();
     if json {
         let v = serde_json::json!({
             "compiled_backends": backend::compiled_backends(),
             "cpu_kernels": backend::cpu_kernels(),
             "devices": devices,
+            "unloadable_backends": unloadable,
         });
         out!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
         return Ok(());
@@ -815,6 +820,19 @@ fn list_devices(json: bool) -> Result<(), Failure> {
             d.kind,
             d.memory_free / (1 << 20),
             d.memory_total / (1 << 20)
+        );
+    }
+    for u in &unloadable {
+        out!(
+            "unloadable.{}={} | {} | {}",
+            u.backend,
+            u.file,
+            if u.reason.is_empty() {
+                "the loader gave no reason"
+            } else {
+                &u.reason
+            },
+            u.advice
         );
     }
     Ok(())

@@ -179,6 +179,71 @@ pub fn list_devices() -> Vec<DeviceListing> {
         .collect()
 }
 
+/// A GPU backend library that sits in the package but does not load (ggml-hip.dll
+/// without the hipBLASLt DLL it imports): ggml's loader skips it without a word, so
+/// `--list-devices` and a run that asks for the backend say so instead of "not in this
+/// build".
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UnloadableBackend {
+    /// Backend in flag spelling (`hip`, `cuda`...).
+    pub backend: String,
+    /// The library's file name (`ggml-hip.dll`, `libggml-hip.so`).
+    pub file: String,
+    /// The loader's reason; empty when it gives none.
+    pub reason: String,
+    /// What the user can do, from what the package's manifest says it lacks.
+    pub advice: String,
+}
+
+/// The GPU backends, in the order parameter 'backend' best tries them.
+const GPU_KINDS: [BackendKind; 4] = [
+    BackendKind::Cuda,
+    BackendKind::Hip,
+    BackendKind::Vulkan,
+    BackendKind::Metal,
+];
+
+/// True when ggml has a registry for `kind`: a GPU backend library that loaded but found
+/// no device (ggml-hip on a machine without an AMD GPU) still has one, which is "no
+/// device", not "not in this build".
+fn backend_registered(kind: BackendKind) -> bool {
+    ggml::registry_names()
+        .iter()
+        .any(|r| BackendKind::of_registry(r) == Some(kind))
+}
+
+/// The library of GPU backend `kind`, when this build loads backends at run time, the
+/// library sits in the backend folder, and it does not load.
+fn unloadable_backend(kind: BackendKind) -> Option<UnloadableBackend> {
+    if !cfg!(feature = "dynamic-backends") || kind.compiled_in() || backend_registered(kind) {
+        return None;
+    }
+    let (path, reason) = ggml::backend_library_error(kind.flag_name())?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let absent = crate::kernel_guard::read_manifest(dir)
+        .ok()
+        .flatten()
+        .map(|m| m.absent_sdk_only)
+        .unwrap_or_default();
+    Some(UnloadableBackend {
+        backend: kind.flag_name().to_string(),
+        file: path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        reason,
+        advice: not_loadable_advice(&absent, dir),
+    })
+}
+
+/// Every GPU backend library in the package that does not load, for `--list-devices`.
+pub fn unloadable_backends() -> Vec<UnloadableBackend> {
+    GPU_KINDS
+        .into_iter()
+        .filter_map(unloadable_backend)
+        .collect()
+}
+
 /// What the user asked for.
 #[derive(Debug, Clone)]
 pub struct RuntimeOptions {
@@ -275,15 +340,10 @@ impl Runtime {
                 .collect()
         };
         let wanted = match opts.backend {
-            BackendKind::Best => [
-                BackendKind::Cuda,
-                BackendKind::Hip,
-                BackendKind::Vulkan,
-                BackendKind::Metal,
-            ]
-            .into_iter()
-            .find(|k| !of_kind(*k).is_empty())
-            .unwrap_or(BackendKind::Cpu),
+            BackendKind::Best => GPU_KINDS
+                .into_iter()
+                .find(|k| !of_kind(*k).is_empty())
+                .unwrap_or(BackendKind::Cpu),
             k => k,
         };
         let candidates = of_kind(wanted);
@@ -295,42 +355,25 @@ impl Runtime {
                     available: compiled_backends().join(", "),
                 });
             }
-            let mut present: Vec<&str> = all
-                .iter()
-                .filter_map(BackendKind::of_device)
-                .map(BackendKind::flag_name)
-                .collect();
-            present.dedup();
-            // A backend library that loaded but found no device (ggml-hip on a machine
-            // without an AMD GPU) still has its registry: that is "no device", not "not in
-            // this build".
-            let loaded = dynamic
-                && ggml::registry_names()
+            if let Some(u) = unloadable_backend(wanted) {
+                return Err(EngineError::BackendNotLoadable {
+                    requested: wanted.display_name().to_string(),
+                    file: u.file,
+                    reason: if u.reason.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", u.reason)
+                    },
+                    advice: u.advice,
+                });
+            }
+            if dynamic && !wanted.compiled_in() && !backend_registered(wanted) {
+                let mut present: Vec<&str> = all
                     .iter()
-                    .any(|r| BackendKind::of_registry(r) == Some(wanted));
-            if dynamic && !present.contains(&wanted.flag_name()) && !wanted.compiled_in() && !loaded
-            {
-                if let Some((path, reason)) = ggml::backend_library_error(wanted.flag_name()) {
-                    let dir = path.parent().unwrap_or(Path::new("."));
-                    let absent = crate::kernel_guard::read_manifest(dir)
-                        .ok()
-                        .flatten()
-                        .map(|m| m.absent_sdk_only)
-                        .unwrap_or_default();
-                    return Err(EngineError::BackendNotLoadable {
-                        requested: wanted.display_name().to_string(),
-                        file: path
-                            .file_name()
-                            .map(|f| f.to_string_lossy().into_owned())
-                            .unwrap_or_default(),
-                        reason: if reason.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({reason})")
-                        },
-                        advice: not_loadable_advice(&absent, dir),
-                    });
-                }
+                    .filter_map(BackendKind::of_device)
+                    .map(BackendKind::flag_name)
+                    .collect();
+                present.dedup();
                 return Err(EngineError::BackendUnavailable {
                     requested: wanted.display_name().to_string(),
                     available: present.join(", "),

@@ -493,7 +493,8 @@ fn dist_end_to_end(assets: &assets::Assets) -> Result<()> {
 /// not copied in the SDK's hipBLASLt, or whose folder lost a file, has): a stand-in
 /// `libggml-hip.so` importing a library that is not there, built with `cc` into the
 /// unpacked package `root`. `--backend hip` must exit 2 naming the file and the missing
-/// import (not "not included in this build"), and the CPU must still run; the stand-in
+/// import (not "not included in this build"), `--list-devices` must name it as
+/// unloadable with that reason, and the CPU must still run; the stand-in
 /// is removed afterwards.
 fn an_unloadable_backend_is_named(
     cli: &Path,
@@ -569,6 +570,33 @@ fn an_unloadable_backend_is_named(
                 && err.contains("--backend"),
             "--backend hip with an unloadable libggml-hip.so must exit 2 naming the file and its missing import, got {:?}: {err}",
             hip.status.code()
+        );
+        let listed = Command::new(cli)
+            .args(["--list-devices", "--json"])
+            .current_dir(cwd)
+            .env_remove("LD_LIBRARY_PATH")
+            .output()?;
+        let json: serde_json::Value =
+            serde_json::from_slice(&listed.stdout).with_context(|| {
+                format!(
+                    "--list-devices --json next to an unloadable libggml-hip.so: {}",
+                    String::from_utf8_lossy(&listed.stderr)
+                )
+            })?;
+        let unloadable = &json["unloadable_backends"];
+        anyhow::ensure!(
+            listed.status.success()
+                && unloadable.as_array().map(Vec::len) == Some(1)
+                && unloadable[0]["backend"] == "hip"
+                && unloadable[0]["file"] == "libggml-hip.so"
+                && unloadable[0]["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("libaudiocpp_test_missing.so"))
+                && unloadable[0]["advice"]
+                    .as_str()
+                    .is_some_and(|a| a.contains("set --backend to cpu")),
+            "--list-devices must exit 0 and name libggml-hip.so as unloadable with its missing import, got {:?}: {unloadable}",
+            listed.status.code()
         );
         let cpu = run("cpu")?;
         anyhow::ensure!(

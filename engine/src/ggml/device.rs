@@ -2,7 +2,7 @@
 //! [`Backend`] on one of them.
 
 use std::ffi::{CStr, CString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
@@ -58,20 +58,26 @@ pub(super) fn cstr(ptr: *const std::os::raw::c_char) -> String {
 /// dynamic backends).
 pub(super) static BACKEND_DIR: OnceLock<PathBuf> = OnceLock::new();
 
+/// The file ggml's loader looks for when it loads GPU backend `name` (`hip`, `cuda`)
+/// from `dir`: `ggml-hip.dll` on Windows, `libggml-hip.so` elsewhere.
+fn backend_library_path(dir: &Path, name: &str) -> PathBuf {
+    if cfg!(windows) {
+        dir.join(format!("ggml-{name}.dll"))
+    } else {
+        dir.join(format!("libggml-{name}.so"))
+    }
+}
+
 /// Why GPU backend `name` (`hip`, `cuda`, as ggml names its libraries) is not loaded
 /// although its library sits in the backend folder: ggml's loader skips a library that
 /// fails to load without a word, so this loads it once more, with the loader's message
-/// kept. `None` when there is no such file (or it loads now). The reason is the dynamic
-/// loader's text where the OS gives one (`dlerror`; Windows gives none: empty).
+/// kept. `None` when there is no such file (or it loads now, and is then registered).
+/// The reason is ggml's text (on Linux the dynamic loader's `dlerror`); where ggml gives
+/// none (its Windows loader reports no error text), the OS loader's own message
+/// (`GetLastError` as text); empty when neither says anything.
 pub fn backend_library_error(name: &str) -> Option<(PathBuf, String)> {
     init();
-    let dir = BACKEND_DIR.get()?;
-    let (prefix, ext) = if cfg!(windows) {
-        ("", "dll")
-    } else {
-        ("lib", "so")
-    };
-    let path = dir.join(format!("{prefix}ggml-{name}.{ext}"));
+    let path = backend_library_path(BACKEND_DIR.get()?, name);
     if !path.is_file() {
         return None;
     }
@@ -89,8 +95,23 @@ pub fn backend_library_error(name: &str) -> Option<(PathBuf, String)> {
             line.split_once(&after_path)
                 .map(|(_, r)| r.trim().to_string())
         })
-        .unwrap_or_default();
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| os_loader_reason(&path));
     Some((path, reason))
+}
+
+/// The OS loader's message for a library that does not load (`LoadLibraryExW`'s error
+/// on Windows, `dlerror` elsewhere); empty when it loads.
+fn os_loader_reason(path: &Path) -> String {
+    // SAFETY: this is the backend library ggml's loader has just tried to load in the
+    // same way; loading runs its initialisers exactly as that attempt did, and the handle
+    // is closed at once without any symbol being used.
+    match unsafe { libloading::Library::new(path) } {
+        Ok(_) => String::new(),
+        Err(e) => std::error::Error::source(&e)
+            .map(ToString::to_string)
+            .unwrap_or_else(|| e.to_string()),
+    }
 }
 
 /// The names of ggml's backend registries (after loading dynamic backends): a GPU

@@ -180,8 +180,8 @@ pub fn run(assets: &Assets) -> Result<()> {
         };
         let (code, devices, err) = run(&["--list-devices"])?;
         ensure!(
-            code == Some(0) && devices.contains("device.cpu.0="),
-            "--list-devices under Wine exited {code:?}: {devices}{err}"
+            code == Some(0) && devices.contains("device.cpu.0=") && !devices.contains("unloadable."),
+            "--list-devices under Wine exited {code:?}, or named a backend as unloadable although ggml-hip.dll loads: {devices}{err}"
         );
         let no_device: Vec<&str> = err
             .lines()
@@ -231,6 +231,15 @@ pub fn run(assets: &Assets) -> Result<()> {
             !err.contains("no ROCm-capable device"),
             "without libhipblaslt.dll ggml-hip.dll cannot load, so HIP's device query must never run: {err}"
         );
+        // ggml's Windows loader gives no reason text; the engine asks the OS loader, whose
+        // error 126 is "a module it needs was not found".
+        let unloadable = devices
+            .lines()
+            .find(|l| l.starts_with("unloadable.hip=ggml-hip.dll |"));
+        ensure!(
+            unloadable.is_some_and(|l| l.contains("(os error 126)") && l.contains("libhipblaslt.dll")),
+            "without libhipblaslt.dll --list-devices must name ggml-hip.dll as unloadable, with the loader's error 126 and the missing libhipblaslt.dll: {devices}"
+        );
         // ggml's loader skips a backend library that fails to load without a word, so the
         // report is `--backend hip`'s: ggml-hip.dll is there but does not load, and the
         // package was built without libhipblaslt.dll (its manifest says so); not "no HIP
@@ -240,6 +249,7 @@ pub fn run(assets: &Assets) -> Result<()> {
             code == Some(2)
                 && not_loaded.contains("HIP backend library ggml-hip.dll is next to the executable but could not be loaded")
                 && not_loaded.contains("built without libhipblaslt.dll")
+                && not_loaded.contains("(os error 126)")
                 && !not_loaded.to_lowercase().contains("no hip device was found"),
             "without libhipblaslt.dll --backend hip must exit 2 saying ggml-hip.dll does not load and naming libhipblaslt.dll, got {code:?}: {not_loaded}"
         );
@@ -249,10 +259,11 @@ pub fn run(assets: &Assets) -> Result<()> {
             "without libhipblaslt.dll --backend cpu must still transcribe: {text}{err}"
         );
         Ok(format!(
-            "{}; {}; without libhipblaslt.dll: {}",
+            "{}; {}; without libhipblaslt.dll: {}; --list-devices: {}",
             no_device[0].trim(),
             hip_err.lines().last().unwrap_or("").trim(),
-            not_loaded.lines().last().unwrap_or("").trim()
+            not_loaded.lines().last().unwrap_or("").trim(),
+            unloadable.unwrap_or_default()
         ))
     })();
     wine.shutdown();

@@ -377,6 +377,36 @@ fn a_huge_content_length_is_refused_before_the_body() {
     assert!(took < Duration::from_secs(2), "answered at once: {took:?}");
 }
 
+/// A speech body whose Content-Length is over the speech limit (64 KiB) but under what
+/// the server drains: the client uploads all of it and then reads a 413, not a reset.
+#[test]
+fn a_speech_body_declared_over_its_limit_gets_413_after_the_whole_upload() {
+    use std::io::{Read, Write};
+    let s = start(serde_json::json!({}));
+    let body = format!(
+        "{{\"model\":\"kokoro\",\"voice\":\"af_heart\",\"input\":\"{}\"}}",
+        "a".repeat(32 << 20)
+    );
+    let head = format!(
+        "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(body.as_bytes())
+        .expect("the server drains the rest of a refused upload, so the whole body is sent");
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    let resp = String::from_utf8_lossy(&got);
+    assert!(resp.starts_with("HTTP/1.1 413"), "{resp}");
+    assert!(
+        resp.contains("payload_too_large") && resp.contains("at most 65536 bytes"),
+        "{resp}"
+    );
+}
+
 #[test]
 fn slow_and_idle_clients_are_closed_and_the_cap_answers_503() {
     let s = start(serde_json::json!({ "header_timeout_ms": 500, "max_connections": 16 }));

@@ -22,11 +22,16 @@ pub struct Args {
     /// Seconds for the fuzz run.
     #[arg(long, default_value_t = 30)]
     pub fuzz_seconds: u32,
-    /// Instead of the suite above: build the linux-hip-rocm6 package for real in the
-    /// Debian sid chroot (made when missing; needs root), package and verify it, and run
+    /// Instead of the suite above: build a Linux HIP package for real in the Debian chroot
+    /// its track names (made when missing; needs root), package and verify it, and run
     /// it there. Builds gfx1100 only (all targets take hours on 2 cores); CI does not run it.
     #[arg(long)]
     pub hip: bool,
+    /// The track `--hip` builds: linux-hip-rocm6 (Debian sid's ROCm 6.4) or
+    /// linux-hip-rocm7 (Debian experimental's ROCm 7.2); any track with a `chroot` in its
+    /// build table.
+    #[arg(long, default_value = "linux-hip-rocm6", requires = "hip")]
+    pub hip_track: String,
     /// Instead of the suite above: cross-build the Windows HIP package
     /// (windows-hip-rocm7-gnu: ggml-hip.dll for gfx1100 in the winhip chroot, made when
     /// missing; needs root), verify it, and run it under Wine against AMD's real HIP
@@ -76,8 +81,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let assets = assets::ensure().context("preparing test assets")?;
     eprintln!("test: assets ready in {}", assets.dir.display());
     if args.hip {
-        hip_end_to_end(&assets)
-            .context("linux-hip-rocm6 built, packaged and run in the sid chroot")?;
+        hip_end_to_end(&assets, &args.hip_track).with_context(|| {
+            format!(
+                "{} built, packaged and run in its Debian chroot",
+                args.hip_track
+            )
+        })?;
         eprintln!("test: HIP package test passed");
         return Ok(ExitCode::SUCCESS);
     }
@@ -150,13 +159,37 @@ fn verified_zip(track: &str, out: &Path) -> Result<PathBuf> {
 /// The GPU target `test --hip` builds (one: the full list takes hours on 2 cores).
 const HIP_TEST_TARGET: &str = "gfx1100";
 
-/// `test --hip`: the sid chroot (made when missing), `dist` of linux-hip-rocm6 for one
-/// target in it (the HIP build through `build`'s planner), `verify-package`, then the unpacked
-/// package run inside the chroot (its binaries need sid's glibc): it must say that no
-/// HIP device was found and still run VAD on the CPU.
-fn hip_end_to_end(assets: &assets::Assets) -> Result<()> {
-    let suite = "sid";
-    let track = "linux-hip-rocm6";
+/// The Debian chroot `test --hip` builds `track` in: its `build.chroot`, else an error
+/// naming the file, the key and the tracks that have one.
+fn hip_test_chroot<'a>(
+    tracks: &'a crate::tracks::TracksFile,
+    tracks_path: &Path,
+    track: &str,
+) -> Result<&'a str> {
+    let suite = tracks.track(track)?.build.chroot.as_deref().ok_or_else(|| {
+        let allowed: Vec<&str> = tracks
+            .tracks
+            .iter()
+            .filter(|(_, t)| t.build.chroot.is_some())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        anyhow::anyhow!(
+            "{}: tracks.{track}.build has no key 'chroot', so `test --hip` cannot build it; --hip-track takes one of: {}",
+            tracks_path.display(),
+            allowed.join(", ")
+        )
+    })?;
+    Ok(suite)
+}
+
+/// `test --hip`: the Debian chroot of `track` (made when missing), `dist` of the track
+/// for one target in it (the HIP build through `build`'s planner), `verify-package`, then
+/// the unpacked package run inside the chroot (its binaries need that glibc): it must say
+/// that no HIP device was found and still run VAD on the CPU.
+fn hip_end_to_end(assets: &assets::Assets, track: &str) -> Result<()> {
+    let tracks_path = crate::tracks::TracksFile::default_path();
+    let tracks = crate::tracks::TracksFile::load(&tracks_path)?;
+    let suite = hip_test_chroot(&tracks, &tracks_path, track)?;
     let t0 = std::time::Instant::now();
     crate::sdk::make_chroot(&crate::sdk::DebianArgs {
         suite: suite.into(),
@@ -721,4 +754,50 @@ fn rezip_without(src: &Path, dst: &Path, file_name: &str) -> Result<()> {
     }
     w.finish()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_linux_hip_track_builds_in_a_debian_suite_that_exists() {
+        let path = crate::tracks::TracksFile::default_path();
+        let tracks = crate::tracks::TracksFile::load(&path).unwrap();
+        let spec = crate::sdk::DebianSpec::load(&crate::sdk::DebianSpec::default_path()).unwrap();
+        assert_eq!(
+            hip_test_chroot(&tracks, &path, "linux-hip-rocm6").unwrap(),
+            "sid"
+        );
+        assert_eq!(
+            hip_test_chroot(&tracks, &path, "linux-hip-rocm7").unwrap(),
+            "experimental"
+        );
+        for (name, track) in &tracks.tracks {
+            if let Some(suite) = &track.build.chroot {
+                assert!(
+                    spec.suites.contains_key(suite),
+                    "tracks.{name}.build.chroot '{suite}' is no suite of packaging/sdk/debian.toml"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_track_without_a_chroot_is_refused_naming_the_key_and_the_choices() {
+        let path = crate::tracks::TracksFile::default_path();
+        let tracks = crate::tracks::TracksFile::load(&path).unwrap();
+        let e = hip_test_chroot(&tracks, &path, "linux-cpu")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("tracks.linux-cpu.build has no key 'chroot'"),
+            "{e}"
+        );
+        assert!(e.contains("tracks.toml"), "{e}");
+        assert!(
+            e.ends_with("one of: linux-hip-rocm6, linux-hip-rocm7"),
+            "{e}"
+        );
+    }
 }

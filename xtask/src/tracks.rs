@@ -314,6 +314,10 @@ pub struct BuildSpec {
     /// that recipe's Debian chroot ([`crate::winhip`]), the executables there too.
     #[serde(default)]
     pub cross: Option<String>,
+    /// The Debian chroot (a suite of packaging/sdk/debian.toml) whose ROCm this track is
+    /// built against, for the Linux HIP tracks: `cargo xtask test --hip` builds it there.
+    #[serde(default)]
+    pub chroot: Option<String>,
 }
 
 /// One package: everything `dist` builds and `verify-deps` checks for it.

@@ -29,9 +29,9 @@ pub struct Args {
     pub hip: bool,
     /// The track `--hip` builds: linux-hip-rocm6 (Debian sid's ROCm 6.4) or
     /// linux-hip-rocm7 (Debian experimental's ROCm 7.2); any track with a `chroot` in its
-    /// build table.
-    #[arg(long, default_value = "linux-hip-rocm6", requires = "hip")]
-    pub hip_track: String,
+    /// build table. Default: the first such track by name in packaging/tracks.toml.
+    #[arg(long, requires = "hip")]
+    pub hip_track: Option<String>,
     /// Instead of the suite above: cross-build the Windows HIP package
     /// (windows-hip-rocm7-gnu: ggml-hip.dll for gfx1100 in the winhip chroot, made when
     /// missing; needs root), verify it, and run it under Wine against AMD's real HIP
@@ -81,12 +81,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let assets = assets::ensure().context("preparing test assets")?;
     eprintln!("test: assets ready in {}", assets.dir.display());
     if args.hip {
-        hip_end_to_end(&assets, &args.hip_track).with_context(|| {
-            format!(
-                "{} built, packaged and run in its Debian chroot",
-                args.hip_track
-            )
-        })?;
+        let tracks_path = crate::tracks::TracksFile::default_path();
+        let tracks = crate::tracks::TracksFile::load(&tracks_path)?;
+        let track = match &args.hip_track {
+            Some(t) => t.clone(),
+            None => default_hip_test_track(&tracks, &tracks_path)?.to_owned(),
+        };
+        hip_end_to_end(&assets, &tracks, &tracks_path, &track)
+            .with_context(|| format!("{track} built, packaged and run in its Debian chroot"))?;
         eprintln!("test: HIP package test passed");
         return Ok(ExitCode::SUCCESS);
     }
@@ -159,6 +161,25 @@ fn verified_zip(track: &str, out: &Path) -> Result<PathBuf> {
 /// The GPU target `test --hip` builds (one: the full list takes hours on 2 cores).
 const HIP_TEST_TARGET: &str = "gfx1100";
 
+/// The track `test --hip` builds without `--hip-track`: the first, by name, whose build
+/// table has a `chroot`.
+fn default_hip_test_track<'a>(
+    tracks: &'a crate::tracks::TracksFile,
+    tracks_path: &Path,
+) -> Result<&'a str> {
+    tracks
+        .tracks
+        .iter()
+        .find(|(_, t)| t.build.chroot.is_some())
+        .map(|(name, _)| name.as_str())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: no tracks.<name>.build has a key 'chroot', so `test --hip` has nothing to build",
+                tracks_path.display()
+            )
+        })
+}
+
 /// The Debian chroot `test --hip` builds `track` in: its `build.chroot`, else an error
 /// naming the file, the key and the tracks that have one.
 fn hip_test_chroot<'a>(
@@ -186,10 +207,13 @@ fn hip_test_chroot<'a>(
 /// for one target in it (the HIP build through `build`'s planner), `verify-package`, then
 /// the unpacked package run inside the chroot (its binaries need that glibc): it must say
 /// that no HIP device was found and still run VAD on the CPU.
-fn hip_end_to_end(assets: &assets::Assets, track: &str) -> Result<()> {
-    let tracks_path = crate::tracks::TracksFile::default_path();
-    let tracks = crate::tracks::TracksFile::load(&tracks_path)?;
-    let suite = hip_test_chroot(&tracks, &tracks_path, track)?;
+fn hip_end_to_end(
+    assets: &assets::Assets,
+    tracks: &crate::tracks::TracksFile,
+    tracks_path: &Path,
+    track: &str,
+) -> Result<()> {
+    let suite = hip_test_chroot(tracks, tracks_path, track)?;
     let t0 = std::time::Instant::now();
     crate::sdk::make_chroot(&crate::sdk::DebianArgs {
         suite: suite.into(),
@@ -772,6 +796,10 @@ mod tests {
         assert_eq!(
             hip_test_chroot(&tracks, &path, "linux-hip-rocm7").unwrap(),
             "experimental"
+        );
+        assert_eq!(
+            default_hip_test_track(&tracks, &path).unwrap(),
+            "linux-hip-rocm6"
         );
         for (name, track) in &tracks.tracks {
             if let Some(suite) = &track.build.chroot {

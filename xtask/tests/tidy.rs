@@ -156,11 +156,6 @@ const TRACK_NAME_EXEMPTIONS: &[(&str, &str, &str)] = &[
     ),
     (
         "xtask/src/test.rs",
-        "let track = \"linux-hip-rocm6\";",
-        "the HIP end-to-end test builds the track the sid chroot's ROCm 6.4 can build",
-    ),
-    (
-        "xtask/src/test.rs",
         "let track = \"windows-cpu-gnu\";",
         "the Windows end-to-end test cross-builds the Windows CPU track on Linux",
     ),

@@ -361,6 +361,14 @@ pub struct Track {
     /// `librocblas.so.4` could not find `libroctx64.so.4` next to itself.
     #[serde(default)]
     pub runtime_runpath: Option<String>,
+    /// The tool that takes the symbol table (and any debug sections) out of the
+    /// executables as they are staged (`strip`, `x86_64-w64-mingw32-strip`; run as
+    /// `--strip-all`): a GNU-linked Rust executable carries about 4.5 MB of symbols that
+    /// only a debugger or profiler reads. The build keeps them (the portable-CPU test
+    /// finds the engine's dispatched kernels by name). Absent: copied as they are (MSVC
+    /// links put symbols into a separate PDB).
+    #[serde(default)]
+    pub strip_executables: Option<String>,
     /// Kernel library folders copied from the SDK, filtered to `gpu_targets`.
     #[serde(default)]
     pub kernel_libraries: Vec<KernelLibrary>,

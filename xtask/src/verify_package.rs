@@ -1,7 +1,8 @@
 //! `cargo xtask verify-package X.zip`: re-checks a released zip on its own: one root
 //! folder, README present, every file's size and SHA-256 against manifest.json (nothing
 //! missing, nothing extra), kernel folders next to the executables, the `.sha256` file
-//! beside the zip, and the dependency closure (verify-deps on the zip, in memory).
+//! beside the zip, the files the track has `dist` strip (no debug sections or symbol
+//! table left), and the dependency closure (verify-deps on the zip, in memory).
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -10,8 +11,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
+use crate::debugger_only::DebuggerOnly;
 use crate::dist::package::Manifest;
-use crate::tracks::TracksFile;
+use crate::tracks::{Track, TracksFile};
 use crate::verify_deps::{self, Policy};
 
 /// Flags of `cargo xtask verify-package`.
@@ -186,6 +188,14 @@ pub fn verify(
             ));
         }
     }
+    for (name, strip) in declared_stripped(t) {
+        let Ok(mut f) = zip.by_name(&format!("{root}/{name}")) else {
+            continue;
+        };
+        let mut bytes = Vec::with_capacity(usize::try_from(f.size()).unwrap_or(0));
+        f.read_to_end(&mut bytes)?;
+        problems.extend(still_carries(name, &bytes, &track_name, strip));
+    }
     let sha_file = zip_path.with_file_name(format!(
         "{}.sha256",
         zip_path.file_name().unwrap_or_default().to_string_lossy()
@@ -207,4 +217,147 @@ pub fn verify(
         }
     }
     Ok(problems)
+}
+
+/// What a track's `tracks.toml` entry says `dist` took out of a file as it staged it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stripped {
+    /// `crt.strip_debug`: the DWARF sections.
+    Debug,
+    /// `strip_executables`: the symbol table and the DWARF sections.
+    All,
+}
+
+impl Stripped {
+    /// The key, below `tracks.<name>`, that declares it.
+    fn key(self) -> &'static str {
+        match self {
+            Stripped::Debug => "crt.strip_debug",
+            Stripped::All => "strip_executables",
+        }
+    }
+}
+
+/// The files at the package root that track `t` has `dist` stage stripped.
+fn declared_stripped(t: &Track) -> Vec<(&str, Stripped)> {
+    let mut files = Vec::new();
+    if t.strip_executables.is_some() {
+        files.extend(t.executables.iter().map(|e| (e.as_str(), Stripped::All)));
+    }
+    if let Some(crt) = t.crt.as_ref().filter(|c| c.strip_debug.is_some()) {
+        files.extend(crt.files.iter().map(|f| (f.as_str(), Stripped::Debug)));
+    }
+    files
+}
+
+/// The problem with the packaged file `name` (its image `bytes`) when it still carries
+/// what `strip` says was taken out of it, or cannot be read as a binary.
+fn still_carries(name: &str, bytes: &[u8], track: &str, strip: Stripped) -> Option<String> {
+    let found = match DebuggerOnly::parse(bytes, name) {
+        Ok(found) => found,
+        Err(e) => return Some(format!("{e:#}")),
+    };
+    let mut kept = Vec::new();
+    if !found.debug_sections.is_empty() {
+        kept.push(format!("debug sections {:?}", found.debug_sections));
+    }
+    if strip == Stripped::All && found.symbols > 0 {
+        kept.push(format!("a symbol table of {} entries", found.symbols));
+    }
+    (!kept.is_empty()).then(|| {
+        format!(
+            "{name} carries {}, but tracks.{track}.{} in packaging/tracks.toml says dist stages it without them: make the package again with `cargo xtask dist --track {track}`",
+            kept.join(" and "),
+            strip.key()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::debugger_only::test_programs::{strip, tiny_program};
+
+    #[test]
+    fn the_files_a_track_strips_are_its_executables_and_its_mingw_runtime() {
+        let tracks = TracksFile::load(&TracksFile::default_path()).unwrap();
+        assert_eq!(
+            declared_stripped(tracks.track("windows-cpu-gnu").unwrap()),
+            [
+                ("audiocpp_cli.exe", Stripped::All),
+                ("audiocpp_server.exe", Stripped::All),
+                ("libstdc++-6.dll", Stripped::Debug),
+                ("libgcc_s_seh-1.dll", Stripped::Debug),
+                ("libwinpthread-1.dll", Stripped::Debug),
+            ]
+        );
+        assert_eq!(
+            declared_stripped(tracks.track("linux-cpu").unwrap()),
+            [
+                ("audiocpp_cli", Stripped::All),
+                ("audiocpp_server", Stripped::All)
+            ]
+        );
+        assert!(declared_stripped(tracks.track("rocm7").unwrap()).is_empty());
+    }
+
+    /// `x86_64-w64-mingw32-gcc -g` output, then stripped with `flag` (none: as built).
+    fn mingw_program(dir: &std::path::Path, flag: Option<&str>) -> Vec<u8> {
+        let exe = tiny_program("x86_64-w64-mingw32-gcc", dir, "tiny.exe");
+        if let Some(flag) = flag {
+            strip("x86_64-w64-mingw32-strip", flag, &exe);
+        }
+        std::fs::read(&exe).unwrap()
+    }
+
+    #[test]
+    fn a_file_that_kept_what_its_track_strips_is_a_problem_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let as_built = mingw_program(dir.path(), None);
+        let p = still_carries(
+            "audiocpp_cli.exe",
+            &as_built,
+            "windows-cpu-gnu",
+            Stripped::All,
+        )
+        .unwrap();
+        assert!(p.contains("debug sections [\".debug"), "{p}");
+        assert!(p.contains("and a symbol table of "), "{p}");
+        assert!(
+            p.contains("tracks.windows-cpu-gnu.strip_executables in packaging/tracks.toml"),
+            "{p}"
+        );
+        assert!(
+            p.ends_with("`cargo xtask dist --track windows-cpu-gnu`"),
+            "{p}"
+        );
+
+        let no_debug = mingw_program(dir.path(), Some("--strip-debug"));
+        assert_eq!(
+            still_carries(
+                "libstdc++-6.dll",
+                &no_debug,
+                "windows-cpu-gnu",
+                Stripped::Debug
+            ),
+            None
+        );
+        let p = still_carries(
+            "audiocpp_cli.exe",
+            &no_debug,
+            "windows-cpu-gnu",
+            Stripped::All,
+        )
+        .unwrap();
+        assert!(!p.contains("debug sections"), "{p}");
+        assert!(p.contains("carries a symbol table of "), "{p}");
+
+        let all = mingw_program(dir.path(), Some("--strip-all"));
+        assert_eq!(
+            still_carries("audiocpp_cli.exe", &all, "windows-cpu-gnu", Stripped::All),
+            None
+        );
+        let p = still_carries("audiocpp_cli.exe", b"MZ not really", "t", Stripped::All).unwrap();
+        assert!(p.contains("audiocpp_cli.exe"), "{p}");
+    }
 }

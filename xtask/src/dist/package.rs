@@ -250,28 +250,57 @@ fn set_runpath_on_copy(src: &Path, dst: &Path, runpath: &str) -> Result<()> {
     Ok(())
 }
 
-/// Copies `src` to `dst` without its debug sections, with `tool --strip-debug` (the
-/// source stays as it is).
-fn strip_debug_on_copy(src: &Path, dst: &Path, tool: &str) -> Result<()> {
+/// A strip run that `tracks.toml` asks for when a file is staged.
+#[derive(Debug, Clone, Copy)]
+struct Strip<'a> {
+    /// The tool (`x86_64-w64-mingw32-strip`).
+    tool: &'a str,
+    /// What it removes (`--strip-debug`, `--strip-all`).
+    flag: &'static str,
+    /// The tracks.toml key that names the tool, for the error.
+    key: &'static str,
+    /// What is taken out, for the error.
+    what: &'static str,
+}
+
+impl Strip<'_> {
+    /// The Debian package that provides the tool.
+    fn apt_package(&self) -> &'static str {
+        if self.tool.starts_with("x86_64-w64-mingw32-") {
+            "binutils-mingw-w64-x86-64"
+        } else {
+            "binutils"
+        }
+    }
+}
+
+/// Copies `src` to `dst` with `strip.tool strip.flag` (the source stays as it is);
+/// on failure nothing is left at `dst`.
+fn strip_on_copy(src: &Path, dst: &Path, strip: Strip<'_>) -> Result<()> {
     if let Some(p) = dst.parent() {
         std::fs::create_dir_all(p)?;
     }
+    let tool = strip.tool;
     let output = Command::new(tool)
-        .arg("--strip-debug")
+        .arg(strip.flag)
         .arg("-o")
         .arg(dst)
         .arg(src)
         .output()
         .map_err(|e| {
             anyhow::anyhow!(
-                "cannot run {tool} ({e}) to stage {} without its debug sections (crt.strip_debug in packaging/tracks.toml); install it with `apt-get install binutils-mingw-w64-x86-64`",
-                src.display()
+                "cannot run {tool} ({e}) to stage {} without its {} ({} in packaging/tracks.toml); install it with `apt-get install {}`",
+                src.display(),
+                strip.what,
+                strip.key,
+                strip.apt_package()
             )
         })?;
     if !output.status.success() {
         let _ = std::fs::remove_file(dst);
         bail!(
-            "{tool} --strip-debug -o {} {} failed ({}): {}",
+            "{tool} {} -o {} {} failed ({}): {}",
+            strip.flag,
             dst.display(),
             src.display(),
             output.status,
@@ -330,18 +359,35 @@ fn stage_verify_zip(
     let t = Instant::now();
     let total: u64 = plan.files.iter().map(|f| f.size).sum();
     let pb = bar(total, "copy");
-    let strip_debug = ctx
+    let strip_crt = ctx
         .track
         .crt
         .as_ref()
-        .and_then(|c| c.strip_debug.as_deref());
+        .and_then(|c| c.strip_debug.as_deref())
+        .map(|tool| Strip {
+            tool,
+            flag: "--strip-debug",
+            key: "crt.strip_debug",
+            what: "debug sections",
+        });
+    let strip_executables = ctx.track.strip_executables.as_deref().map(|tool| Strip {
+        tool,
+        flag: "--strip-all",
+        key: "strip_executables",
+        what: "symbol table",
+    });
     for f in &plan.files {
         let dst = stage.join(&f.dest);
-        match (&ctx.track.runtime_runpath, f.role, strip_debug) {
+        let strip = match f.role {
+            Role::Crt => strip_crt,
+            Role::Executable => strip_executables,
+            _ => None,
+        };
+        match (&ctx.track.runtime_runpath, f.role, strip) {
             (Some(runpath), Role::Runtime | Role::RuntimeLoaded, _) => {
                 set_runpath_on_copy(&f.src, &dst, runpath)?
             }
-            (_, Role::Crt, Some(tool)) => strip_debug_on_copy(&f.src, &dst, tool)?,
+            (_, _, Some(strip)) => strip_on_copy(&f.src, &dst, strip)?,
             _ => place(&f.src, &dst)?,
         }
         pb.inc(f.size);
@@ -596,23 +642,56 @@ fn gemm_kernels(ctx: &PackageContext) -> Vec<GemmKernels> {
 mod tests {
     use super::*;
 
+    /// The CRT's strip run, as `stage_verify_zip` makes it for the MinGW tracks.
+    const STRIP_CRT: Strip<'static> = Strip {
+        tool: "x86_64-w64-mingw32-strip",
+        flag: "--strip-debug",
+        key: "crt.strip_debug",
+        what: "debug sections",
+    };
+
     #[test]
     fn a_missing_strip_tool_names_the_key_and_the_package_and_stages_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("libstdc++-6.dll");
         std::fs::write(&src, b"MZ").unwrap();
         let dst = dir.path().join("stage/libstdc++-6.dll");
-        let e = strip_debug_on_copy(&src, &dst, "audiocpp-no-such-strip")
-            .unwrap_err()
-            .to_string();
+        let e = strip_on_copy(
+            &src,
+            &dst,
+            Strip {
+                tool: "x86_64-w64-mingw32-audiocpp-no-such-strip",
+                ..STRIP_CRT
+            },
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
-            e.contains("crt.strip_debug in packaging/tracks.toml"),
+            e.contains("debug sections (crt.strip_debug in packaging/tracks.toml)"),
             "{e}"
         );
         assert!(
             e.contains("apt-get install binutils-mingw-w64-x86-64"),
             "{e}"
         );
+        assert!(!dst.exists());
+        let e = strip_on_copy(
+            &src,
+            &dst,
+            Strip {
+                tool: "audiocpp-no-such-strip",
+                flag: "--strip-all",
+                key: "strip_executables",
+                what: "symbol table",
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("symbol table (strip_executables in packaging/tracks.toml)"),
+            "{e}"
+        );
+        assert!(e.ends_with("`apt-get install binutils`"), "{e}");
         assert!(!dst.exists());
     }
 
@@ -622,7 +701,7 @@ mod tests {
         let src = dir.path().join("not-a-pe.dll");
         std::fs::write(&src, b"not a PE file").unwrap();
         let dst = dir.path().join("stage/not-a-pe.dll");
-        let e = strip_debug_on_copy(&src, &dst, "x86_64-w64-mingw32-strip")
+        let e = strip_on_copy(&src, &dst, STRIP_CRT)
             .unwrap_err()
             .to_string();
         assert!(e.contains("--strip-debug"), "{e}");

@@ -164,6 +164,8 @@ impl Conv1d {
 /// Adaptive instance normalisation: `(1 + gamma(s)) * norm(x) + beta(s)`, where
 /// `[gamma, beta]` is a linear map of the style vector `s` and `norm` normalises each
 /// channel over time.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L20-L31 (`AdaIN1d`).
 #[derive(Debug, Clone)]
 pub struct AdaIn1d {
     fc_weight: String,
@@ -195,6 +197,9 @@ impl AdaIn1d {
     }
 
     /// The block for `x` [T, C] and the style `style` [style_dim]; returns [T, C].
+    ///
+    /// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L27-L31
+    /// (`AdaIN1d.forward`).
     pub fn build<'a>(
         &self,
         ctx: &'a Context,
@@ -209,6 +214,9 @@ impl AdaIn1d {
 
     /// The block's gain and offset for `style`, each [1, C], for layers that fuse the
     /// normalisation and the affine step with what follows.
+    ///
+    /// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L28-L30 (`fc(s)` split
+    /// into gamma and beta).
     pub fn style_affine<'a>(
         &self,
         ctx: &'a Context,
@@ -228,6 +236,8 @@ impl AdaIn1d {
 }
 
 /// Nearest-neighbour upsampling of time by two: [T, C] -> [2T, C].
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L328-L337 (`UpSample1d`).
 pub fn upsample_nearest_x2<'a>(ctx: &'a Context, x: Tensor<'a>) -> Tensor<'a> {
     let [t, c, _, _] = x.ne();
     let x3 = ctx.reshape(ctx.cont(x), &[1, t, c]);
@@ -238,6 +248,9 @@ pub fn upsample_nearest_x2<'a>(ctx: &'a Context, x: Tensor<'a>) -> Tensor<'a> {
 /// padding 1) that upsamples an [`AdainResBlk1d`]'s residual. ggml's transposed
 /// convolution has no groups, so it is decomposed: output sample `2i` is `x[i] * w1`,
 /// sample `2i + 1` is `x[i] * w2 + x[i + 1] * w0` (zero past the end), interleaved.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L349-L352
+/// (`AdainResBlk1d.pool`, a `ConvTranspose1d` with `groups=dim_in`).
 #[derive(Debug, Clone)]
 pub struct DepthwiseUpsample {
     weight: String,
@@ -294,6 +307,8 @@ impl DepthwiseUpsample {
 /// StyleTTS 2's AdainResBlk1d: `(residual(x) + shortcut(x)) / sqrt(2)` where the
 /// residual is AdaIN, LeakyReLU 0.2, [upsample], conv k3, AdaIN, LeakyReLU, conv k3, and
 /// the shortcut is [nearest upsample], [1x1 conv when the channel count changes].
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L340-L381 (`AdainResBlk1d`).
 #[derive(Debug, Clone)]
 pub struct AdainResBlk1d {
     norm1: AdaIn1d,
@@ -354,6 +369,9 @@ impl AdainResBlk1d {
     }
 
     /// The block for `x` [T, dim_in] and `style` [style_dim]; returns [T or 2T, dim_out].
+    ///
+    /// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L362-L381
+    /// (`AdainResBlk1d._shortcut`, `_residual`, `forward`).
     pub fn build<'a>(
         &self,
         ctx: &'a Context,

@@ -64,6 +64,9 @@ pub fn tensor_shapes(hp: &HParams) -> Vec<(String, Vec<i64>)> {
 }
 
 /// `norm(x) * weight + bias` over each column of `x` [d, T].
+///
+/// Upstream: `nn.LayerNorm`; the text encoder's is `hexgrad/kokoro@dfb907a02bba`
+/// kokoro/modules.py L21-L32 (`LayerNorm`).
 pub fn layer_norm<'a>(
     ctx: &'a Context,
     w: &'a Weights,
@@ -94,6 +97,10 @@ pub fn linear<'a>(
 }
 
 /// The tanh GELU, `0.5 x (1 + tanh(k (x + 0.044715 x^3)))`, in f32 ops.
+///
+/// Upstream: `huggingface/transformers@v4.48.0` src/transformers/activations.py L49-L56
+/// (`NewGELUActivation`, ALBERT's default `gelu_new`:
+/// src/transformers/models/albert/configuration_albert.py L118).
 fn gelu_tanh<'a>(ctx: &'a Context, x: Tensor<'a>) -> Tensor<'a> {
     let cube = ctx.mul(ctx.mul(x, x), x);
     let inner = ctx.scale(ctx.add(x, ctx.scale(cube, 0.044_715)), GELU_K);
@@ -101,6 +108,10 @@ fn gelu_tanh<'a>(ctx: &'a Context, x: Tensor<'a>) -> Tensor<'a> {
 }
 
 /// Self-attention over `x` [d, T] with `heads` heads, no mask.
+///
+/// Upstream: `huggingface/transformers@v4.48.0`
+/// src/transformers/models/albert/modeling_albert.py L309-L360 (`AlbertAttention.forward`
+/// up to the output projection).
 fn attention<'a>(
     ctx: &'a Context,
     w: &'a Weights,
@@ -124,6 +135,12 @@ fn attention<'a>(
 }
 
 /// ALBERT's last hidden state [hidden, T] for the token ids `ids` (an i32 tensor [T]).
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/modules.py L179-L183 (`CustomAlbert`)
+/// over `huggingface/transformers@v4.48.0`
+/// src/transformers/models/albert/modeling_albert.py L214-L253
+/// (`AlbertEmbeddings.forward`), L512-L554 (`AlbertTransformer.forward`) and L442-L466
+/// (`AlbertLayer.forward`, `ff_chunk`).
 pub fn build<'a>(
     ctx: &'a Context,
     w: &'a Weights,

@@ -27,6 +27,10 @@ pub(super) const GRAPH_NODES: usize = 8192;
 pub const MAX_FRAMES: usize = 4000;
 
 /// The decoder's hyper-parameters beyond what its weight shapes tell.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L262-L265
+/// (`Generator.m_source`: 24 kHz, 8 harmonics above F0, voicing threshold 10) and L123-L124
+/// (`SineGen`'s `sine_amp`).
 #[derive(Debug, Clone)]
 pub struct DecoderConfig {
     /// The generator's strides, dilations and iSTFT hop.
@@ -150,6 +154,9 @@ pub struct DecoderTensors<'a> {
 }
 
 /// Kokoro's decoder: the checked weight names and the hyper-parameters.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L384-L405
+/// (`Decoder.__init__`).
 #[derive(Debug, Clone)]
 pub struct Decoder {
     f0_conv: Conv1d,
@@ -246,6 +253,9 @@ impl Decoder {
     }
 
     /// The harmonic source's parameters, with the merge layer read from the weights.
+    ///
+    /// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L238
+    /// (`SourceModuleHnNSF.l_linear`).
     pub fn source_params(&self, w: &dyn WeightLookup) -> Result<SourceParams> {
         let weights = w.tensor(&self.merge_weight)?.read_f32_converted()?;
         let bias = w.tensor(&self.merge_bias)?.read_f32_converted()?;
@@ -261,6 +271,9 @@ impl Decoder {
 
     /// The decoder network as a graph; returns the generator's spectrum and the raw
     /// iSTFT overlap-add.
+    ///
+    /// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L407-L421
+    /// (`Decoder.forward`).
     pub fn build<'a>(
         &self,
         ctx: &'a Context,
@@ -302,6 +315,9 @@ impl Decoder {
     /// The whole decoder for one utterance: the harmonic source and its STFT on the
     /// host (or `source_stft_override`, [frames, 2 * bins] time fastest, to feed a
     /// reference's), the graph on `sched` (kept by the caller, so its buffers outlive a sentence), then the iSTFT's edge fix and crop.
+    ///
+    /// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/model.py L118 (the decoder call),
+    /// with the source steps of kokoro/istftnet.py L300-L305 (`Generator.forward`).
     pub fn synthesize(
         &self,
         sched: &mut Scheduler,

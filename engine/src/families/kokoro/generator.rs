@@ -12,6 +12,9 @@ use super::adain::{dims_of, expect_shape, AdaIn1d, Conv1d, WeightLookup, INSTANC
 
 /// The generator's hyper-parameters that no weight shape tells (Kokoro v1.0's
 /// `istftnet` config: upsample rates [10, 6], dilations [1, 3, 5], iSTFT hop 5).
+///
+/// Upstream: `config['istftnet']`, passed at `hexgrad/kokoro@dfb907a02bba` kokoro/model.py
+/// L62-L65 (the values are in Kokoro-82M's `config.json`, not in that repository).
 #[derive(Debug, Clone)]
 pub struct GeneratorConfig {
     /// Stride of each transposed convolution.
@@ -35,6 +38,8 @@ impl GeneratorConfig {
 
 /// iSTFTNet's AdaINResBlock1: for each dilation, `x += conv2(snake(adain2(conv1(
 /// snake(adain1(x))))))` with Snake `x + sin^2(alpha x) / alpha` (alpha per channel).
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L34-L77 (`AdaINResBlock1`).
 #[derive(Debug, Clone)]
 pub struct AdaInResBlock1 {
     stages: Vec<SnakeStage>,
@@ -53,6 +58,9 @@ struct SnakeStage {
 /// Snake `v + sin(alpha v)^2 / alpha` of `v = adain(x)` for `x` [T, C], `alpha`
 /// [1, C, 1] (ONNX shape): the AdaIN (normalisation and affine step) and the Snake
 /// computed as one layer.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L70-L71 and L73-L74 (AdaIN
+/// then Snake1D).
 fn ada_in_snake<'a>(
     ctx: &'a Context,
     w: &'a dyn WeightLookup,
@@ -90,6 +98,9 @@ impl AdaInResBlock1 {
     }
 
     /// The block for `x` [T, C] and `style`; returns [T, C].
+    ///
+    /// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L68-L77
+    /// (`AdaINResBlock1.forward`).
     pub fn build<'a>(
         &self,
         ctx: &'a Context,
@@ -112,6 +123,9 @@ impl AdaInResBlock1 {
 /// [L * stride, OC], computed as [`conv_transpose_by_product`] computes it (one tap
 /// product, here on the stored or transposed tap matrix, and an overlap-add), so its
 /// kernel must be whole strides. ggml's has no padding: the full result is cropped.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L270-L273 (`Generator.ups`,
+/// padding `(k - u) // 2`).
 #[derive(Debug, Clone)]
 struct ConvTranspose1d {
     weight: String,
@@ -241,6 +255,9 @@ fn overlap_add<'a>(
 }
 
 /// The generator's graph from the decoder features to the iSTFT's magnitude and phase.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L257-L297
+/// (`Generator.__init__`).
 #[derive(Debug, Clone)]
 pub struct Generator {
     ups: Vec<ConvTranspose1d>,
@@ -255,6 +272,8 @@ pub struct Generator {
 }
 
 /// The magnitude and phase the generator gives, each [L, bins] (time fastest).
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L323-L324 (`spec`, `phase`).
 pub struct Spectrum<'a> {
     /// `exp` of the first half of conv_post's channels.
     pub magnitude: Tensor<'a>,
@@ -330,6 +349,9 @@ impl Generator {
     /// The generator for decoder features `x` [T, C], the source STFT `source`
     /// [frames, 2 * bins] (magnitudes then phases, frames = T * prod(rates) + 1) and
     /// the decoder style [style_dim].
+    ///
+    /// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L306-L324
+    /// (`Generator.forward` after the source, which [`super::source`] computes).
     pub fn build<'a>(
         &self,
         ctx: &'a Context,

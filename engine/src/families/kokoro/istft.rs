@@ -11,6 +11,11 @@ use crate::ggml::{Context, Tensor};
 use super::adain::{dims_of, expect_shape, WeightLookup};
 
 /// The inverse STFT's weights: the basis [2 * bins, 1, n_fft] and the window sum.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L96-L100
+/// (`TorchSTFT.inverse`), as a transposed convolution in kokoro/custom_stft.py L142-L189
+/// (`CustomSTFT.inverse`); the export's `inverse_basis` and `window_sum` buffers are not in
+/// that repository.
 #[derive(Debug, Clone)]
 pub struct InverseStft {
     basis: String,
@@ -38,6 +43,9 @@ impl InverseStft {
 
     /// The overlap-add of frames `mag` and `phase` [L, bins] (time fastest): returns
     /// [(L - 1) * hop + n_fft] samples, before [`InverseStft::finish`].
+    ///
+    /// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/custom_stft.py L148-L175
+    /// (`CustomSTFT.inverse`).
     pub fn build<'a>(
         &self,
         ctx: &'a Context,
@@ -60,6 +68,9 @@ impl InverseStft {
 
     /// The export's window-sum division of the first samples and the centre crop:
     /// `raw` from [`InverseStft::build`] gives `raw.len() - n_fft` samples.
+    ///
+    /// Upstream: the centre crop of `hexgrad/kokoro@dfb907a02bba` kokoro/custom_stft.py
+    /// L177-L182.
     pub fn finish(&self, raw: &[f32], window_sum: &[f32]) -> Vec<f32> {
         let mut y = raw.to_vec();
         for (v, &s) in y.iter_mut().zip(window_sum) {

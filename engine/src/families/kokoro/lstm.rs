@@ -17,6 +17,9 @@ use super::weights::Weights;
 pub const NODES_PER_STEP: usize = 20;
 
 /// A loaded bidirectional LSTM, named by its ONNX scope (`<scope>.W`, `.R`, `.B`).
+///
+/// Upstream: the `nn.LSTM(..., bidirectional=True)` layers of `hexgrad/kokoro@dfb907a02bba`
+/// kokoro/modules.py L48, L95, L97 and L142.
 pub struct BiLstm {
     scope: String,
 }
@@ -41,6 +44,9 @@ impl BiLstm {
     /// Runs over `x` [in, T] (one column per step); `reverse` is an i32 tensor
     /// [T] holding T-1 .. 0. Returns [2H, T]: the forward states, then the backward
     /// ones, per step (PyTorch's layout).
+    ///
+    /// Upstream: `onnx/onnx@v1.22.0` onnx/defs/doc_strings.cc L348-L353 (the LSTM
+    /// equations) and onnx/defs/rnn/defs.cc L314-L345 (the `[iofc]` layout of W, R and B).
     pub fn build<'a>(
         &self,
         ctx: &'a Context,

@@ -54,6 +54,8 @@ pub fn tensor_shapes(hp: &HParams) -> Vec<(String, Vec<i64>)> {
 }
 
 /// AdaLayerNorm: `(1 + gamma(s)) norm(x) + beta(s)` over each column of `x` [C, T].
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/modules.py L72-L88 (`AdaLayerNorm`).
 fn ada_layer_norm<'a>(
     ctx: &'a Context,
     w: &'a Weights,
@@ -72,6 +74,9 @@ fn ada_layer_norm<'a>(
 /// The duration encoder's output `d` [hidden + style, T] for the PL-BERT features
 /// `d_en` [hidden, T]; `style` is the predictor style [S, 1], `style_cols` it repeated
 /// T times [S, T].
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/modules.py L137-L176 (`DurationEncoder`),
+/// called at kokoro/model.py L105.
 pub fn duration_encoder<'a>(
     ctx: &'a Context,
     w: &'a Weights,
@@ -91,6 +96,9 @@ pub fn duration_encoder<'a>(
 }
 
 /// The sigmoid of the duration logits [max_duration, T] for `d` [hidden + style, T].
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/model.py L106-L108 (`predictor.lstm`,
+/// `duration_proj`, sigmoid; the layers: kokoro/modules.py L95-L96).
 pub fn duration_probabilities<'a>(
     ctx: &'a Context,
     w: &'a Weights,
@@ -105,6 +113,9 @@ pub fn duration_probabilities<'a>(
 /// Each token's duration in frames before rounding (`sum / speed`) and rounded (at
 /// least 1), from the sigmoid probabilities (`max_duration` per token). `speed` must be
 /// positive (the task checks it is in 0.25..=4).
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/model.py L108-L109
+/// (`KModel.forward_with_tokens`).
 pub fn durations(probabilities: &[f32], max_duration: usize, speed: f32) -> (Vec<f32>, Vec<usize>) {
     assert!(speed > 0.0, "the speed is checked before synthesis");
     let raw: Vec<f32> = probabilities
@@ -116,6 +127,9 @@ pub fn durations(probabilities: &[f32], max_duration: usize, speed: f32) -> (Vec
 }
 
 /// The token index of every frame: token `i` repeated `frames[i]` times.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/model.py L110-L114 (the alignment
+/// `pred_aln_trg`).
 pub fn frame_tokens(frames: &[usize]) -> Vec<i32> {
     frames
         .iter()
@@ -127,6 +141,9 @@ pub fn frame_tokens(frames: &[usize]) -> Vec<i32> {
 /// The frame-level half: the shared BiLSTM, then the F0 and energy (N) branches,
 /// each three AdainResBlk1d blocks (the second upsamples x2) and a 1x1 projection.
 /// Loading checks every tensor's name and dims.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/modules.py L97-L107
+/// (`ProsodyPredictor.shared`, `F0`, `N`, `F0_proj`, `N_proj`).
 pub struct F0N {
     f0: Vec<AdainResBlk1d>,
     n: Vec<AdainResBlk1d>,
@@ -153,6 +170,9 @@ impl F0N {
     /// F0 and N [2F] each for the frame-level features `en` [hidden + style, F]
     /// (the branches run on time-fastest [T, C] activations, as [`AdainResBlk1d`]
     /// takes them).
+    ///
+    /// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/modules.py L124-L134
+    /// (`ProsodyPredictor.F0Ntrain`), called at kokoro/model.py L115.
     pub fn build<'a>(
         &self,
         ctx: &'a Context,

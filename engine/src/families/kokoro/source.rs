@@ -52,6 +52,9 @@ fn fill_parallel<T: Send>(
 }
 
 /// What the source needs, from the model's hyper-parameters and weights.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L262-L265
+/// (`Generator.m_source`) and L229-L239 (`SourceModuleHnNSF.__init__`).
 #[derive(Debug, Clone)]
 pub struct SourceParams {
     /// Output sample rate in Hz (24000).
@@ -75,6 +78,10 @@ pub struct SourceParams {
 /// taken once per F0 value (linear downsampling of a piecewise-constant curve), summed,
 /// scaled back by `upsample` and linearly interpolated (half-pixel centres, clamped at
 /// the ends) to every sample.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L142-L158
+/// (`SineGen._f02sine`, no pulses), L185-L209 (`SineGen.forward`) and L241-L254
+/// (`SourceModuleHnNSF.forward`), without their random terms.
 pub fn harmonic_source(f0: &[f32], p: &SourceParams) -> Vec<f32> {
     harmonic_source_threads(f0, p, host_threads(f0.len() * p.upsample))
 }
@@ -123,6 +130,8 @@ fn harmonic_source_threads(f0: &[f32], p: &SourceParams, threads: usize) -> Vec<
 }
 
 /// The periodic Hann window of `n` points (PyTorch's `hann_window(n)`).
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L87 (`TorchSTFT`'s window).
 pub fn hann_periodic(n: usize) -> Vec<f64> {
     (0..n)
         .map(|i| 0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / n as f64).cos())
@@ -316,6 +325,9 @@ fn export_phase(re: f32, im: f32) -> f32 {
 /// in f32 through [`ChirpZ`]: returns `(frames, data)` where `data` is
 /// [frames, 2 * bins] in ggml order (time fastest): the magnitudes of the
 /// `n_fft / 2 + 1` bins, then their phases in [-pi, pi].
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/istftnet.py L89-L94
+/// (`TorchSTFT.transform`), used at L304-L305 (`Generator.forward`).
 pub fn source_stft(x: &[f32], n_fft: usize, hop: usize) -> (usize, Vec<f32>) {
     let values = x.len() / hop.max(1) * (n_fft / 2 + 1);
     source_stft_threads(x, n_fft, hop, host_threads(values))

@@ -24,6 +24,8 @@ fn conv_weight(i: usize) -> String {
 }
 
 /// The BiLSTM.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/modules.py L48 (`TextEncoder.lstm`).
 fn lstm() -> BiLstm {
     BiLstm::new(&format!("{PREFIX}.lstm"))
 }
@@ -44,6 +46,9 @@ pub fn tensor_shapes(hp: &HParams) -> Vec<(String, Vec<i64>)> {
 
 /// A 1-D convolution (same padding) of `x` [C_in, T] with the [K, C_in, C_out] kernel
 /// `weight` and bias `bias`, returning [C_out, T].
+///
+/// Upstream: `nn.Conv1d` with padding `(k - 1) / 2`, as `hexgrad/kokoro@dfb907a02bba`
+/// kokoro/modules.py L39-L43 builds the text encoder's.
 pub fn conv1d<'a>(
     ctx: &'a Context,
     w: &'a Weights,
@@ -62,6 +67,9 @@ pub fn conv1d<'a>(
 
 /// The text encoder's output [hidden, T] for token ids `ids` (i32 [T]); `reverse`
 /// is the i32 tensor T-1 .. 0 the BiLSTM needs.
+///
+/// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/modules.py L35-L69 (`TextEncoder`),
+/// called at kokoro/model.py L116.
 pub fn build<'a>(
     ctx: &'a Context,
     w: &'a Weights,

@@ -6,6 +6,9 @@
 use realfft::RealFftPlanner;
 
 /// Front-end parameters (stored in the GGUF metadata).
+///
+/// Upstream: `openai/whisper@v20250625` whisper/audio.py L13-L15 (`SAMPLE_RATE`, `N_FFT`,
+/// `HOP_LENGTH`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MelParams {
     /// Sample rate in Hz.
@@ -60,6 +63,10 @@ impl MelParams {
 
 /// The mel filterbank, `n_mels` rows of `n_fft / 2 + 1` weights (row-major), with the
 /// Slaney mel scale and area normalisation (librosa's defaults, which Whisper uses).
+///
+/// Upstream: `openai/whisper@v20250625` whisper/audio.py L91-L107 (`mel_filters`: librosa's
+/// `filters.mel` saved as arrays), computed as `SYSTRAN/faster-whisper@v1.2.1`
+/// faster_whisper/feature_extractor.py L24-L65 (`FeatureExtractor.get_mel_filters`).
 pub fn filterbank(p: &MelParams) -> Vec<f32> {
     let n_bins = p.n_fft / 2 + 1;
     let sr = p.sample_rate as f64;
@@ -104,6 +111,10 @@ pub fn filterbank(p: &MelParams) -> Vec<f32> {
 
 /// Log-mel features of mono audio: `n_mels` rows of `n_frames` values (row-major) with
 /// `n_frames = (samples + hop) / hop`. `filters` is [`filterbank`]'s layout.
+///
+/// Upstream: `openai/whisper@v20250625` whisper/audio.py L110-L157 (`log_mel_spectrogram`),
+/// padded and framed as `SYSTRAN/faster-whisper@v1.2.1` faster_whisper/feature_extractor.py
+/// L198-L230 (`FeatureExtractor.__call__`) and L67-L196 (`FeatureExtractor.stft`) do.
 pub fn log_mel(samples: &[f32], p: &MelParams, filters: &[f32]) -> (Vec<f32>, usize) {
     let n_bins = p.n_fft / 2 + 1;
     let half = p.n_fft / 2;
@@ -175,6 +186,9 @@ pub fn log_mel(samples: &[f32], p: &MelParams, filters: &[f32]) -> (Vec<f32>, us
 
 /// Frames `[start, start + len)` of every mel row, zero-padded (in log-mel space, as
 /// faster-whisper does) to `window` frames: the encoder input of one 30 s window.
+///
+/// Upstream: `SYSTRAN/faster-whisper@v1.2.1` faster_whisper/audio.py L111-L123
+/// (`pad_or_trim`), applied per segment at faster_whisper/transcribe.py L1178-L1180.
 pub fn window(
     mel: &[f32],
     n_mels: usize,

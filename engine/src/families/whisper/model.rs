@@ -3,6 +3,9 @@
 //! 30 s window, which also fills the cross-attention keys and values) and `decode`
 //! (new tokens against the self-attention cache). Weights and caches live on the device
 //! in their own buffers; the scheduler runs the graphs.
+//!
+//! Upstream: `openai/whisper@v20250625` whisper/model.py (the weights come converted by
+//! CTranslate2; the math is OpenAI's).
 
 use std::path::Path;
 
@@ -13,6 +16,8 @@ use crate::layers::{Layers, WeightUse};
 use crate::weights::{WeightStore, WeightTensor};
 
 /// Model dimensions (from the GGUF metadata).
+///
+/// Upstream: `openai/whisper@v20250625` whisper/model.py L25-L36 (`ModelDimensions`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HParams {
     /// Mel bins of the input.
@@ -133,6 +138,9 @@ fn weight_use(name: &str) -> WeightUse {
 const CONV_KERNEL_WIDTH: i64 = 3;
 
 /// Weights and caches on the device.
+///
+/// Upstream: `openai/whisper@v20250625` whisper/model.py L252-L276 (`Whisper.__init__`),
+/// the caches as `Whisper.install_kv_cache_hooks` L310-L341 keeps them.
 pub struct WhisperNet {
     hp: HParams,
     weights: WeightStore,
@@ -144,6 +152,9 @@ pub struct WhisperNet {
 }
 
 /// Which attention a block computes.
+///
+/// Upstream: `openai/whisper@v20250625` whisper/model.py L224-L225 (`TextDecoder`'s causal
+/// `mask`).
 enum Mask {
     None,
     Causal(i32),
@@ -214,6 +225,9 @@ impl WhisperNet {
             .unwrap_or_else(|| panic!("cache {name} was created at load"))
     }
 
+    /// The layer norm `p` (gain and bias) over each column of `x`.
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/model.py L39-L41 (`LayerNorm`).
     fn layer_norm<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Tensor<'a> {
         let n = ctx.norm(x, LN_EPS);
         ctx.add(
@@ -222,6 +236,9 @@ impl WhisperNet {
         )
     }
 
+    /// The linear layer `p` (weight and bias) applied to `x`.
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/model.py L44-L50 (`Linear`).
     fn linear<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Result<Tensor<'a>> {
         let (w, b) = (self.w(&format!("{p}.weight")), self.w(&format!("{p}.bias")));
         self.layers.linear(ctx, w, Some(b), x)
@@ -231,6 +248,9 @@ impl WhisperNet {
     /// `k` are [head_dim, heads, len] views, `vt` the values transposed per head,
     /// [len, head_dim, heads] with `len` contiguous; returns [state, q_len]. Several
     /// queries (the prompt) are made contiguous so that they take ggml's blocked GEMM.
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/model.py L114-L139
+    /// (`MultiHeadAttention.qkv_attention`).
     fn attention<'a>(
         &'a self,
         ctx: &'a Context,
@@ -256,6 +276,9 @@ impl WhisperNet {
 
     /// Splits a [width, len] tensor whose rows are `parts` stacked projections into the
     /// `part`-th one as a [head_dim, heads, len] view.
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/model.py L119-L121 (the head split of
+    /// `qkv_attention`).
     fn heads<'a>(
         &self,
         ctx: &'a Context,
@@ -278,6 +301,9 @@ impl WhisperNet {
 
     /// A transposed value cache ([capacity, width]) as per-head matrices over its first
     /// `len` positions: [len, head_dim, heads].
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/model.py L121 (the values' head split)
+    /// over the cache of `Whisper.install_kv_cache_hooks` L310-L341.
     fn cached_values_t<'a>(
         &self,
         ctx: &'a Context,
@@ -296,6 +322,10 @@ impl WhisperNet {
         )
     }
 
+    /// The pre-norm MLP with its residual: `x + linear_1(gelu(linear_0(norm(x))))`.
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/model.py L154-L158 and L170
+    /// (`ResidualAttentionBlock.mlp`).
     fn ffn<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Result<Tensor<'a>> {
         let h = self.layer_norm(ctx, x, &format!("{p}.ffn.layer_norm"));
         // The exact GELU: ggml's tanh form (an f16 table on the CPU) is 10% faster but
@@ -308,6 +338,9 @@ impl WhisperNet {
 
     /// Conv stem block `i`: 1-D conv (kernel 3, padding 1) with bias, then GELU; takes
     /// [time, channels] and returns [channels, time].
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/model.py L179-L180 and L193-L194
+    /// (`AudioEncoder.conv1`, `conv2`, each followed by GELU).
     fn conv_gelu<'a>(
         &'a self,
         ctx: &'a Context,
@@ -323,6 +356,10 @@ impl WhisperNet {
             .gelu(ctx, ctx.add(y, self.w(&format!("encoder.conv{i}.bias"))))
     }
 
+    /// Encoder layer `l`: pre-norm self-attention and MLP, each with its residual.
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/model.py L160-L171
+    /// (`ResidualAttentionBlock.forward`, without cross-attention).
     fn encoder_layer<'a>(
         &'a self,
         ctx: &'a Context,
@@ -344,6 +381,10 @@ impl WhisperNet {
     /// Runs the encoder on one window of log-mel features (`n_mels` rows of
     /// `2 * n_audio_ctx` frames) and stores every decoder layer's cross-attention keys
     /// and values in the cache. Returns the encoder output ([state, ctx], column-major).
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/model.py L188-L204
+    /// (`AudioEncoder.forward`; positions from `sinusoids` L62-L68), the cross-attention
+    /// keys and values computed once as `MultiHeadAttention.forward` L101-L109 reuses them.
     pub fn encode(&self, sched: &mut Scheduler, mel: &[f32]) -> Result<Vec<f32>> {
         let hp = self.hp;
         let ctx = Context::new(GRAPH_NODES, GRAPH_NODES)?;
@@ -375,6 +416,13 @@ impl WhisperNet {
         Ok(enc.read_f32()?)
     }
 
+    /// Decoder layer `l` for the new tokens `x` after `n_past` cached positions: causal
+    /// self-attention over the cache, cross-attention over the encoder output and the MLP,
+    /// each pre-norm with its residual.
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/model.py L160-L171
+    /// (`ResidualAttentionBlock.forward` with cross-attention) and L92-L112
+    /// (`MultiHeadAttention.forward`).
     fn decoder_layer<'a>(
         &'a self,
         ctx: &'a Context,
@@ -437,6 +485,9 @@ impl WhisperNet {
 
     /// Feeds `tokens` after `n_past` cached positions; returns the logits of the last
     /// `n_logits` positions (n_vocab values each).
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/model.py L227-L249
+    /// (`TextDecoder.forward`; the logits against the token embedding at L245-L247).
     pub fn decode(
         &self,
         sched: &mut Scheduler,

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 /// GPT-2's byte-to-character table: printable Latin-1 bytes map to themselves, the
 /// rest to code points from 256 up, in byte order.
+///
+/// Upstream: `openai/gpt-2@9b63575ef427` src/encoder.py L8-L28 (`bytes_to_unicode`).
 fn byte_to_char() -> [char; 256] {
     let mut table = ['\0'; 256];
     let mut next = 256u32;
@@ -24,6 +26,9 @@ fn byte_to_char() -> [char; 256] {
 
 /// Builds the id-ordered token list of a Whisper `tokenizer.json` (BPE vocab plus
 /// added tokens), extended to `n_vocab` with the timestamp tokens `<|0.00|>`...
+///
+/// Upstream: the special-token order of `openai/whisper@v20250625` whisper/tokenizer.py
+/// L330-L363 (`get_encoding`; timestamps at L350).
 pub fn vocab_from_tokenizer_json(json: &str, n_vocab: usize) -> Result<Vec<String>, String> {
     let v: serde_json::Value =
         serde_json::from_str(json).map_err(|e| format!("tokenizer.json is not JSON: {e}"))?;
@@ -63,6 +68,9 @@ pub fn vocab_from_tokenizer_json(json: &str, n_vocab: usize) -> Result<Vec<Strin
 }
 
 /// Token ids with a special role.
+///
+/// Upstream: `openai/whisper@v20250625` whisper/tokenizer.py L175-L209 (`Tokenizer`'s
+/// special-token properties; `<|nospeech|>` there).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecialTokens {
     /// `<|endoftext|>`.
@@ -86,6 +94,9 @@ pub struct SpecialTokens {
 }
 
 /// Decodes token ids to text.
+///
+/// Upstream: `openai/whisper@v20250625` whisper/tokenizer.py L131-L159 (`Tokenizer` and its
+/// `__post_init__`).
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     tokens: Vec<String>,
@@ -134,6 +145,9 @@ impl Tokenizer {
     /// The language codes a multilingual model can be told or can detect, with their
     /// token ids: the `<|xx|>` tokens between `<|startoftranscript|>` and `<|translate|>`,
     /// in vocabulary order (English first).
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/tokenizer.py L225-L235
+    /// (`Tokenizer.all_language_tokens`, `all_language_codes`).
     pub fn languages(&self) -> Vec<(String, u32)> {
         let s = &self.specials;
         (s.sot + 1..s.translate)
@@ -166,6 +180,9 @@ impl Tokenizer {
     }
 
     /// Text of the ordinary (non-special) tokens among `ids`.
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/tokenizer.py L164-L166
+    /// (`Tokenizer.decode`, which drops only the timestamp tokens).
     pub fn decode(&self, ids: &[u32]) -> String {
         let mut bytes = Vec::new();
         for &id in ids {

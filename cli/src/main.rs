@@ -6,14 +6,14 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use audiocpp_engine::asr::{AsrModel, AsrOutput};
 use audiocpp_engine::audio::{self, AudioLimits};
 use audiocpp_engine::backend::{self, BackendKind, RuntimeOptions};
 use audiocpp_engine::families;
 use audiocpp_engine::output;
-use audiocpp_engine::tasks::{
-    self, AsrModel, AsrOutput, SpeechInput, SpeechRequest, TtsModel, VadModel, VadOutput,
-};
-use audiocpp_engine::vad::VadParams;
+use audiocpp_engine::tasks;
+use audiocpp_engine::tts::{self, SpeechInput, SpeechRequest, TtsModel};
+use audiocpp_engine::vad::{VadModel, VadOutput, VadParams};
 use audiocpp_engine::EngineError;
 use clap::Parser;
 
@@ -422,21 +422,9 @@ fn run_tts(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         return Ok(());
     }
     let input = speech_input(flags)?;
-    if !flags.speed.is_finite() || !tasks::SPEED_RANGE.contains(&flags.speed) {
-        return Err(usage(format!(
-            "--speed {} is out of range: give a rate from {} to {}",
-            flags.speed,
-            tasks::SPEED_RANGE.start(),
-            tasks::SPEED_RANGE.end()
-        )));
-    }
-    let max_speech_s = flags.max_speech_s.unwrap_or(tasks::DEFAULT_MAX_SPEECH_S);
-    if !(max_speech_s > 0.0 && max_speech_s <= tasks::MAX_SPEECH_LIMIT_S) {
-        return Err(usage(format!(
-            "--max-speech-s {max_speech_s} must be a positive number of seconds, at most {}",
-            tasks::MAX_SPEECH_LIMIT_S
-        )));
-    }
+    tts::check_speed(flags.speed)?;
+    let max_speech_s = flags.max_speech_s.unwrap_or(tts::DEFAULT_MAX_SPEECH_S);
+    tts::check_max_speech_s(max_speech_s)?;
     let out_path = flags
         .out
         .as_deref()
@@ -444,13 +432,6 @@ fn run_tts(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     // Refuse an output that cannot be written (a directory) before synthesizing.
     output::plan(out_path)?;
     let mut tts = TtsModel::load(family, model, flags.model_spec_override.as_deref(), &opts)?;
-    let voices = tts.voices();
-    if let Some(v) = flags.voice.as_ref().filter(|v| !voices.contains(v)) {
-        return Err(usage(format!(
-            "--voice '{v}' is not a voice of this model (voices: {}; see --list-voices)",
-            voices.join(", ")
-        )));
-    }
     if matches!(input, SpeechInput::Phonemes(_)) && !tts.takes_phonemes() {
         return Err(usage(format!(
             "--phonemes: family '{family}' takes text, not phonemes (use --text)"
@@ -460,7 +441,9 @@ fn run_tts(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         input,
         voice: flags.voice.clone(),
         speed: flags.speed,
+        options: Default::default(),
     };
+    tts.check(&req)?;
     let mut samples = Vec::new();
     let stats = tts.run_streamed(&req, max_speech_s, &mut |chunk| {
         samples.extend_from_slice(chunk);
@@ -851,7 +834,11 @@ fn list_loaders(json: bool) -> Result<(), Failure> {
         out!(
             "loader={} tasks={} formats={} | {}",
             l.family,
-            l.tasks.join(","),
+            l.tasks
+                .iter()
+                .map(|t| t.name())
+                .collect::<Vec<_>>()
+                .join(","),
             l.formats.join(","),
             l.description
         );

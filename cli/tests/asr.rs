@@ -606,8 +606,8 @@ fn the_phrase_comes_out_exactly_and_text_out_is_written() {
 
 #[test]
 fn log_mel_matches_faster_whisper() {
+    use audiocpp_engine::asr::AsrModel;
     use audiocpp_engine::backend::RuntimeOptions;
-    use audiocpp_engine::tasks::AsrModel;
     let r = reference();
     let model = AsrModel::load("whisper", gguf(), None, &RuntimeOptions::default()).unwrap();
     let mut worst = 0f32;

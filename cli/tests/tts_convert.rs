@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use audiocpp_engine::families;
 use audiocpp_engine::families::kokoro::onnx::{self, TensorData};
 use audiocpp_engine::ggml::{DType, GgufValue};
-use audiocpp_engine::model_file;
 use common::{assert_user_error, assets, cli, s, specs, Run};
 
 /// The Kokoro sources `cargo xtask test` fetches (int8 ONNX, vocab, lexicons, voices).
@@ -87,7 +87,7 @@ fn assert_nothing_written(out: &Path) {
 
 #[test]
 fn every_weight_matches_the_python_dequantization_exactly() {
-    let file = model_file::read(gguf()).unwrap();
+    let file = families::read_model(gguf()).unwrap();
     assert_eq!(file.family.as_deref(), Some("kokoro"));
     // tts_reference.py's f32 graph: each quantized weight X_quantized became X_f32
     // (LSTM W/R transposed to ONNX LSTM's [dirs, 4*hidden, input] there).
@@ -182,8 +182,8 @@ fn f16_stores_matrix_weights_as_f16_and_the_rest_as_f32() {
         &["--quantize", "f16"],
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let f16 = model_file::read(&out).unwrap();
-    let f32 = model_file::read(gguf()).unwrap();
+    let f16 = families::read_model(&out).unwrap();
+    let f32 = families::read_model(gguf()).unwrap();
     let type_of = |name: &str| f16.tensor(name).unwrap().dtype;
     assert_eq!(
         type_of("encoder.bert.layer.attention.query.weight"),

@@ -1,9 +1,18 @@
-//! What every speech-recognition family takes and returns: decoding options, timed
-//! segments and the transcript, shaped as OpenAI's transcription API reports them
-//! (`verbose_json` segments), so that [`crate::tasks::AsrModel`], the CLI and the server
-//! name no family. A family fills them in its own terms (Whisper's windows and tokens).
+//! The speech-recognition task: its contract with a family ([`Recognizer`]), what every
+//! ASR family takes and returns (decoding options, timed segments and the transcript,
+//! shaped as OpenAI's transcription API reports them, `verbose_json` segments), and the
+//! family-neutral run: chunking by a VAD, language resolution, joining segments. The
+//! CLI and the server name no family; a family fills these in its own terms (Whisper's
+//! windows and tokens).
+
+use std::path::Path;
+use std::time::Instant;
 
 use serde::Serialize;
+
+use crate::error::{EngineError, Result};
+use crate::loaded::Loaded;
+use crate::vad::{self, VadModel, VadParams};
 
 /// One transcribed stretch: a timed piece of an input window, or a whole window when
 /// decoding ran [`DecodeOptions::without_timestamps`].
@@ -30,7 +39,7 @@ pub struct Segment {
     pub no_speech_prob: f32,
 }
 
-/// What a [`crate::tasks::Recognizer`] produced for one stretch of audio.
+/// What a [`Recognizer`] produced for one stretch of audio.
 #[derive(Debug, Clone)]
 pub struct Transcript {
     /// The segments that held speech.
@@ -70,4 +79,178 @@ pub struct DecodeOptions {
     pub best_of: usize,
     /// Seed of the sampler, so sampled results are reproducible.
     pub seed: u64,
+}
+
+/// A speech-recognition family's model as [`AsrModel`] runs it: a family implements it
+/// and registers its loader ([`crate::families::Family::asr`]).
+pub trait Recognizer: Send {
+    /// The sample rate it takes.
+    fn sample_rate(&self) -> u32;
+    /// The device it runs on.
+    fn device(&self) -> String;
+    /// The decoding defaults of its spec.
+    fn default_options(&self) -> DecodeOptions;
+    /// Samples in one input window (what one encoder pass reads).
+    fn window_samples(&self) -> usize;
+    /// The feature frame at sample `sample` (the unit of a segment's `seek`).
+    fn frames_at(&self, sample: usize) -> usize;
+    /// The model's input features of mono audio (rows of the returned frame count).
+    fn features(&self, samples: &[f32]) -> (Vec<f32>, usize);
+    /// Resolves the parameter `language` (a code or `auto`) on `samples`: the language
+    /// and, when it was detected, its probability.
+    fn resolve_language(
+        &mut self,
+        samples: &[f32],
+        language: &str,
+    ) -> Result<(String, Option<f32>)>;
+    /// Transcribes mono samples (segment times relative to their start).
+    fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript>;
+}
+
+/// What an ASR run produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct AsrOutput {
+    /// Family that ran.
+    pub family: String,
+    /// Device that ran it.
+    pub device: String,
+    /// Spec source (`embedded`, `gguf-metadata`, `disk:...`).
+    pub spec_source: String,
+    /// Audio duration in seconds (after resampling).
+    pub audio_seconds: f64,
+    /// The language the audio was transcribed as (detected when asked for `auto`).
+    pub language: String,
+    /// The detected language's probability (softmax over the language tokens); `None`
+    /// when the language was given or the model is English-only.
+    pub language_probability: Option<f32>,
+    /// The whole transcript (segments joined, trimmed).
+    pub text: String,
+    /// The segments that held speech: one per timed piece (one per 30 s window when
+    /// decoding ran without timestamp tokens).
+    pub segments: Vec<Segment>,
+    /// Decoder passes, each sampled draw counted (see [`Transcript`]): more than
+    /// one per window means temperature fallback ran.
+    pub decode_passes: usize,
+    /// Inference wall time in milliseconds (model load and audio decoding excluded).
+    pub inference_ms: f64,
+}
+
+/// A loaded speech-recognition model, reusable across requests (loaded by
+/// `AsrModel::load`, in [`crate::tasks`]).
+pub type AsrModel = Loaded<dyn Recognizer>;
+
+impl AsrModel {
+    /// The spec's default decoding options.
+    pub fn default_options(&self) -> DecodeOptions {
+        self.model.default_options()
+    }
+
+    /// The model's sample rate.
+    pub fn sample_rate(&self) -> u32 {
+        self.model.sample_rate()
+    }
+
+    /// The model's input features (Whisper: log-mel) of mono audio at the model's rate
+    /// (rows of the frame count).
+    pub fn log_mel(&self, samples: &[f32]) -> (Vec<f32>, usize) {
+        self.model.features(samples)
+    }
+
+    /// Transcribes mono samples at the model's rate.
+    pub fn run_samples(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<AsrOutput> {
+        self.run_chunks(
+            samples,
+            &[vad::Segment {
+                start: 0,
+                end: samples.len(),
+            }],
+            opts,
+        )
+    }
+
+    /// Transcribes mono samples at the model's rate chunk by chunk, as a VAD model
+    /// found speech: chunks of at most one 30 s window ([`vad::chunks_for_window`]),
+    /// so windows start and end in pauses instead of inside words, and long silences
+    /// are skipped. Segment times stay relative to the whole audio. The VAD model must
+    /// run at the same sample rate.
+    pub fn run_samples_with_vad(
+        &mut self,
+        samples: &[f32],
+        opts: &DecodeOptions,
+        vad: &mut VadModel,
+        params: &VadParams,
+    ) -> Result<AsrOutput> {
+        let rate = self.sample_rate();
+        if vad.sample_rate() != rate {
+            return Err(EngineError::Usage(format!(
+                "the VAD model runs at {} Hz and the ASR model at {rate} Hz; use a VAD model at {rate} Hz",
+                vad.sample_rate(),
+            )));
+        }
+        let t0 = Instant::now();
+        let speech = vad.run_samples(samples, params)?.segments;
+        let chunks = vad::chunks_for_window(&speech, self.model.window_samples());
+        let mut out = self.run_chunks(samples, &chunks, opts)?;
+        out.inference_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        Ok(out)
+    }
+
+    /// Transcribes each chunk of `samples` on its own and joins the results; the
+    /// language (when `auto`) is detected on the first chunk.
+    fn run_chunks(
+        &mut self,
+        samples: &[f32],
+        chunks: &[vad::Segment],
+        opts: &DecodeOptions,
+    ) -> Result<AsrOutput> {
+        let t0 = Instant::now();
+        let rate = self.sample_rate();
+        let first = chunks
+            .first()
+            .map_or(&samples[..0], |c| &samples[c.start..c.end]);
+        let (language, language_probability) =
+            self.model.resolve_language(first, &opts.language)?;
+        let opts = DecodeOptions {
+            language: language.clone(),
+            ..opts.clone()
+        };
+        let mut segments = Vec::new();
+        let mut decode_passes = 0;
+        for c in chunks {
+            let part = self.model.transcribe(&samples[c.start..c.end], &opts)?;
+            let offset = c.start as f64 / rate as f64;
+            let frame_offset = self.model.frames_at(c.start);
+            segments.extend(part.segments.into_iter().map(|s| Segment {
+                start: s.start + offset,
+                end: s.end + offset,
+                seek: s.seek + frame_offset,
+                ..s
+            }));
+            decode_passes += part.decode_passes;
+        }
+        let text = segments
+            .iter()
+            .map(|s| s.text.as_str())
+            .collect::<String>()
+            .trim()
+            .to_string();
+        Ok(AsrOutput {
+            family: self.family.to_string(),
+            device: self.model.device(),
+            spec_source: self.spec_source.to_string(),
+            audio_seconds: samples.len() as f64 / rate as f64,
+            language,
+            language_probability,
+            text,
+            segments,
+            decode_passes,
+            inference_ms: t0.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+
+    /// Decodes an audio file and transcribes it.
+    pub fn run_file(&mut self, audio: &Path, opts: &DecodeOptions) -> Result<AsrOutput> {
+        let a = crate::audio::load(audio, self.sample_rate())?;
+        self.run_samples(&a.samples, opts)
+    }
 }

@@ -163,6 +163,10 @@ pub const PARAMETERS: &[&str] = &[
     "voice",
     "speed",
     "max_speech_s",
+    "instructions",
+    "temperature",
+    "seed",
+    "max_frames",
 ];
 
 /// Rewrites each `parameter 'NAME'` (NAME in [`PARAMETERS`]) of `message` as `spell`

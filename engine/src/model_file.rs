@@ -1,7 +1,10 @@
 //! Model files: GGUF (native) and the legacy ggml `.bin` containers real models ship in.
 //!
 //! Reading is format detection plus parsing into [`ModelFile`]: metadata and host
-//! tensors. Family code checks the tensors against its spec and uploads them.
+//! tensors. Family code checks the tensors against its spec and uploads them. The
+//! legacy containers are the families' ([`LegacyFormat`]): a reader is given the lookup
+//! from a file's magic to its family's reader (the registry's), so this module knows no
+//! family.
 
 use std::path::{Path, PathBuf};
 
@@ -52,13 +55,93 @@ pub struct ModelFile {
     pub tensors: Vec<HostTensor>,
 }
 
+/// A metadata value's Rust type, read from a [`GgufValue`] of its kind: the typed
+/// getters [`ModelFile::meta`] and [`ModelFile::require`] take it.
+pub trait MetaValue<'a>: Sized {
+    /// The GGUF type, for errors.
+    const TYPE: &'static str;
+    /// The value, when `v` is of this type.
+    fn from_value(v: &'a GgufValue) -> Option<Self>;
+}
+
+/// Implements [`MetaValue`] for a type read from one [`GgufValue`] variant.
+macro_rules! meta_value {
+    ($t:ty, $name:literal, $variant:ident, $v:ident => $e:expr) => {
+        impl<'a> MetaValue<'a> for $t {
+            const TYPE: &'static str = $name;
+            fn from_value(v: &'a GgufValue) -> Option<Self> {
+                match v {
+                    GgufValue::$variant($v) => Some($e),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+meta_value!(u32, "u32", U32, x => *x);
+meta_value!(f32, "f32", F32, x => *x);
+meta_value!(&'a str, "string", Str, x => x.as_str());
+meta_value!(&'a [u32], "u32 array", U32Array, x => x.as_slice());
+meta_value!(&'a [String], "string array", StrArray, x => x.as_slice());
+
 impl ModelFile {
+    /// The metadata value under `key` as a `T`, if the file has one of that type.
+    pub fn meta<'a, T: MetaValue<'a>>(&'a self, key: &str) -> Option<T> {
+        self.metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| T::from_value(v))
+    }
+
+    /// [`ModelFile::meta`], or the error naming the key, its type and the remedy (convert
+    /// the model again).
+    pub fn require<'a, T: MetaValue<'a>>(&'a self, key: &str) -> Result<T> {
+        self.meta(key)
+            .ok_or_else(|| self.invalid(format!("metadata '{key}' ({}) is missing", T::TYPE)))
+    }
+
     /// A string metadata value.
     pub fn meta_str(&self, key: &str) -> Option<&str> {
-        self.metadata.iter().find_map(|(k, v)| match v {
-            GgufValue::Str(s) if k == key => Some(s.as_str()),
-            _ => None,
-        })
+        self.meta(key)
+    }
+
+    /// The tensor `name`, or the error naming it and the remedy.
+    pub fn require_tensor(&self, name: &str) -> Result<&HostTensor> {
+        self.tensor(name)
+            .ok_or_else(|| self.invalid(format!("tensor '{name}' is missing")))
+    }
+
+    /// Checks that the file has tensor `name` with dims `ne` (ggml order, trailing ones
+    /// ignored): how a family states a weight's shape once, at load, before it lays the
+    /// weight out for the device.
+    pub fn expect_dims(&self, name: &str, ne: &[i64]) -> Result<()> {
+        let t = self.require_tensor(name)?;
+        let squeeze = |v: &[i64]| {
+            let mut end = v.len();
+            while end > 1 && v[end - 1] == 1 {
+                end -= 1;
+            }
+            v[..end].to_vec()
+        };
+        if squeeze(&t.ne) != squeeze(ne) {
+            return Err(self.invalid(format!(
+                "tensor '{name}' has dims {:?}, the model's hyper-parameters need {ne:?}",
+                t.ne
+            )));
+        }
+        Ok(())
+    }
+
+    /// The error for a file that lacks what its family needs: `reason`, and the remedy
+    /// of converting the model again with its family.
+    pub fn invalid(&self, reason: String) -> EngineError {
+        let family = self.family.as_deref().unwrap_or("its family");
+        EngineError::Model {
+            path: self.path.clone(),
+            reason: format!(
+                "{reason}; convert the model again (task 'convert', family '{family}')"
+            ),
+        }
     }
 
     /// A tensor by name.
@@ -72,9 +155,22 @@ impl ModelFile {
     }
 }
 
-/// Reads a model file of any supported format. A GGUF's tensors are read from the
-/// file one by one ([`ggml::read_gguf_file`]): the file is never held whole in memory.
-pub fn read(path: &Path) -> Result<ModelFile> {
+/// A legacy (pre-GGUF) container a family reads: its first four bytes and its reader.
+pub struct LegacyFormat {
+    /// The container's magic.
+    pub magic: [u8; 4],
+    /// Parses the whole file (the magic included), or says why not.
+    pub read: fn(&[u8]) -> std::result::Result<LegacyContents, String>,
+}
+
+/// Finds the legacy container a file's first bytes name, and the family that reads it
+/// (the registry's `families::legacy_format`).
+pub type LegacyLookup = fn(&[u8]) -> Option<(&'static str, &'static LegacyFormat)>;
+
+/// Reads a model file of any supported format, legacy containers through `legacy`. A
+/// GGUF's tensors are read from the file one by one ([`ggml::read_gguf_file`]): the file
+/// is never held whole in memory.
+pub fn read(path: &Path, legacy: LegacyLookup) -> Result<ModelFile> {
     let io = |source| EngineError::Io {
         path: path.to_path_buf(),
         source,
@@ -93,7 +189,7 @@ pub fn read(path: &Path) -> Result<ModelFile> {
         return gguf_model(path, ggml::read_gguf_file(path));
     }
     let bytes = std::fs::read(path).map_err(io)?;
-    parse(path, &bytes)
+    parse(path, &bytes, legacy)
 }
 
 /// The model of parsed GGUF contents (or the error naming the file).
@@ -118,8 +214,9 @@ fn gguf_model(
     })
 }
 
-/// Parses model bytes; `path` is only used in errors and the result.
-pub fn parse(path: &Path, bytes: &[u8]) -> Result<ModelFile> {
+/// Parses model bytes, legacy containers through `legacy`; `path` is only used in errors
+/// and the result.
+pub fn parse(path: &Path, bytes: &[u8], legacy: LegacyLookup) -> Result<ModelFile> {
     let bad = |reason: String| EngineError::Model {
         path: path.to_path_buf(),
         reason,
@@ -135,7 +232,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<ModelFile> {
             crate::gguf_check::check(bytes).map_err(bad)?;
             gguf_model(path, ggml::read_gguf(bytes))
         }
-        magic => match crate::families::legacy_format(magic) {
+        magic => match legacy(magic) {
             Some((family, legacy)) => (legacy.read)(bytes)
                 .map(|m| ModelFile {
                     path: path.to_path_buf(),
@@ -153,7 +250,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<ModelFile> {
     }
 }
 
-/// What a family's legacy reader ([`crate::families::LegacyFormat`]) found in a file.
+/// What a family's legacy reader ([`LegacyFormat`]) found in a file.
 pub struct LegacyContents {
     /// Format with model type and version.
     pub format: ModelFormat,

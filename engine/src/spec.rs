@@ -3,7 +3,7 @@
 //!
 //! Resolution order, first hit wins: `--model-spec-override` (file or directory), the
 //! spec embedded in a GGUF's metadata, the family's spec compiled into the binary (its
-//! registry entry's [`crate::families::Family::spec`], consulted in builds with the cargo
+//! registry entry's `Family::spec`, given by the caller; consulted in builds with the cargo
 //! feature `deployment`, so that a development build reads the edited file on disk),
 //! then on-disk search next to the model and upward from the working directory.
 
@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
+use crate::model_file::ModelFile;
+use crate::task::Task;
 
 /// GGUF metadata key holding the model spec JSON.
 pub const GGUF_SPEC_KEY: &str = "audiocpp.model_spec";
@@ -23,8 +25,8 @@ pub const GGUF_SPEC_KEY: &str = "audiocpp.model_spec";
 pub struct ModelSpec {
     /// Family name, e.g. `silero_vad`.
     pub family: String,
-    /// Task the family performs: `vad`, `asr`, `tts`.
-    pub task: String,
+    /// Task the family performs.
+    pub task: Task,
     /// One line for `--list-loaders`.
     pub description: String,
     /// Sample rate the model consumes.
@@ -37,6 +39,55 @@ pub struct ModelSpec {
     /// Default run parameters.
     #[serde(default)]
     pub defaults: BTreeMap<String, serde_json::Value>,
+}
+
+/// Dims without trailing ones (a `[n, 1]` tensor is `[n]`).
+fn squeeze(ne: &[i64]) -> &[i64] {
+    let mut end = ne.len();
+    while end > 1 && ne[end - 1] == 1 {
+        end -= 1;
+    }
+    &ne[..end]
+}
+
+impl ModelSpec {
+    /// Checks that `file` has every tensor the spec lists, with the listed dims (ggml
+    /// order; a 0 is any size, trailing ones ignored). A `{i}` in a name stands for
+    /// every index below `repeat(name)` (a stack's layer count, which the family reads
+    /// from its hyper-parameters).
+    pub fn check_tensors(&self, file: &ModelFile, repeat: &dyn Fn(&str) -> usize) -> Result<()> {
+        let bad = |reason: String| EngineError::Model {
+            path: file.path.clone(),
+            reason,
+        };
+        for (pattern, want) in &self.tensors {
+            let names: Vec<String> = if pattern.contains("{i}") {
+                (0..repeat(pattern))
+                    .map(|i| pattern.replace("{i}", &i.to_string()))
+                    .collect()
+            } else {
+                vec![pattern.clone()]
+            };
+            for name in names {
+                let t = file.tensor(&name).ok_or_else(|| {
+                    bad(format!(
+                        "tensor '{name}' is missing (is this a {} model?)",
+                        self.family
+                    ))
+                })?;
+                let (have, want) = (squeeze(&t.ne), squeeze(want));
+                let fits = have.len() == want.len()
+                    && have.iter().zip(want).all(|(&h, &w)| w == 0 || h == w);
+                if !fits {
+                    return Err(bad(format!(
+                        "tensor '{name}' has shape {:?}, the {} spec expects {want:?}",
+                        t.ne, self.family
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Where a resolved spec came from (printed by the CLI as `spec_source=`).
@@ -130,6 +181,37 @@ pub struct SpecQuery<'a> {
     pub model_path: Option<&'a Path>,
     /// Working directory to search upward from.
     pub cwd: Option<&'a Path>,
+}
+
+/// The spec for a model file already read: the override, else the one the file
+/// embeds, else the family's compiled-in one (`compiled_in`) or one beside the model.
+pub fn resolve_for_model(
+    family: &str,
+    compiled_in: Option<&str>,
+    model: &Path,
+    embedded_in_model: Option<&str>,
+    spec_override: Option<&Path>,
+) -> Result<(ModelSpec, SpecSource)> {
+    let cwd = std::env::current_dir().ok();
+    resolve(&SpecQuery {
+        family,
+        override_path: spec_override,
+        embedded_in_model,
+        compiled_in,
+        model_path: Some(model),
+        cwd: cwd.as_deref(),
+    })
+}
+
+/// The spec for converting a source model that carries none (a CTranslate2 or ONNX
+/// model): the override, else the family's compiled-in one or one beside the model.
+pub fn resolve_source_spec(
+    family: &str,
+    compiled_in: Option<&str>,
+    model: &Path,
+    spec_override: Option<&Path>,
+) -> Result<ModelSpec> {
+    resolve_for_model(family, compiled_in, model, None, spec_override).map(|(spec, _)| spec)
 }
 
 fn read_spec(path: &Path) -> Result<ModelSpec> {

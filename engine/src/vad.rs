@@ -1,10 +1,110 @@
-//! Turning per-window speech probabilities into speech segments.
+//! The voice-activity task: its contract with a family ([`SpeechDetector`]), what a run
+//! produces ([`VadOutput`]) and the family-neutral part, turning per-window speech
+//! probabilities into speech segments.
 //!
-//! The algorithm is Silero's `get_speech_timestamps` (hysteresis with a lower
+//! The segmentation is Silero's `get_speech_timestamps` (hysteresis with a lower
 //! "negative" threshold, minimum speech and silence durations, a maximum segment length
 //! split at the longest pause, then padding), stated here in our own code.
 
+use std::path::Path;
+use std::time::Instant;
+
 use serde::Serialize;
+
+use crate::error::{EngineError, Result};
+use crate::loaded::Loaded;
+
+/// A voice-activity family's model as [`VadModel`] runs it: a family implements it and
+/// registers its loader ([`crate::families::Family::vad`]).
+pub trait SpeechDetector: Send {
+    /// The sample rate it takes.
+    fn sample_rate(&self) -> u32;
+    /// Samples per probability.
+    fn window(&self) -> usize;
+    /// The device it runs on.
+    fn device(&self) -> String;
+    /// The segmentation defaults of its spec.
+    fn default_params(&self) -> VadParams;
+    /// One speech probability per window of mono audio at [`SpeechDetector::sample_rate`],
+    /// with fresh state.
+    fn probabilities(&mut self, samples: &[f32]) -> Result<Vec<f32>>;
+}
+
+/// What a VAD run produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct VadOutput {
+    /// Family that ran.
+    pub family: String,
+    /// Device that ran it.
+    pub device: String,
+    /// Spec source (`embedded`, `gguf-metadata`, `disk:...`).
+    pub spec_source: String,
+    /// Audio duration in seconds (after resampling).
+    pub audio_seconds: f64,
+    /// Model sample rate.
+    pub sample_rate: u32,
+    /// Samples per probability.
+    pub window_samples: usize,
+    /// One probability per window.
+    pub probabilities: Vec<f32>,
+    /// Speech segments in samples.
+    pub segments: Vec<Segment>,
+    /// Inference wall time in milliseconds (model load excluded).
+    pub inference_ms: f64,
+}
+
+/// A loaded VAD model, reusable across requests (loaded by `VadModel::load`, in
+/// [`crate::tasks`]).
+pub type VadModel = Loaded<dyn SpeechDetector>;
+
+impl VadModel {
+    /// The spec's default segmentation parameters.
+    pub fn default_params(&self) -> VadParams {
+        self.model.default_params()
+    }
+
+    /// The model's sample rate.
+    pub fn sample_rate(&self) -> u32 {
+        self.model.sample_rate()
+    }
+
+    /// Segmentation parameters for cutting audio before ASR
+    /// ([`crate::asr::AsrModel::run_samples_with_vad`]): the spec's defaults with 400 ms
+    /// of padding (faster-whisper's), so that chunk edges keep soft word onsets and endings.
+    pub fn asr_chunking_params(&self) -> VadParams {
+        VadParams {
+            speech_pad_ms: 400,
+            ..self.model.default_params()
+        }
+    }
+
+    /// Runs on mono samples at the model's rate.
+    pub fn run_samples(&mut self, samples: &[f32], params: &VadParams) -> Result<VadOutput> {
+        params.validate().map_err(EngineError::Usage)?;
+        let t0 = Instant::now();
+        let sample_rate = self.model.sample_rate();
+        let probabilities = self.model.probabilities(samples)?;
+        let window = self.model.window();
+        let segments = speech_segments(&probabilities, window, samples.len(), sample_rate, params);
+        Ok(VadOutput {
+            family: self.family.to_string(),
+            device: self.model.device(),
+            spec_source: self.spec_source.to_string(),
+            audio_seconds: samples.len() as f64 / sample_rate as f64,
+            sample_rate,
+            window_samples: window,
+            probabilities,
+            segments,
+            inference_ms: t0.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+
+    /// Decodes an audio file and runs on it.
+    pub fn run_file(&mut self, audio: &Path, params: &VadParams) -> Result<VadOutput> {
+        let a = crate::audio::load(audio, self.sample_rate())?;
+        self.run_samples(&a.samples, params)
+    }
+}
 
 /// Segmentation parameters (Silero's names and defaults).
 #[derive(Debug, Clone, PartialEq)]
@@ -38,7 +138,7 @@ impl Default for VadParams {
 
 impl VadParams {
     /// Checks ranges; the error names the parameter and its allowed range.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> std::result::Result<(), String> {
         if !(0.0..=1.0).contains(&self.threshold) {
             return Err(format!(
                 "parameter 'threshold' {} is outside 0..1",

@@ -16,9 +16,10 @@
 //!   phone numbers, number ranges, arithmetic signs, Roman numerals after names, web
 //!   addresses, abbreviations such as `St.` and `Jan.`, units after numbers, decades,
 //!   fractions;
-//! - sentence splitting ([`sentences`]) so a long text is synthesized in pieces that fit
-//!   Kokoro's 510-token context;
-//! - an output restricted to symbols Kokoro's vocabulary holds ([`KOKORO_SYMBOLS`]);
+//! - sentences, and pieces within a caller's symbol limit ([`G2p::with_max_symbols`]), cut
+//!   by the workspace's one text splitter (`audiocpp-text`), the one the engine cuts
+//!   requests with;
+//! - an output of misaki's symbols only ([`SYMBOLS`]; Kokoro's vocabulary holds them all).
 //! - bounded work on hostile input: tokens over 40 characters are cut (a 4,000-character
 //!   `AbAb…` took misaki-rs 125 s whole, 0.2 s cut), and a panic inside misaki-rs becomes
 //!   an error.
@@ -56,7 +57,6 @@
 
 pub mod fallback;
 pub mod normalize;
-pub mod sentences;
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -67,11 +67,7 @@ use misaki_rs::lexicon::PhonemeEntry;
 /// Every symbol [`G2p::phonemize`] may emit: misaki's US and GB phoneme sets (with misaki's
 /// `ɾ`→`T` and `ʔ`→`t` rewrite applied), its punctuation, and the word space. All of them are
 /// in Kokoro's `vocab.json` (a test checks it against the pinned file).
-pub const KOKORO_SYMBOLS: &str =
-    "AIOQWYabdfhijklmnpstuvwzæðŋɐɑɒɔəɛɜɡɪɹʃʊʌʒʤʧˈˌːθᵊᵻT;:,.!?—…\"“”() ";
-
-/// Kokoro's context: at most 510 symbols between the two padding tokens.
-pub const DEFAULT_MAX_SYMBOLS: usize = 510;
+pub const SYMBOLS: &str = "AIOQWYabdfhijklmnpstuvwzæðŋɐɑɒɔəɛɜɡɪɹʃʊʌʒʤʧˈˌːθᵊᵻT;:,.!?—…\"“”() ";
 
 /// What can go wrong building or running the front end.
 #[derive(Debug, thiserror::Error)]
@@ -97,30 +93,10 @@ pub enum G2pError {
 /// English variety: selects the lexicons' phoneme conventions and the fallback's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
-    /// American English (misaki's `us_*` lexicons; Kokoro voices `a*`).
+    /// American English (misaki's `us_*` lexicons).
     Us,
-    /// British English (misaki's `gb_*` lexicons; Kokoro voices `b*`).
+    /// British English (misaki's `gb_*` lexicons).
     Gb,
-}
-
-impl Dialect {
-    /// The dialect a Kokoro voice speaks, from its name's first letter (`af_heart` is US,
-    /// `bf_emma` GB); `None` for voices of other languages.
-    pub fn for_voice(voice: &str) -> Option<Dialect> {
-        match voice.chars().next() {
-            Some('a') => Some(Dialect::Us),
-            Some('b') => Some(Dialect::Gb),
-            _ => None,
-        }
-    }
-
-    /// The GGUF metadata keys holding this dialect's gold and silver lexicon JSON.
-    pub fn gguf_keys(self) -> (&'static str, &'static str) {
-        match self {
-            Dialect::Us => ("g2p.lexicon.us_gold", "g2p.lexicon.us_silver"),
-            Dialect::Gb => ("g2p.lexicon.gb_gold", "g2p.lexicon.gb_silver"),
-        }
-    }
 }
 
 /// A pronunciation lexicon: misaki's gold (hand-checked, with part-of-speech variants) and
@@ -182,7 +158,7 @@ fn parse_table(text: &str, which: &'static str) -> Result<HashMap<String, Phonem
 pub struct Sentence {
     /// The sentence as written (after whitespace clean-up), for logs and streaming.
     pub text: String,
-    /// Its misaki phonemes: only symbols of [`KOKORO_SYMBOLS`].
+    /// Its misaki phonemes: only symbols of [`SYMBOLS`].
     pub phonemes: String,
 }
 
@@ -210,12 +186,12 @@ impl G2p {
         G2p {
             inner,
             dialect,
-            max_symbols: DEFAULT_MAX_SYMBOLS,
+            max_symbols: usize::MAX,
         }
     }
 
-    /// Sets the most symbols one [`Sentence`] may hold (Kokoro's context less its padding);
-    /// at least 16.
+    /// Sets the most symbols one [`Sentence`] may hold (a model's context); at least 16.
+    /// Without it a sentence's phonemes are never cut.
     pub fn with_max_symbols(mut self, max_symbols: usize) -> G2p {
         self.max_symbols = max_symbols.max(16);
         self
@@ -226,14 +202,16 @@ impl G2p {
         self.dialect
     }
 
-    /// Splits `text` into sentences and phonemizes each; a sentence whose phonemes exceed
-    /// the symbol limit is split again at clause punctuation, then at word boundaries.
+    /// Splits `text` into sentences ([`audiocpp_text::sentences`], white space inside
+    /// each collapsed to single spaces) and phonemizes each; a sentence whose phonemes
+    /// exceed the symbol limit is cut again ([`audiocpp_text::split_to_limit`]).
     /// Sentences with nothing to say (only punctuation) are left out.
     pub fn phonemize(&self, text: &str) -> Result<Vec<Sentence>, G2pError> {
         let mut out = Vec::new();
-        for sentence in sentences::split(text) {
+        for sentence in audiocpp_text::sentences(text) {
+            let sentence = sentence.split_whitespace().collect::<Vec<_>>().join(" ");
             let phonemes = self.phonemize_sentence(&sentence)?;
-            for piece in split_to_limit(&phonemes, self.max_symbols) {
+            for piece in audiocpp_text::split_to_limit(&phonemes, self.max_symbols) {
                 out.push(Sentence {
                     text: sentence.clone(),
                     phonemes: piece,
@@ -283,12 +261,12 @@ fn cut(text: &str) -> String {
     text.chars().take(80).collect()
 }
 
-/// Keeps only Kokoro's symbols, with single spaces and no space before punctuation.
+/// Keeps only [`SYMBOLS`], with single spaces and no space before punctuation.
 fn clean(raw: &str) -> String {
     let mut out = String::with_capacity(raw.len());
     for c in raw.chars() {
         let c = if c.is_whitespace() { ' ' } else { c };
-        if !KOKORO_SYMBOLS.contains(c) {
+        if !SYMBOLS.contains(c) {
             continue;
         }
         if c == ' ' && (out.is_empty() || out.ends_with(' ')) {
@@ -305,38 +283,6 @@ fn clean(raw: &str) -> String {
     }
 }
 
-/// Cuts `phonemes` into pieces of at most `max` symbols: after clause punctuation where
-/// possible, else at a space, else anywhere.
-fn split_to_limit(phonemes: &str, max: usize) -> Vec<String> {
-    let mut pieces = Vec::new();
-    let mut rest: Vec<char> = phonemes.chars().collect();
-    if rest.is_empty() {
-        return pieces;
-    }
-    while rest.len() > max {
-        let window = &rest[..=max];
-        let after_punct = window
-            .iter()
-            .enumerate()
-            .rev()
-            .find(|(i, c)| **c == ' ' && *i > 0 && ";:,.!?—…".contains(window[*i - 1]))
-            .map(|(i, _)| i);
-        let at_space = window.iter().rposition(|c| *c == ' ');
-        let cut_at = after_punct.or(at_space).filter(|&i| i > 0).unwrap_or(max);
-        let piece: String = rest[..cut_at].iter().collect();
-        pieces.push(piece.trim().to_string());
-        rest.drain(..cut_at);
-        while rest.first() == Some(&' ') {
-            rest.remove(0);
-        }
-    }
-    if !rest.is_empty() {
-        pieces.push(rest.into_iter().collect());
-    }
-    pieces.retain(|p| !p.is_empty());
-    pieces
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,27 +294,10 @@ mod tests {
     }
 
     #[test]
-    fn long_phonemes_are_cut_after_punctuation_then_at_spaces() {
-        let s = "ab cd, ef gh ij";
-        assert_eq!(split_to_limit(s, 9), vec!["ab cd,", "ef gh ij"]);
-        assert_eq!(split_to_limit("abcdefghij", 4), vec!["abcd", "efgh", "ij"]);
-        for piece in split_to_limit(&"wˈʌn, ".repeat(300), 510) {
-            assert!(piece.chars().count() <= 510);
-        }
-    }
-
-    #[test]
     fn the_front_end_can_be_shared_between_threads() {
         fn shared<T: Send + Sync>() {}
         shared::<G2p>();
         shared::<Lexicon>();
-    }
-
-    #[test]
-    fn voices_pick_their_dialect() {
-        assert_eq!(Dialect::for_voice("af_heart"), Some(Dialect::Us));
-        assert_eq!(Dialect::for_voice("bm_george"), Some(Dialect::Gb));
-        assert_eq!(Dialect::for_voice("jf_alpha"), None);
     }
 
     #[test]

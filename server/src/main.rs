@@ -16,9 +16,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use audiocpp_engine::asr::{AsrModel, AsrOutput};
 use audiocpp_engine::backend::{BackendKind, RuntimeOptions};
-use audiocpp_engine::tasks::{AsrModel, AsrOutput, TtsModel, VadModel, VadOutput};
-use audiocpp_engine::vad::VadParams;
+use audiocpp_engine::task::Task;
+use audiocpp_engine::tts::TtsModel;
+use audiocpp_engine::vad::{VadModel, VadOutput, VadParams};
 use axum::extract::{DefaultBodyLimit, Multipart, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
@@ -266,8 +268,8 @@ async fn load(entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<Loaded, St
     let (entry, runtime) = (entry.clone(), runtime.clone());
     tokio::task::spawn_blocking(move || {
         let spec = entry.model_spec_override.as_deref();
-        let loaded = match entry.task.as_str() {
-            "asr" => AsrModel::load(&entry.family, &entry.path, spec, &runtime).and_then(|m| {
+        let loaded = match entry.task {
+            Task::Asr => AsrModel::load(&entry.family, &entry.path, spec, &runtime).and_then(|m| {
                 // A spec folder serves both models; a single spec file is the ASR model's.
                 let vad_spec = spec.filter(|p| p.is_dir());
                 let vad = match &entry.vad_model {
@@ -281,7 +283,7 @@ async fn load(entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<Loaded, St
                 };
                 Ok(Loaded::Asr(Box::new(m), vad))
             }),
-            "tts" => TtsModel::load(&entry.family, &entry.path, spec, &runtime)
+            Task::Tts => TtsModel::load(&entry.family, &entry.path, spec, &runtime)
                 .map(|m| Loaded::Tts(Box::new(m))),
             _ => VadModel::load(&entry.family, &entry.path, spec, &runtime)
                 .map(|m| Loaded::Vad(Box::new(m))),
@@ -660,12 +662,12 @@ fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
 
 use axum::extract::FromRequest;
 
-fn slot<'a>(state: &'a AppState, req: &AudioRequest, task: &str) -> Result<&'a Slot, ApiError> {
+fn slot<'a>(state: &'a AppState, req: &AudioRequest, task: Task) -> Result<&'a Slot, ApiError> {
     slot_by_id(state, req.model.as_deref(), task)
 }
 
 /// The served model a request's `model` field names, checked to do `task`.
-fn slot_by_id<'a>(state: &'a AppState, id: Option<&str>, task: &str) -> Result<&'a Slot, ApiError> {
+fn slot_by_id<'a>(state: &'a AppState, id: Option<&str>, task: Task) -> Result<&'a Slot, ApiError> {
     let id = id.ok_or_else(|| ApiError::bad_param("model", "the 'model' field is required"))?;
     let slot = state.slots.get(id).ok_or_else(|| model_not_found(id))?;
     if slot.entry.task != task {
@@ -714,7 +716,7 @@ const REQUEST_FIELDS: &[&str] = &[
 /// An engine error as the server answers it: a user error is a 400 in the server's
 /// terms (fields, server.json keys), its `param` the first request field it names; any
 /// other is logged and answered 500 without details.
-fn engine_error(e: audiocpp_engine::EngineError) -> ApiError {
+pub(crate) fn engine_error(e: audiocpp_engine::EngineError) -> ApiError {
     if e.is_user_error() {
         let message = e.message_in(&field_of);
         let param = audiocpp_engine::error::parameters_named(&e.to_string())
@@ -912,7 +914,7 @@ async fn run_task(
     req: Request,
 ) -> Result<Response, ApiError> {
     let r = read_request_within(&state, &headers, req).await?;
-    let slot = slot(&state, &r, "vad")?;
+    let slot = slot(&state, &r, Task::Vad)?;
     let audio = r
         .audio
         .ok_or_else(|| ApiError::bad_request("no audio: send a 'file' part or 'audio_base64'"))?;
@@ -959,7 +961,7 @@ async fn transcriptions(
             "stream=true is for response_format json or text, not '{format}'"
         )));
     }
-    let slot = slot(&state, &r, "asr")?;
+    let slot = slot(&state, &r, Task::Asr)?;
     let audio = r
         .audio
         .ok_or_else(|| ApiError::bad_request("no audio: send a 'file' part or 'audio_base64'"))?;

@@ -2,7 +2,7 @@
 //! engine registers for the task). A JSON body (`model`, `input`, `voice`,
 //! `response_format`, `speed`, `instructions`, `stream_format`) is checked field by
 //! field (400 naming the field), then spoken sentence by sentence
-//! ([`audiocpp_engine::tasks::sentences`]). By default the whole answer is made first,
+//! (`audiocpp_text::sentences`). By default the whole answer is made first,
 //! so a WAV carries its exact length and the timing headers hold the whole run;
 //! `stream_format: "audio"` sends each sentence's audio as soon as it exists, as a
 //! chunked body (a WAV then has OpenAI's unknown-length header).
@@ -13,7 +13,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use audiocpp_engine::output::{pcm16_le, wav_header};
-use audiocpp_engine::tasks::{SpeechInput, SpeechRequest, SpeechStats, SPEED_RANGE};
+use audiocpp_engine::task::Task;
+use audiocpp_engine::tts::{self, SpeechInput, SpeechRequest, SpeechStats};
 use audiocpp_engine::EngineError;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -127,14 +128,8 @@ fn check(body: SpeechBody) -> Result<Checked, ApiError> {
             ))
         }
     };
-    let speed = body.speed.unwrap_or(1.0);
-    let (lo, hi) = (*SPEED_RANGE.start() as f64, *SPEED_RANGE.end() as f64);
-    if !(lo..=hi).contains(&speed) {
-        return Err(ApiError::bad_param(
-            "speed",
-            format!("speed {speed} is out of range: give a rate from {lo} to {hi}"),
-        ));
-    }
+    let speed = body.speed.unwrap_or(1.0) as f32;
+    tts::check_speed(speed).map_err(crate::engine_error)?;
     let input = body
         .input
         .ok_or_else(|| ApiError::bad_param("input", "the 'input' field is required"))?;
@@ -188,7 +183,7 @@ fn check(body: SpeechBody) -> Result<Checked, ApiError> {
         model,
         input,
         voice,
-        speed: speed as f32,
+        speed,
         format,
         stream,
     })
@@ -238,25 +233,16 @@ async fn read_body(
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
-/// The engine request for a checked one, with the voice checked against the model.
-fn engine_request(
-    model: &audiocpp_engine::tasks::TtsModel,
-    c: &Checked,
-) -> Result<SpeechRequest, ApiError> {
-    if let Some(v) = c.voice.as_ref().filter(|v| !model.voices().contains(v)) {
-        return Err(ApiError::bad_param(
-            "voice",
-            format!(
-                "voice '{v}' is not a voice of this model (voices: {})",
-                model.voices().join(", ")
-            ),
-        ));
-    }
-    Ok(SpeechRequest {
+/// The engine request for a checked one, checked against the model (the voice).
+fn engine_request(model: &tts::TtsModel, c: &Checked) -> Result<SpeechRequest, ApiError> {
+    let req = SpeechRequest {
         input: SpeechInput::Text(c.input.clone()),
         voice: c.voice.clone(),
         speed: c.speed,
-    })
+        options: Default::default(),
+    };
+    model.check(&req).map_err(crate::engine_error)?;
+    Ok(req)
 }
 
 /// `POST /v1/audio/speech`.
@@ -267,7 +253,7 @@ pub async fn speech(
 ) -> Result<Response, ApiError> {
     let body = read_body(&state, &headers, req).await?;
     let checked = check(body)?;
-    let slot = slot_by_id(&state, Some(&checked.model), "tts")?;
+    let slot = slot_by_id(&state, Some(&checked.model), Task::Tts)?;
     if checked.stream {
         return stream(&state, slot, checked).await;
     }

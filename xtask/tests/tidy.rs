@@ -7,7 +7,8 @@
 //! - no packaging track name is spelled in code outside tests, except the exemptions
 //!   listed here, each with its reason (tracks are data in `packaging/tracks.toml`);
 //! - every document a file cites exists;
-//! - the README's `cargo xtask` verbs are the toolchain's verbs.
+//! - the README's `cargo xtask` verbs are the toolchain's verbs;
+//! - the engine's top-level modules import one another in layers, with no circle.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,7 @@ fn files(exts: &[&str]) -> Vec<PathBuf> {
         "cli",
         "server",
         "g2p",
+        "text",
         "gemm",
         "xtask",
         "fuzz",
@@ -326,5 +328,117 @@ fn the_readme_lists_the_toolchains_verbs() {
     assert_eq!(
         in_readme, in_cli,
         "the README's `cargo xtask` verbs (left) and the toolchain's (right) differ"
+    );
+}
+
+/// The engine's top-level modules (`engine/src/<m>.rs` and `engine/src/<m>/`) and, for
+/// each, the others its code outside unit tests names as `crate::<other>`, with the first
+/// file that does.
+fn engine_imports(
+) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, PathBuf>> {
+    let mut graph: std::collections::BTreeMap<String, std::collections::BTreeMap<String, PathBuf>> =
+        Default::default();
+    let src = Path::new("engine/src");
+    for rel in rust_files().into_iter().filter(|p| p.starts_with(src)) {
+        let inner = rel.strip_prefix(src).unwrap();
+        let first = inner
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_string();
+        if module == "lib" {
+            continue;
+        }
+        let text = read(&rel);
+        let edges = graph.entry(module.clone()).or_default();
+        for line in code_part(&text).lines() {
+            let code = line.split("//").next().unwrap_or("");
+            for (at, _) in code.match_indices("crate::") {
+                let name: String = code[at + "crate::".len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() && name != module {
+                    edges.entry(name).or_insert_with(|| rel.clone());
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// A circle in `graph` through `from`, as the modules along it, if there is one.
+fn circle_through(
+    graph: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, PathBuf>>,
+    from: &str,
+) -> Option<Vec<String>> {
+    let mut stack = vec![vec![from.to_string()]];
+    let mut seen = BTreeSet::new();
+    while let Some(path) = stack.pop() {
+        let last = path.last().unwrap();
+        for next in graph.get(last).into_iter().flat_map(|e| e.keys()) {
+            if next == from {
+                let mut circle = path.clone();
+                circle.push(from.to_string());
+                return Some(circle);
+            }
+            if seen.insert(next.clone()) {
+                let mut longer = path.clone();
+                longer.push(next.clone());
+                stack.push(longer);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn the_engines_modules_import_no_circle() {
+    let graph = engine_imports();
+    assert!(
+        graph.contains_key("ggml") && graph.contains_key("tasks") && graph.contains_key("families"),
+        "the engine's modules were not found: {:?}",
+        graph.keys()
+    );
+    let mut circles = Vec::new();
+    for module in graph.keys() {
+        if let Some(circle) = circle_through(&graph, module) {
+            let steps: Vec<String> = circle
+                .windows(2)
+                .map(|w| format!("{} -> {} ({})", w[0], w[1], graph[&w[0]][&w[1]].display()))
+                .collect();
+            circles.push(steps.join(", "));
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "the engine's modules import in a circle (a contract belongs below its users; move it down):\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn the_circle_check_finds_a_circle() {
+    let mut graph: std::collections::BTreeMap<String, std::collections::BTreeMap<String, PathBuf>> =
+        Default::default();
+    let edge = |g: &mut std::collections::BTreeMap<
+        String,
+        std::collections::BTreeMap<String, PathBuf>,
+    >,
+                a: &str,
+                b: &str| {
+        g.entry(a.into())
+            .or_default()
+            .insert(b.into(), PathBuf::from(format!("{a}.rs")));
+    };
+    edge(&mut graph, "tasks", "families");
+    edge(&mut graph, "families", "vad");
+    assert_eq!(circle_through(&graph, "tasks"), None);
+    edge(&mut graph, "vad", "tasks");
+    assert_eq!(
+        circle_through(&graph, "families").unwrap(),
+        ["families", "vad", "tasks", "families"]
     );
 }

@@ -1,12 +1,16 @@
 //! Model families, one module each, and their registry ([`FAMILIES`]): one [`Family`]
 //! entry per family holding what it is ([`LoaderInfo`], which `--list-loaders` prints),
-//! the legacy containers it reads ([`LegacyFormat`], so [`crate::model_file`] knows no
-//! family), its converter to GGUF ([`Converter`]) and what it loads for each task it
-//! runs: a [`crate::tasks::SpeechDetector`] for VAD, a [`crate::tasks::Recognizer`] for
-//! ASR, a [`crate::tasks::Synthesizer`] for TTS. [`crate::tasks`] runs every task
-//! through these entries and names no family. A new family is a module here (its
-//! `FAMILY` entry, which compiles in its model spec `model_specs/<family>.json`, and the
-//! traits it implements) and one line in [`FAMILIES`].
+//! the legacy containers it reads ([`LegacyFormat`], looked up by magic here, so
+//! [`crate::model_file`] knows no family), its converter to GGUF ([`Converter`]) and
+//! what it loads for each task it runs: a [`SpeechDetector`] for VAD, a [`Recognizer`]
+//! for ASR, a [`Synthesizer`] for TTS. Those contracts live below the registry, in the
+//! task modules ([`crate::vad`], [`crate::asr`], [`crate::tts`]); a family imports them
+//! and nothing above itself. [`crate::tasks`] runs every task through these entries and
+//! names no family.
+//!
+//! A new family is a folder here (its `FAMILY` entry, which compiles in its model spec
+//! `model_specs/<family>.json`, and the contracts it implements) and one line in
+//! [`FAMILIES`]; `README.md` in this folder is the skeleton to copy.
 //!
 //! The test-only family [`test_tone`] is compiled into this crate's own tests and, through
 //! the cargo feature `test-families`, into the CLI's and server's tests (their
@@ -28,12 +32,16 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::asr::Recognizer;
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
 use crate::ggml::{GgufValue, HostTensor};
-use crate::model_file::{LegacyContents, ModelFile};
-use crate::spec::ModelSpec;
-use crate::tasks::{Recognizer, SpeechDetector, Synthesizer};
+pub use crate::model_file::LegacyFormat;
+use crate::model_file::ModelFile;
+use crate::spec::{self, ModelSpec, SpecSource};
+use crate::task::{self, Task};
+use crate::tts::Synthesizer;
+use crate::vad::SpeechDetector;
 
 /// What a family loader accepts, for `--list-loaders`.
 #[derive(Debug, Clone, Serialize)]
@@ -41,19 +49,11 @@ pub struct LoaderInfo {
     /// Family name (`--family`).
     pub family: &'static str,
     /// Tasks it runs (`--task`); [`Family`]'s loaders must match it (a test checks).
-    pub tasks: &'static [&'static str],
+    pub tasks: &'static [Task],
     /// Weight formats it reads.
     pub formats: &'static [&'static str],
     /// One line about it.
     pub description: &'static str,
-}
-
-/// A legacy (pre-GGUF) container a family reads: its first four bytes and its reader.
-pub struct LegacyFormat {
-    /// The container's magic.
-    pub magic: [u8; 4],
-    /// Parses the whole file (the magic included), or says why not.
-    pub read: fn(&[u8]) -> std::result::Result<LegacyContents, String>,
 }
 
 /// Loads a family's model for one task from a read model file and its spec; it takes
@@ -111,7 +111,7 @@ impl ConvertOptions {
 }
 
 /// What a family's converter produced: the spec to embed, then the GGUF's contents
-/// less the `audiocpp.*` keys [`crate::tasks::convert`] adds.
+/// less the `audiocpp.*` keys `tasks::convert` adds.
 pub struct Conversion {
     /// The spec the conversion used, embedded in the GGUF.
     pub spec: ModelSpec,
@@ -149,31 +149,122 @@ pub struct Family {
 
 impl Family {
     /// True when it has a loader (or converter) for `task`.
-    pub fn does(&self, task: &str) -> bool {
+    pub fn does(&self, task: Task) -> bool {
         match task {
-            "vad" => self.vad.is_some(),
-            "asr" => self.asr.is_some(),
-            "tts" => self.tts.is_some(),
-            "convert" => self.convert.is_some(),
-            _ => false,
+            Task::Vad => self.vad.is_some(),
+            Task::Asr => self.asr.is_some(),
+            Task::Tts => self.tts.is_some(),
+            Task::Convert => self.convert.is_some(),
         }
     }
 
     /// [`Family::does`] or the error naming the tasks it does.
-    pub fn check_task(&self, task: &str) -> Result<()> {
+    pub fn check_task(&self, task: Task) -> Result<()> {
         if self.does(task) {
             return Ok(());
         }
         Err(EngineError::WrongTask {
             family: self.info.family.into(),
-            task: task.into(),
-            supported: self.info.tasks.join(", "),
+            task: task.name().into(),
+            supported: task::names(self.info.tasks),
         })
+    }
+
+    /// Reads `model` and resolves its spec (the override, the one the file embeds, this
+    /// family's), checking that a file naming its family names this one.
+    pub fn resolve_model(
+        &self,
+        model: &Path,
+        spec_override: Option<&Path>,
+    ) -> Result<ResolvedModel> {
+        let family = self.info.family;
+        let file = read_model(model)?;
+        if let Some(f) = &file.family {
+            if f != family {
+                return Err(EngineError::Usage(format!(
+                    "'{}' is a '{f}' model, not '{family}' (set parameter 'family' to {f})",
+                    model.display()
+                )));
+            }
+        }
+        let (spec, spec_source) = spec::resolve_for_model(
+            family,
+            self.spec,
+            model,
+            file.meta_str(spec::GGUF_SPEC_KEY),
+            spec_override,
+        )?;
+        Ok(ResolvedModel {
+            file,
+            spec,
+            spec_source,
+        })
+    }
+
+    /// The spec for converting a source model of this family that carries none
+    /// ([`spec::resolve_source_spec`]).
+    pub fn source_spec(&self, model: &Path, spec_override: Option<&Path>) -> Result<ModelSpec> {
+        spec::resolve_source_spec(self.info.family, self.spec, model, spec_override)
+    }
+}
+
+/// A model file with its resolved spec.
+pub struct ResolvedModel {
+    /// The parsed file.
+    pub file: ModelFile,
+    /// Its spec.
+    pub spec: ModelSpec,
+    /// Where the spec came from.
+    pub spec_source: SpecSource,
+}
+
+/// A task contract as the registry knows it: its task, the family's loader for it and
+/// where a loaded model runs. `tasks::Loaded::load` is generic over it.
+pub trait TaskEntry {
+    /// The task.
+    const TASK: Task;
+    /// The family's loader for the task, if it has one.
+    fn loader(family: &Family) -> Option<Loader<Self>>;
+    /// The device a loaded model runs on.
+    fn device_of(model: &Self) -> String;
+}
+
+impl TaskEntry for dyn SpeechDetector {
+    const TASK: Task = Task::Vad;
+    fn loader(family: &Family) -> Option<Loader<Self>> {
+        family.vad
+    }
+    fn device_of(model: &Self) -> String {
+        model.device()
+    }
+}
+
+impl TaskEntry for dyn Recognizer {
+    const TASK: Task = Task::Asr;
+    fn loader(family: &Family) -> Option<Loader<Self>> {
+        family.asr
+    }
+    fn device_of(model: &Self) -> String {
+        model.device()
+    }
+}
+
+impl TaskEntry for dyn Synthesizer {
+    const TASK: Task = Task::Tts;
+    fn loader(family: &Family) -> Option<Loader<Self>> {
+        family.tts
+    }
+    fn device_of(model: &Self) -> String {
+        model.device()
     }
 }
 
 /// Every family this build ships.
-pub const FAMILIES: &[Family] = &[silero_vad::FAMILY, whisper::FAMILY, kokoro::FAMILY];
+pub const FAMILIES: &[Family] = &[
+    silero_vad::FAMILY,
+    whisper::FAMILY,
+    kokoro::FAMILY,
+];
 
 /// The test-only families (test builds only).
 #[cfg(any(test, feature = "test-families"))]
@@ -207,6 +298,11 @@ pub fn find(family: &str) -> Result<&'static Family> {
         })
 }
 
+/// Reads a model file of any format a family of this build reads.
+pub fn read_model(path: &Path) -> Result<ModelFile> {
+    crate::model_file::read(path, legacy_format)
+}
+
 /// The legacy container whose magic `bytes` start with, and the family that reads it.
 pub fn legacy_format(bytes: &[u8]) -> Option<(&'static str, &'static LegacyFormat)> {
     all_families().find_map(|f| {
@@ -224,7 +320,7 @@ mod tests {
     #[test]
     fn every_listed_task_has_its_loader_and_no_other() {
         for f in all_families() {
-            for task in ["vad", "asr", "tts", "convert"] {
+            for task in Task::ALL {
                 assert_eq!(
                     f.info.tasks.contains(&task),
                     f.does(task),
@@ -232,8 +328,12 @@ mod tests {
                     f.info.family
                 );
             }
-            for task in f.info.tasks {
-                assert!(f.does(task), "{}: unknown task '{task}'", f.info.family);
+            for &task in f.info.tasks {
+                assert!(
+                    f.does(task),
+                    "{}: no loader for task '{task}'",
+                    f.info.family
+                );
             }
         }
     }
@@ -248,7 +348,7 @@ mod tests {
             let spec = ModelSpec::parse(json, name).unwrap();
             assert_eq!(spec.family, name);
             assert!(
-                f.info.tasks.contains(&spec.task.as_str()),
+                f.info.tasks.contains(&spec.task),
                 "family '{name}': spec task '{}' is not one of {:?}",
                 spec.task,
                 f.info.tasks
@@ -280,6 +380,9 @@ mod tests {
     #[test]
     fn unknown_family_lists_the_known_ones() {
         let err = find("nope").err().unwrap().to_string();
-        assert!(err.contains("silero_vad, whisper, kokoro"), "{err}");
+        assert!(
+            err.contains("silero_vad, whisper, kokoro"),
+            "{err}"
+        );
     }
 }

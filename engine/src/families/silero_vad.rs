@@ -9,6 +9,11 @@
 //! Everything that does not depend on the previous window is batched: the STFT and the
 //! conv encoder run for a whole chunk of windows at once, the LSTM input projection is
 //! one matrix product, and only the recurrence is unrolled step by step in the graph.
+//!
+//! Upstream: `snakers4/silero-vad@v6.2.1` src/silero_vad/tinygrad_model.py L4-L71
+//! (`TinySileroVAD`, the one open definition of the model; the packaged models are
+//! TorchScript and ONNX only) and the ggml port in `ggml-org/whisper.cpp@v1.9.3`
+//! src/whisper.cpp L4543-L4677.
 
 use std::path::Path;
 
@@ -18,8 +23,8 @@ use crate::families::{Conversion, ConvertOptions, Family, LegacyFormat, LoaderIn
 use crate::ggml::{self, Context, DType, GgufValue, HostTensor, Tensor};
 use crate::model_file::{ByteReader, LegacyContents, ModelFile, ModelFormat};
 use crate::spec::ModelSpec;
-use crate::tasks::SpeechDetector;
-use crate::vad::VadParams;
+use crate::task::Task;
+use crate::vad::{SpeechDetector, VadParams};
 use crate::weights::{f32_tensor, WeightStore};
 
 /// The family's registry entry: VAD, and conversion of whisper.cpp's `.bin` (or a GGUF)
@@ -27,7 +32,7 @@ use crate::weights::{f32_tensor, WeightStore};
 pub const FAMILY: Family = Family {
     info: LoaderInfo {
         family: "silero_vad",
-        tasks: &["vad", "convert"],
+        tasks: &[Task::Vad, Task::Convert],
         formats: &["gguf", "ggml-silero (whisper.cpp .bin)"],
         description: "Silero VAD v5/v6, 16 kHz speech probabilities and segments",
     },
@@ -65,7 +70,7 @@ fn convert(
             "parameter 'quantize' '{q}' is not offered for family '{family}': its weights stay as they are"
         )));
     }
-    let resolved = crate::tasks::resolve_model(family, model, spec_override)?;
+    let resolved = FAMILY.resolve_model(model, spec_override)?;
     check_tensors(&resolved.file, &resolved.spec)?;
     Ok(Conversion {
         spec: resolved.spec,
@@ -77,6 +82,10 @@ fn convert(
 
 /// The spec's segmentation defaults (`defaults` of `model_specs/silero_vad.json`),
 /// Silero's own where the spec gives none.
+///
+/// Upstream: `snakers4/silero-vad@v6.2.1` src/silero_vad/utils_vad.py L212-L227
+/// (`get_speech_timestamps`); `ggml-org/whisper.cpp@v1.9.3` src/whisper.cpp L4462-L4472
+/// (`whisper_vad_default_params`).
 pub fn default_params(spec: &ModelSpec) -> VadParams {
     let d = VadParams::default();
     let ms = |key: &str, fallback: u32| spec.default_f64(key).map_or(fallback, |v| v as u32);
@@ -99,6 +108,10 @@ const NODES_PER_STEP: usize = 24;
 
 /// Parses whisper.cpp's legacy Silero container (magic, model-type string, version,
 /// hyper-parameters, then tensor records until EOF).
+///
+/// Upstream: `ggml-org/whisper.cpp@v1.9.3` src/whisper.cpp L4788-L4860 and L5015-L5095
+/// (`whisper_vad_init_with_params`); the writer is models/convert-silero-vad-to-ggml.py
+/// L31-L185.
 pub fn parse_legacy(bytes: &[u8]) -> std::result::Result<LegacyContents, String> {
     let mut r = ByteReader::new(bytes, 4);
     let type_len = r.i32()?;
@@ -211,30 +224,16 @@ fn squeeze(ne: &[i64]) -> Vec<i64> {
 
 /// Checks that the file has every tensor the spec lists, with the listed shape.
 pub fn check_tensors(file: &ModelFile, spec: &ModelSpec) -> Result<()> {
-    for (name, want) in &spec.tensors {
-        let t = file.tensor(name).ok_or_else(|| EngineError::Model {
-            path: file.path.clone(),
-            reason: format!(
-                "tensor '{name}' is missing (is this a {} model?)",
-                spec.family
-            ),
-        })?;
-        if squeeze(&t.ne) != squeeze(want) {
-            return Err(EngineError::Model {
-                path: file.path.clone(),
-                reason: format!(
-                    "tensor '{name}' has shape {:?}, the {} spec expects {:?}",
-                    t.ne, spec.family, want
-                ),
-            });
-        }
-    }
-    Ok(())
+    spec.check_tensors(file, &|_| 0)
 }
 
 /// Builds the 640-sample model inputs of every window: 64 samples of context (the end
 /// of the previous window, zeros first), the 512-sample window (the last one
 /// zero-padded), then 64 samples reflected from the window's end.
+///
+/// Upstream: `snakers4/silero-vad@v6.2.1` src/silero_vad/utils_vad.py L75-L78 and L87
+/// (`OnnxWrapper`'s context), src/silero_vad/tinygrad_model.py L39-L48 (windows) and L58
+/// (reflect pad).
 pub fn frames(samples: &[f32], window: usize, context: usize) -> Vec<f32> {
     let n_windows = samples.len().div_ceil(window);
     let reflect = context;
@@ -263,6 +262,10 @@ pub fn frames(samples: &[f32], window: usize, context: usize) -> Vec<f32> {
 }
 
 /// Loaded Silero weights on a device, ready to run.
+///
+/// Upstream: `snakers4/silero-vad@v6.2.1` src/silero_vad/tinygrad_model.py L13-L25
+/// (`TinySileroVAD.__init__`); `ggml-org/whisper.cpp@v1.9.3` src/whisper.cpp L4369-L4422
+/// (`whisper_vad_hparams`, `whisper_vad_model`).
 pub struct SileroVad {
     weights: WeightStore,
     runtime: Runtime,
@@ -299,6 +302,9 @@ impl SpeechDetector for SileroVad {
 }
 
 /// Weight tensor names (ggml order shapes are in the spec).
+///
+/// Upstream: as `ggml-org/whisper.cpp@v1.9.3` models/convert-silero-vad-to-ggml.py L84-L107
+/// names them.
 const BASIS: &str = "_model.stft.forward_basis_buffer";
 const W_IH: &str = "_model.decoder.rnn.weight_ih";
 const W_HH: &str = "_model.decoder.rnn.weight_hh";
@@ -370,6 +376,10 @@ impl SileroVad {
     }
 
     /// One speech probability per window of 16 kHz mono audio, with fresh state.
+    ///
+    /// Upstream: `snakers4/silero-vad@v6.2.1` src/silero_vad/utils_vad.py L314 and
+    /// L324-L329 (`get_speech_timestamps`' window loop); `ggml-org/whisper.cpp@v1.9.3`
+    /// src/whisper.cpp L5120-L5205 (`whisper_vad_detect_speech`).
     pub fn probabilities(&mut self, samples: &[f32]) -> Result<Vec<f32>> {
         let frames = frames(samples, self.window, self.context);
         let frame_len = self.context * 2 + self.window;
@@ -398,6 +408,11 @@ impl SileroVad {
 
     /// STFT, encoder and LSTM input projection for `n` windows at once: returns the
     /// input-side gate pre-activations (with both biases), [4H] per window.
+    ///
+    /// Upstream: `snakers4/silero-vad@v6.2.1` src/silero_vad/tinygrad_model.py L59-L64;
+    /// `ggml-org/whisper.cpp@v1.9.3` src/whisper.cpp L4543-L4589
+    /// (`whisper_vad_build_stft_layer`, `whisper_vad_build_encoder_layer`) and L4599-L4600
+    /// (input projection).
     fn encode(
         &self,
         sched: &mut ggml::Scheduler,
@@ -447,6 +462,10 @@ impl SileroVad {
 
     /// The LSTM recurrence and the sigmoid head, unrolled over `n` windows from state
     /// (h0, c0); returns the probabilities and the final state.
+    ///
+    /// Upstream: `snakers4/silero-vad@v6.2.1` src/silero_vad/tinygrad_model.py L65-L70
+    /// (`LSTMCell`, ReLU, `final_conv`, sigmoid); `ggml-org/whisper.cpp@v1.9.3`
+    /// src/whisper.cpp L4591-L4634 (`whisper_vad_build_lstm_layer`) and L4663-L4667.
     fn recur(
         &self,
         sched: &mut ggml::Scheduler,

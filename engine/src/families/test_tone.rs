@@ -1,6 +1,6 @@
 //! A test-only text-to-speech family: one tone per character, pitched by the voice,
 //! its length set by the speed, scaled by a gain tensor from the model file. It
-//! exercises the TTS task interface ([`crate::tasks::TtsModel`]) and the registry the
+//! exercises the TTS task interface ([`crate::tts::TtsModel`]) and the registry the
 //! way a real family (Kokoro) does: a module with its `FAMILY` entry, one line in the
 //! registry and a spec. The spec's optional hparam `compute_ms_per_char` makes each call
 //! take that long per character, standing in for a real model's compute, so tests can
@@ -13,12 +13,13 @@ use crate::families::{Family, LoaderInfo};
 use crate::ggml::DType;
 use crate::model_file::ModelFile;
 use crate::spec::ModelSpec;
-use crate::tasks::{SpeechInput, Synthesizer};
+use crate::task::Task;
+use crate::tts::{SpeechInput, SpeechOptions, Synthesizer};
 
 /// What the family is.
 pub const INFO: LoaderInfo = LoaderInfo {
     family: "test_tone",
-    tasks: &["tts"],
+    tasks: &[Task::Tts],
     formats: &["gguf"],
     description: "test-only: one tone per character",
 };
@@ -136,6 +137,7 @@ impl Synthesizer for ToneModel {
         input: &SpeechInput,
         voice: &str,
         speed: f32,
+        _options: &SpeechOptions,
         max_samples: usize,
     ) -> Result<Option<Vec<f32>>> {
         let (SpeechInput::Text(text) | SpeechInput::Phonemes(text)) = input;
@@ -167,7 +169,7 @@ impl Synthesizer for ToneModel {
 #[cfg(test)]
 mod tests {
     use crate::backend::RuntimeOptions;
-    use crate::tasks::{SpeechInput, SpeechRequest, TtsModel};
+    use crate::tts::{SpeechInput, SpeechRequest, TtsModel};
 
     const RATE: u32 = 8000;
 
@@ -183,6 +185,7 @@ mod tests {
             input: SpeechInput::Text(text.into()),
             voice: voice.map(str::to_string),
             speed,
+            options: Default::default(),
         }
     }
 
@@ -236,11 +239,15 @@ mod tests {
             request(" ", None, 1.0),
             "parameter 'input' is empty",
         );
-        refused(&mut tts, request("a", None, 0.0), "parameter 'speed' is 0");
+        refused(
+            &mut tts,
+            request("a", None, 0.0),
+            "parameter 'speed' 0 is out of range",
+        );
         refused(
             &mut tts,
             request("a", None, f32::NAN),
-            "parameter 'speed' is NaN",
+            "parameter 'speed' NaN is out of range",
         );
         refused(
             &mut tts,
@@ -251,10 +258,10 @@ mod tests {
             input: SpeechInput::Phonemes("həˈloʊ".into()),
             voice: None,
             speed: 1.0,
+            options: Default::default(),
         };
         refused(&mut tts, phonemes, "takes text, not phonemes");
-        let asr =
-            crate::tasks::AsrModel::load("test_tone", &path, None, &RuntimeOptions::default());
+        let asr = crate::asr::AsrModel::load("test_tone", &path, None, &RuntimeOptions::default());
         assert!(
             asr.is_err_and(|e| e.to_string().contains("does not support task 'asr'")),
             "the registry's tasks decide what loads"

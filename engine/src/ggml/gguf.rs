@@ -245,12 +245,63 @@ unsafe fn read_contents(
     result.map(|()| out)
 }
 
+/// Bytes a tensor name holds in ggml and GGUF, its terminating zero included
+/// (`GGML_MAX_NAME`); a longer name is cut, and two cut alike abort the writer.
+const MAX_NAME_BYTES: usize = 64;
+
+/// What ggml's GGUF writer asserts (and aborts on) or silently cuts, checked first: every
+/// tensor name fits and is unique, every key is unique, every tensor's dims are positive
+/// and its data is exactly the bytes its type and dims need.
+fn check_writable(metadata: &[(String, GgufValue)], tensors: &[HostTensor]) -> Result<()> {
+    let mut keys = std::collections::HashSet::new();
+    for (k, _) in metadata {
+        if !keys.insert(k.as_str()) || k.contains('\0') {
+            return Err(GgmlError::Failed(format!(
+                "GGUF key '{k}' appears twice or holds a zero byte"
+            )));
+        }
+    }
+    let mut names = std::collections::HashSet::new();
+    for t in tensors {
+        if t.name.len() >= MAX_NAME_BYTES || t.name.contains('\0') || !names.insert(t.name.as_str())
+        {
+            return Err(GgmlError::Failed(format!(
+                "tensor name '{}' is longer than {} bytes, holds a zero byte or appears twice",
+                t.name,
+                MAX_NAME_BYTES - 1
+            )));
+        }
+        let ne: &[i64] = if t.ne.is_empty() { &[1] } else { &t.ne };
+        let count = ne.iter().try_fold(1usize, |n, &d| {
+            usize::try_from(d)
+                .ok()
+                .filter(|&d| d > 0)
+                .and_then(|d| n.checked_mul(d))
+        });
+        let whole_blocks = (ne[0] as usize).is_multiple_of(t.dtype.block_len());
+        let want = count
+            .filter(|_| ne.len() <= 4 && whole_blocks)
+            .map(|n| t.dtype.nbytes(n));
+        if want != Some(t.data.len()) {
+            return Err(GgmlError::Failed(format!(
+                "tensor '{}' of dims {:?} ({:?}) holds {} bytes, not what its dims need",
+                t.name,
+                t.ne,
+                t.dtype,
+                t.data.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Writes metadata and tensors to a GGUF file at `path` (the caller makes it atomic).
 pub fn write_gguf(
     path: &Path,
     metadata: &[(String, GgufValue)],
     tensors: &[HostTensor],
 ) -> Result<()> {
+    check_writable(metadata, tensors)?;
     init();
     let total: usize = tensors.iter().map(|t| t.data.len() + 64).sum();
     // SAFETY: sizes are computed from the tensors; every pointer below is checked.

@@ -45,7 +45,10 @@ pub fn lexicon(dialect: Dialect) -> Lexicon {
     .expect("the pinned lexicons parse")
 }
 
-/// One front end per dialect, built once per test binary.
+/// Kokoro's context, the symbol limit the tests phonemize under (as the engine does).
+pub const KOKORO_CONTEXT: usize = 510;
+
+/// One front end per dialect with Kokoro's symbol limit, built once per test binary.
 pub fn g2p(dialect: Dialect) -> &'static G2p {
     static US: OnceLock<G2p> = OnceLock::new();
     static GB: OnceLock<G2p> = OnceLock::new();
@@ -53,7 +56,7 @@ pub fn g2p(dialect: Dialect) -> &'static G2p {
         Dialect::Us => &US,
         Dialect::Gb => &GB,
     };
-    cell.get_or_init(|| G2p::new(lexicon(dialect), dialect))
+    cell.get_or_init(|| G2p::new(lexicon(dialect), dialect).with_max_symbols(KOKORO_CONTEXT))
 }
 
 /// The symbols of Kokoro's vocab.json.

@@ -38,10 +38,11 @@ use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
 use crate::families::LoaderInfo;
 use crate::ggml::profile::{self, GraphTiming};
-use crate::ggml::{Context, DType, DeviceType, GgufValue, Scheduler};
+use crate::ggml::{Context, DType, DeviceType, Scheduler};
 use crate::model_file::ModelFile;
 use crate::spec::ModelSpec;
-use crate::tasks::{SpeechInput, Synthesizer};
+use crate::task::Task;
+use crate::tts::{SpeechInput, SpeechOptions, Synthesizer};
 use audiocpp_g2p::{Dialect, G2p, Lexicon};
 
 use weights::{Weights, VOICE_PREFIX};
@@ -49,7 +50,7 @@ use weights::{Weights, VOICE_PREFIX};
 /// The family's registry entry.
 pub const INFO: LoaderInfo = LoaderInfo {
     family: "kokoro",
-    tasks: &["tts", "convert"],
+    tasks: &[Task::Tts, Task::Convert],
     formats: &["gguf", "onnx (Kokoro-82M v1.0 int8 release; convert only)"],
     description: "Kokoro-82M v1.0 text to speech (24 kHz, 54 voices), StyleTTS 2 + iSTFTNet",
 };
@@ -101,23 +102,9 @@ pub struct HParams {
 impl HParams {
     /// Reads the dimensions from `file`, with an error naming what is missing.
     fn read(file: &ModelFile) -> Result<Self> {
-        let bad = |reason: String| EngineError::Model {
-            path: file.path.clone(),
-            reason: format!("{reason}; convert the ONNX again (task 'convert', family 'kokoro')"),
-        };
         let dims = |name: &str| -> Result<Vec<i64>> {
-            file.tensor(name)
-                .map(|t| (0..4).map(|i| t.ne.get(i).copied().unwrap_or(1)).collect())
-                .ok_or_else(|| bad(format!("tensor '{name}' is missing")))
-        };
-        let meta_u32 = |key: &str| -> Result<u32> {
-            file.metadata
-                .iter()
-                .find_map(|(k, v)| match v {
-                    GgufValue::U32(x) if k == key => Some(*x),
-                    _ => None,
-                })
-                .ok_or_else(|| bad(format!("metadata '{key}' (u32) is missing")))
+            let t = file.require_tensor(name)?;
+            Ok((0..4).map(|i| t.ne.get(i).copied().unwrap_or(1)).collect())
         };
         let count = |f: &dyn Fn(usize) -> String| {
             (0..).take_while(|i| file.tensor(&f(*i)).is_some()).count()
@@ -129,10 +116,10 @@ impl HParams {
         let style_dim = dims("encoder.predictor.F0.0.norm1.fc.weight")?[1];
         let conv0 = dims("encoder.text_encoder.cnn.0.0.weight")?;
         let dur = dims("encoder.predictor.duration_proj.linear_layer.bias")?;
-        let heads = meta_u32(BERT_HEADS_KEY)? as i64;
-        let layers = meta_u32(BERT_LAYERS_KEY)? as usize;
+        let heads = file.require::<u32>(BERT_HEADS_KEY)? as i64;
+        let layers = file.require::<u32>(BERT_LAYERS_KEY)? as usize;
         if heads == 0 || ffn[1] % heads != 0 || !(1..=64).contains(&layers) {
-            return Err(bad(format!(
+            return Err(file.invalid(format!(
                 "'{BERT_HEADS_KEY}' = {heads} does not divide ALBERT's width {} or '{BERT_LAYERS_KEY}' = {layers} is not 1 to 64",
                 ffn[1]
             )));
@@ -270,6 +257,24 @@ fn parse_front_end(gold: &str, silver: &str, dialect: Dialect) -> ParsedG2p {
         .map_err(|e| e.to_string())
 }
 
+/// The English dialect a voice speaks, from its name's first letter (`af_heart` is US,
+/// `bf_emma` GB); `None` for the voices of other languages.
+pub fn dialect_of_voice(voice: &str) -> Option<Dialect> {
+    match voice.chars().next() {
+        Some('a') => Some(Dialect::Us),
+        Some('b') => Some(Dialect::Gb),
+        _ => None,
+    }
+}
+
+/// The GGUF metadata keys holding a dialect's gold and silver lexicon JSON.
+pub fn lexicon_keys(dialect: Dialect) -> (&'static str, &'static str) {
+    match dialect {
+        Dialect::Us => ("g2p.lexicon.us_gold", "g2p.lexicon.us_silver"),
+        Dialect::Gb => ("g2p.lexicon.gb_gold", "g2p.lexicon.gb_silver"),
+    }
+}
+
 /// Loads the model for the TTS registry.
 pub fn load(file: ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Box<dyn Synthesizer>> {
     Ok(Box::new(Kokoro::load(&file, spec, runtime)?))
@@ -284,14 +289,8 @@ impl Kokoro {
             reason,
         };
         let hp = HParams::read(file)?;
-        let symbols = file.metadata.iter().find_map(|(k, v)| match v {
-            GgufValue::StrArray(x) if k == VOCAB_SYMBOLS_KEY => Some(x),
-            _ => None,
-        });
-        let ids = file.metadata.iter().find_map(|(k, v)| match v {
-            GgufValue::U32Array(x) if k == VOCAB_IDS_KEY => Some(x),
-            _ => None,
-        });
+        let symbols = file.meta::<&[String]>(VOCAB_SYMBOLS_KEY);
+        let ids = file.meta::<&[u32]>(VOCAB_IDS_KEY);
         let (Some(symbols), Some(ids)) = (symbols, ids) else {
             return Err(bad(format!(
                 "metadata '{VOCAB_SYMBOLS_KEY}' and '{VOCAB_IDS_KEY}' (the symbol vocabulary) are missing"
@@ -324,10 +323,10 @@ impl Kokoro {
                 voices.insert(0, v);
             }
         }
-        let default_dialect = Dialect::for_voice(&voices[0].0);
+        let default_dialect = dialect_of_voice(&voices[0].0);
         let mut front_ends = Vec::new();
         for dialect in [Dialect::Us, Dialect::Gb] {
-            let (gold, silver) = dialect.gguf_keys();
+            let (gold, silver) = lexicon_keys(dialect);
             let mut texts = file
                 .meta_str(gold)
                 .zip(file.meta_str(silver))
@@ -391,7 +390,7 @@ impl Kokoro {
     /// Reads and loads the Kokoro GGUF at `path` onto the device `opts` selects (what
     /// the numeric checks call, with [`Kokoro::run_ids`]).
     pub fn open(path: &std::path::Path, opts: &crate::backend::RuntimeOptions) -> Result<Self> {
-        let resolved = crate::tasks::resolve_model(INFO.family, path, None)?;
+        let resolved = FAMILY.resolve_model(path, None)?;
         Kokoro::load(&resolved.file, &resolved.spec, Runtime::new(opts)?)
     }
 
@@ -646,7 +645,7 @@ impl Kokoro {
         speed: f32,
         max_samples: usize,
     ) -> Result<bool> {
-        for piece in split_phonemes(phonemes, MAX_PHONEMES) {
+        for piece in audiocpp_text::split_to_limit(phonemes, MAX_PHONEMES) {
             let ids = self.phoneme_ids(&piece)?;
             let style = self.style(voice, ids.len() - 2)?;
             let budget = max_samples.saturating_sub(audio.len());
@@ -754,42 +753,11 @@ fn parse_vocab(
     Ok(vocab)
 }
 
-/// Splits `phonemes` into pieces of at most `max` symbols, cutting after sentence
-/// punctuation when it can, else after a clause mark or at a space, else anywhere.
-pub fn split_phonemes(phonemes: &str, max: usize) -> Vec<String> {
-    let mut pieces = Vec::new();
-    let mut rest: Vec<char> = phonemes.trim().chars().collect();
-    while rest.len() > max {
-        let window = &rest[..=max];
-        let cut_after = |set: &[char]| {
-            window[..max]
-                .iter()
-                .rposition(|c| set.contains(c))
-                .filter(|&i| i > 0)
-                .map(|i| i + 1)
-        };
-        let cut = cut_after(&['.', '!', '?'])
-            .or_else(|| cut_after(&[',', ';', ':', '—', '…']))
-            .or_else(|| cut_after(&[' ']))
-            .unwrap_or(max);
-        let piece: String = rest[..cut].iter().collect();
-        if !piece.trim().is_empty() {
-            pieces.push(piece.trim().to_string());
-        }
-        rest.drain(..cut);
-    }
-    let last: String = rest.iter().collect();
-    if !last.trim().is_empty() {
-        pieces.push(last.trim().to_string());
-    }
-    pieces
-}
-
 impl Kokoro {
     /// The phonemes of English `text`, sentence by sentence, in the dialect `voice`
     /// speaks (US for `a*` voices, GB for `b*`), with the lexicons the file carries.
     pub fn text_to_phonemes(&mut self, text: &str, voice: &str) -> Result<Vec<String>> {
-        let dialect = Dialect::for_voice(voice).ok_or_else(|| {
+        let dialect = dialect_of_voice(voice).ok_or_else(|| {
             EngineError::Usage(format!(
                 "parameter 'voice': '{voice}' is not an English voice (a* or b*); text input is English only, pass phonemes for other voices"
             ))
@@ -809,7 +777,7 @@ impl Kokoro {
             } else if let Some((gold, silver)) = front.texts.take() {
                 front.g2p = Some(parse_front_end(&gold, &silver, dialect));
             } else {
-                let (g, s) = dialect.gguf_keys();
+                let (g, s) = lexicon_keys(dialect);
                 return Err(EngineError::Usage(format!(
                     "parameter 'input': the model file has no '{g}'/'{s}' lexicon for text input; convert it again (task 'convert', family 'kokoro', which embeds misaki's lexicons), or pass phonemes"
                 )));
@@ -848,6 +816,7 @@ impl Synthesizer for Kokoro {
         input: &SpeechInput,
         voice: &str,
         speed: f32,
+        _options: &SpeechOptions,
         max_samples: usize,
     ) -> Result<Option<Vec<f32>>> {
         let mut audio = Vec::new();
@@ -934,7 +903,7 @@ fn convert_sources(
         Some(q) => q.parse()?,
         None => convert::WeightType::F32,
     };
-    let spec = crate::tasks::resolve_source_spec(INFO.family, model, spec_override)?;
+    let spec = FAMILY.source_spec(model, spec_override)?;
     let converted = convert::convert(&sources, &spec, weights)?;
     Ok(crate::families::Conversion {
         spec,
@@ -946,15 +915,14 @@ fn convert_sources(
 
 #[cfg(test)]
 mod tests {
-    use super::{prosody, split_phonemes};
+    use super::{dialect_of_voice, prosody};
+    use audiocpp_g2p::Dialect;
 
     #[test]
-    fn long_phoneme_strings_split_at_sentences_then_spaces() {
-        let s = "ab cd. ef gh! ij";
-        assert_eq!(split_phonemes(s, 100), ["ab cd. ef gh! ij"]);
-        assert_eq!(split_phonemes(s, 8), ["ab cd.", "ef gh!", "ij"]);
-        assert_eq!(split_phonemes("abcdefgh ij", 5), ["abcde", "fgh", "ij"]);
-        assert!(split_phonemes("   ", 5).is_empty());
+    fn voices_pick_their_dialect() {
+        assert_eq!(dialect_of_voice("af_heart"), Some(Dialect::Us));
+        assert_eq!(dialect_of_voice("bm_george"), Some(Dialect::Gb));
+        assert_eq!(dialect_of_voice("jf_alpha"), None);
     }
 
     #[test]

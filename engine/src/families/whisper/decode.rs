@@ -1,0 +1,456 @@
+//! Whisper's decoding, as faster-whisper runs it with `beam_size=1`: each 30 s window
+//! encoded once, decoded greedily (or sampled, at a fallback temperature) token by token
+//! under the suppression and timestamp rules, retried at the next temperature when the
+//! text is too repetitive or too unlikely, and cut into timed segments
+//! ([`super::timestamps`]); the next window starts at the last timestamp of one that ends
+//! inside speech.
+
+use crate::asr::{DecodeOptions, Segment, Transcript};
+use crate::error::Result;
+pub use crate::sampling::Sampler;
+
+use super::mel;
+use super::timestamps::{apply_timestamp_rules, split_at_timestamps, WindowSplit};
+use super::Whisper;
+
+/// The decode [`Whisper::decode_with_fallback`] kept for one window, with the numbers
+/// the fallback judged it by (each of the window's segments reports them, as OpenAI's
+/// segments do).
+struct WindowDecode {
+    tokens: Vec<u32>,
+    temperature: f32,
+    attempt: Attempt,
+    passes: usize,
+}
+
+/// The temperatures faster-whisper and OpenAI's Whisper fall back through.
+pub const FALLBACK_TEMPERATURES: [f32; 6] = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0];
+
+/// How a window's decode at one temperature went, for the fallback decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Attempt {
+    /// zlib compression ratio of the text (bytes / compressed bytes).
+    pub compression_ratio: f32,
+    /// Mean log-probability per token (end-of-text included).
+    pub avg_logprob: f32,
+    /// Probability of the no-speech token at the start.
+    pub no_speech: f32,
+}
+
+/// Whether a window must be decoded again at the next temperature (faster-whisper's
+/// `generate_with_fallback`): too repetitive or too unlikely, unless it is silence
+/// (likely no speech and unlikely text), which is dropped instead.
+pub fn needs_fallback(a: &Attempt, opts: &DecodeOptions) -> bool {
+    let repetitive = opts
+        .compression_ratio_threshold
+        .is_some_and(|t| a.compression_ratio > t);
+    let unlikely = a.avg_logprob < opts.log_prob_threshold;
+    let silence = a.no_speech > opts.no_speech_threshold && unlikely;
+    (repetitive || unlikely) && !silence
+}
+
+/// Bytes of the UTF-8 text over the bytes of its zlib stream at level 6 (Python's
+/// `zlib.compress` default, which faster-whisper uses). zlib-rs is a port of zlib's
+/// deflate and gives the same sizes; miniz_oxide compresses repetitions, the very thing
+/// this ratio detects, markedly worse.
+pub fn compression_ratio(text: &str) -> f32 {
+    let bytes = text.as_bytes();
+    if bytes.is_empty() {
+        return 0.0;
+    }
+    let mut out = vec![0u8; zlib_rs::compress_bound(bytes.len())];
+    let (compressed, rc) = zlib_rs::compress_slice(&mut out, bytes, zlib_rs::DeflateConfig::new(6));
+    let n = if rc == zlib_rs::ReturnCode::Ok {
+        compressed.len()
+    } else {
+        bytes.len()
+    };
+    bytes.len() as f32 / n.max(1) as f32
+}
+
+/// The next token from masked logits: the argmax at temperature 0, else a draw from
+/// softmax(logits / temperature) with `u` uniform in [0, 1). Returns the token and its
+/// log-probability under the untempered distribution.
+pub fn pick_token(logits: &[f32], temperature: f32, u: f64) -> (usize, f32) {
+    let (best, best_logprob) = argmax_logprob(logits);
+    let max = logits[best];
+    let logprob = |i: usize| logits[i] - max + best_logprob;
+    if temperature <= 0.0 {
+        return (best, best_logprob);
+    }
+    let weights: Vec<f64> = logits
+        .iter()
+        .map(|&l| {
+            if l.is_finite() {
+                (((l - max) / temperature) as f64).exp()
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let mut target = u * total;
+    let mut chosen = best;
+    for (i, w) in weights.iter().enumerate() {
+        if *w > 0.0 {
+            chosen = i;
+            if target < *w {
+                break;
+            }
+            target -= w;
+        }
+    }
+    (chosen, logprob(chosen))
+}
+
+impl Whisper {
+    pub(super) fn prompt(&self, opts: &DecodeOptions) -> Result<Vec<u32>> {
+        let s = self.tok.specials();
+        let mut prompt = vec![s.sot];
+        if let Some(lang) = self.language_token(&opts.language)? {
+            prompt.extend([lang, s.transcribe]);
+        }
+        if opts.without_timestamps {
+            prompt.push(s.no_timestamps);
+        }
+        Ok(prompt)
+    }
+
+    /// Transcribes 16 kHz mono audio window by window (30 s each; with timestamp tokens,
+    /// the next window starts at the last timestamp of one that ends inside speech, as
+    /// faster-whisper's `generate_segments` seeks).
+    /// `opts.language` must be a language code: resolve `auto` first with
+    /// [`Whisper::resolve_language`].
+    pub fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript> {
+        let prompt = self.prompt(opts)?;
+        let (mel, n_frames) = self.log_mel(samples);
+        let content = n_frames.saturating_sub(1);
+        let window = 2 * self.hp.n_audio_ctx;
+        let per_second = self.mel.sample_rate as f64 / self.mel.hop as f64;
+        // A timestamp step is one encoder position: window / n_audio_ctx mel frames.
+        let frames_per_step = window / self.hp.n_audio_ctx;
+        let step_seconds = frames_per_step as f64 / per_second;
+        let max_initial = (!opts.without_timestamps)
+            .then(|| (opts.max_initial_timestamp as f64 / step_seconds).round() as usize);
+        let tb = self.tok.specials().timestamp_begin;
+        let mut sampler = Sampler::new(opts.seed);
+        let mut segments = Vec::new();
+        let mut decode_passes = 0;
+        let mut seek = 0;
+        while seek < content {
+            let size = window.min(content - seek);
+            let input = mel::window(&mel, self.hp.n_mels, n_frames, seek, window);
+            self.net.encode(&mut self.sched, &input)?;
+            let kept = self.decode_with_fallback(&prompt, max_initial, opts, &mut sampler)?;
+            decode_passes += kept.passes;
+            let stats = kept.attempt;
+            let silent = stats.no_speech > opts.no_speech_threshold
+                && stats.avg_logprob < opts.log_prob_threshold;
+            let tokens = kept.tokens;
+            let offset = seek as f64 / per_second;
+            let split = if !opts.without_timestamps {
+                split_at_timestamps(&tokens, tb, size / frames_per_step)
+            } else {
+                WindowSplit {
+                    pieces: vec![(0, size / frames_per_step, tokens)],
+                    advance_steps: None,
+                }
+            };
+            let advance = match split.advance_steps {
+                Some(steps) if !silent => (steps * frames_per_step).max(1),
+                _ => size,
+            };
+            if !silent {
+                for (start, end, tokens) in split.pieces {
+                    let text_tokens: Vec<u32> =
+                        tokens.iter().copied().filter(|&t| t < tb).collect();
+                    let text = self.tok.decode(&text_tokens);
+                    // faster-whisper drops a piece of no duration or no words.
+                    if start == end || text.trim().is_empty() {
+                        continue;
+                    }
+                    segments.push(Segment {
+                        start: offset + start as f64 * step_seconds,
+                        end: offset + end as f64 * step_seconds,
+                        text,
+                        tokens: text_tokens,
+                        seek,
+                        temperature: kept.temperature,
+                        avg_logprob: stats.avg_logprob,
+                        compression_ratio: stats.compression_ratio,
+                        no_speech_prob: stats.no_speech,
+                    });
+                }
+            }
+            seek += advance;
+        }
+        Ok(Transcript {
+            segments,
+            decode_passes,
+        })
+    }
+
+    /// Decodes the current window at each of `opts.temperatures` until a result passes
+    /// [`needs_fallback`]; when none does, the most likely one (among those not too
+    /// repetitive, if any) is kept. Returns it with its temperature, the numbers it was
+    /// judged by and the number of decoder passes it took.
+    fn decode_with_fallback(
+        &mut self,
+        prompt: &[u32],
+        max_initial: Option<usize>,
+        opts: &DecodeOptions,
+        sampler: &mut Sampler,
+    ) -> Result<WindowDecode> {
+        let temperatures: &[f32] = if opts.temperatures.is_empty() {
+            &[0.0]
+        } else {
+            &opts.temperatures
+        };
+        let tb = self.tok.specials().timestamp_begin;
+        let mut tried = Vec::new();
+        let mut passes = 0;
+        for &t in temperatures {
+            let draws = if t > 0.0 { opts.best_of.max(1) } else { 1 };
+            let mut best: Option<(Vec<u32>, f32, f32, f64)> = None;
+            for _ in 0..draws {
+                let (tokens, no_speech, avg, sum) =
+                    self.sample_window(prompt, max_initial, t, sampler)?;
+                passes += 1;
+                if best.as_ref().is_none_or(|b| sum > b.3) {
+                    best = Some((tokens, no_speech, avg, sum));
+                }
+            }
+            let (tokens, no_speech, avg, _) = best.expect("at least one draw");
+            let text: Vec<u32> = tokens.iter().copied().filter(|&x| x < tb).collect();
+            let attempt = Attempt {
+                compression_ratio: compression_ratio(self.tok.decode(&text).trim()),
+                avg_logprob: avg,
+                no_speech,
+            };
+            if !needs_fallback(&attempt, opts) {
+                return Ok(WindowDecode {
+                    tokens,
+                    temperature: t,
+                    attempt,
+                    passes,
+                });
+            }
+            tried.push((attempt, t, tokens));
+        }
+        let not_repetitive = |a: &Attempt| {
+            opts.compression_ratio_threshold
+                .is_none_or(|th| a.compression_ratio <= th)
+        };
+        let pool: Vec<&(Attempt, f32, Vec<u32>)> =
+            if tried.iter().any(|(a, _, _)| not_repetitive(a)) {
+                tried.iter().filter(|(a, _, _)| not_repetitive(a)).collect()
+            } else {
+                tried.iter().collect()
+            };
+        let (attempt, temperature, tokens) = pool
+            .into_iter()
+            .max_by(|x, y| x.0.avg_logprob.total_cmp(&y.0.avg_logprob))
+            .expect("at least one temperature");
+        Ok(WindowDecode {
+            tokens: tokens.clone(),
+            temperature: *temperature,
+            attempt: *attempt,
+            passes,
+        })
+    }
+
+    /// Decodes the current window at one temperature (0: greedy): tokens, no-speech
+    /// probability, mean log-probability (end-of-text included, divided by tokens + 1)
+    /// and the summed log-probability.
+    /// With `max_initial` (in timestamp steps), timestamp tokens are predicted under
+    /// Whisper's rules ([`apply_timestamp_rules`]); without it they are suppressed.
+    fn sample_window(
+        &mut self,
+        prompt: &[u32],
+        max_initial: Option<usize>,
+        temperature: f32,
+        sampler: &mut Sampler,
+    ) -> Result<(Vec<u32>, f32, f32, f64)> {
+        let s = self.tok.specials().clone();
+        let n_vocab = self.hp.n_vocab;
+        let mut banned = vec![false; n_vocab];
+        let fixed = [
+            s.transcribe,
+            s.translate,
+            s.sot,
+            s.sot_prev,
+            s.sot_lm,
+            s.no_speech,
+            s.no_timestamps,
+        ];
+        for &id in self.suppress.iter().chain(&fixed) {
+            if let Some(b) = banned.get_mut(id as usize) {
+                *b = true;
+            }
+        }
+        if max_initial.is_none() {
+            for b in banned.iter_mut().skip(s.timestamp_begin as usize) {
+                *b = true;
+            }
+        }
+        let logits = self.net.decode(&mut self.sched, prompt, 0, prompt.len())?;
+        let sot_pos = prompt.iter().position(|&t| t == s.sot).unwrap_or(0);
+        let no_speech = softmax_at(
+            &logits[sot_pos * n_vocab..(sot_pos + 1) * n_vocab],
+            s.no_speech as usize,
+        );
+        let mut last = logits[(prompt.len() - 1) * n_vocab..].to_vec();
+        let mut n_past = prompt.len();
+        let mut tokens = Vec::new();
+        let mut sum_logprob = 0f64;
+        let max_new = self
+            .hp
+            .n_text_ctx
+            .saturating_sub(prompt.len())
+            .min(self.hp.n_text_ctx / 2);
+        loop {
+            for (i, l) in last.iter_mut().enumerate() {
+                let begin = tokens.is_empty() && self.suppress_begin.contains(&(i as u32));
+                if banned[i] || begin {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+            if let Some(max_initial) = max_initial {
+                apply_timestamp_rules(
+                    &mut last,
+                    &tokens,
+                    s.timestamp_begin as usize,
+                    s.eot as usize,
+                    max_initial,
+                );
+            }
+            let u = if temperature > 0.0 {
+                sampler.uniform()
+            } else {
+                0.0
+            };
+            let (best, logprob) = pick_token(&last, temperature, u);
+            sum_logprob += logprob as f64;
+            if best as u32 == s.eot || tokens.len() >= max_new {
+                break;
+            }
+            tokens.push(best as u32);
+            last = self
+                .net
+                .decode(&mut self.sched, &[best as u32], n_past, 1)?;
+            n_past += 1;
+        }
+        let avg = sum_logprob / (tokens.len() + 1) as f64;
+        Ok((tokens, no_speech, avg as f32, sum_logprob))
+    }
+}
+
+pub(super) fn softmax_at(logits: &[f32], i: usize) -> f32 {
+    let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    (((logits[i] - max) as f64).exp() / sum) as f32
+}
+
+/// The largest logit's index and its log-probability, `-ln(sum(exp(l - max)))`: one
+/// pass of f32 exponentials (each exact to an ulp) summed in f64.
+pub(super) fn argmax_logprob(logits: &[f32]) -> (usize, f32) {
+    let (best, &max) = logits
+        .iter()
+        .enumerate()
+        .fold((0, &f32::NEG_INFINITY), |acc, (i, l)| {
+            if *l > *acc.1 {
+                (i, l)
+            } else {
+                acc
+            }
+        });
+    let sum: f64 = logits
+        .iter()
+        .filter(|l| l.is_finite())
+        .map(|&l| (l - max).exp() as f64)
+        .sum();
+    (best, -(sum.ln() as f32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Python's `len(b) / len(zlib.compress(b))` for the same strings.
+    #[test]
+    fn compression_ratio_matches_python_zlib() {
+        let the = "the ".repeat(20);
+        let please =
+            "Please call stellar and ask for to bring these things with the from the store. "
+                .repeat(3);
+        for (text, want) in [
+            ("Speech recognition in Rust is working today.", 44.0 / 52.0),
+            (the.trim_end(), 79.0 / 15.0),
+            (please.as_str(), 237.0 / 78.0),
+        ] {
+            let got = compression_ratio(text);
+            assert!((got - want).abs() < 0.05, "{text:?}: {got} vs {want}");
+        }
+        assert_eq!(compression_ratio(""), 0.0);
+    }
+
+    fn options() -> DecodeOptions {
+        DecodeOptions {
+            language: "en".into(),
+            no_speech_threshold: 0.6,
+            log_prob_threshold: -1.0,
+            without_timestamps: false,
+            max_initial_timestamp: 1.0,
+            temperatures: FALLBACK_TEMPERATURES.to_vec(),
+            compression_ratio_threshold: Some(2.4),
+            best_of: 5,
+            seed: 0,
+        }
+    }
+
+    #[test]
+    fn fallback_on_repetitive_or_unlikely_text_but_not_on_silence() {
+        let o = options();
+        let a = |compression_ratio, avg_logprob, no_speech| Attempt {
+            compression_ratio,
+            avg_logprob,
+            no_speech,
+        };
+        assert!(!needs_fallback(&a(1.2, -0.3, 0.01), &o));
+        assert!(needs_fallback(&a(3.0, -0.3, 0.01), &o));
+        assert!(needs_fallback(&a(1.2, -1.5, 0.01), &o));
+        // Silence: likely no speech and unlikely text is dropped, not retried.
+        assert!(!needs_fallback(&a(1.2, -1.5, 0.9), &o));
+        assert!(needs_fallback(&a(3.0, -0.3, 0.9), &o));
+        let off = DecodeOptions {
+            compression_ratio_threshold: None,
+            ..o
+        };
+        assert!(!needs_fallback(&a(3.0, -0.3, 0.01), &off));
+    }
+
+    #[test]
+    fn sampling_follows_the_tempered_distribution() {
+        let logits = [0.0f32, 1.0, f32::NEG_INFINITY, 2.0];
+        // Greedy: the argmax and its log-softmax.
+        let (i, lp) = pick_token(&logits, 0.0, 0.9);
+        let norm = (1f64 + 1f64.exp() + 2f64.exp()).ln() as f32;
+        assert_eq!(i, 3);
+        assert!((lp - (2.0 - norm)).abs() < 1e-5);
+        // At temperature 1, draws land with probabilities softmax(logits).
+        let mut sampler = Sampler::new(7);
+        let mut counts = [0usize; 4];
+        let n = 20_000;
+        for _ in 0..n {
+            counts[pick_token(&logits, 1.0, sampler.uniform()).0] += 1;
+        }
+        assert_eq!(counts[2], 0, "a masked token is never drawn");
+        for (k, l) in [(0, 0.0f32), (1, 1.0), (3, 2.0)] {
+            let p = (l - norm).exp() as f64;
+            let got = counts[k] as f64 / n as f64;
+            assert!((got - p).abs() < 0.015, "token {k}: {got} vs {p}");
+        }
+        let (mut a, mut b) = (Sampler::new(3), Sampler::new(3));
+        assert_eq!(a.uniform(), b.uniform(), "same seed, same draws");
+    }
+}

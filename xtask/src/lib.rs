@@ -13,6 +13,7 @@ pub mod fresh_machine;
 pub mod gpu_target;
 pub mod hostile;
 pub mod kernels;
+pub mod pe_header;
 pub mod project;
 pub mod sdk;
 pub mod setup;

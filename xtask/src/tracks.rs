@@ -242,9 +242,10 @@ pub struct Crt {
     /// The DLL names to bundle; each must be imported by something in the package.
     pub files: Vec<String>,
     /// The tool that removes the DWARF debug sections of these DLLs as they are staged
-    /// (`x86_64-w64-mingw32-strip`, run as `--strip-debug`): MinGW-w64's runtime as
-    /// Debian ships it carries them (libstdc++-6.dll: 23.7 MB, 4.3 MB without), and no
-    /// user of the package debugs it; code, exports and imports stay as they are.
+    /// (`x86_64-w64-mingw32-strip`, run as `--preserve-dates --strip-debug`: the header
+    /// keeps the DLL's own time stamp, `dist::package`): MinGW-w64's runtime as Debian
+    /// ships it carries them (libstdc++-6.dll: 23.7 MB, 4.3 MB without), and no user of
+    /// the package debugs it; code, exports and imports stay as they are.
     /// Absent: the DLLs are copied as they are (the Visual C++ redistributable).
     #[serde(default)]
     pub strip_debug: Option<String>,
@@ -363,10 +364,11 @@ pub struct Track {
     pub runtime_runpath: Option<String>,
     /// The tool that takes the symbol table (and any debug sections) out of the
     /// executables as they are staged (`strip`, `x86_64-w64-mingw32-strip`; run as
-    /// `--strip-all`): a GNU-linked Rust executable carries about 4.5 MB of symbols that
-    /// only a debugger or profiler reads. The build keeps them (the portable-CPU test
-    /// finds the engine's dispatched kernels by name). Absent: copied as they are (MSVC
-    /// links put symbols into a separate PDB).
+    /// `--preserve-dates --strip-all`, so a PE header keeps the link time): a GNU-linked
+    /// Rust executable carries about 4.5 MB of symbols that only a debugger or profiler
+    /// reads. The build keeps them (the portable-CPU test finds the engine's dispatched
+    /// kernels by name). Absent: copied as they are (MSVC links put symbols into a
+    /// separate PDB).
     #[serde(default)]
     pub strip_executables: Option<String>,
     /// Kernel library folders copied from the SDK, filtered to `gpu_targets`.

@@ -16,6 +16,7 @@ use super::notices;
 use super::plan::{DistPlan, Role};
 use crate::assets::sha256_file;
 use crate::kernels::filter::FilterPlan;
+use crate::pe_header::PeHeader;
 use crate::project::project_root;
 use crate::tracks::{Os, Track, TracksFile};
 use crate::verify_deps::{self, Policy};
@@ -274,14 +275,26 @@ impl Strip<'_> {
     }
 }
 
-/// Copies `src` to `dst` with `strip.tool strip.flag` (the source stays as it is);
-/// on failure nothing is left at `dst`.
+/// Copies `src` to `dst` with `strip.tool --preserve-dates strip.flag` (the source stays
+/// as it is); on failure nothing is left at `dst`.
+///
+/// The copy is the same bytes whenever it is made (docs/architecture.md section 4, rule
+/// 8). Binutils writes a PE image's header anew, and of what it writes only two fields
+/// depend on more than the input: without `--preserve-dates` it stamps TimeDateStamp
+/// with SOURCE_DATE_EPOCH or else the time of the run, and the CheckSum it computes over
+/// the image changes with that. `--preserve-dates` has it keep the input's time stamp
+/// (and the file times, which the zip does not record), so a stripped `.exe` or DLL
+/// says the link time of the file it came from, as the DLL's export table (which strip
+/// leaves alone) still does, and an unchanged input gives an unchanged copy whatever the
+/// commit or the clock. The checksum then follows from the bytes. Both are checked on
+/// the copy ([`pe_header_kept`]); an ELF file has no time stamp.
 fn strip_on_copy(src: &Path, dst: &Path, strip: Strip<'_>) -> Result<()> {
     if let Some(p) = dst.parent() {
         std::fs::create_dir_all(p)?;
     }
     let tool = strip.tool;
     let output = Command::new(tool)
+        .arg("--preserve-dates")
         .arg(strip.flag)
         .arg("-o")
         .arg(dst)
@@ -299,12 +312,60 @@ fn strip_on_copy(src: &Path, dst: &Path, strip: Strip<'_>) -> Result<()> {
     if !output.status.success() {
         let _ = std::fs::remove_file(dst);
         bail!(
-            "{tool} {} -o {} {} failed ({}): {}",
+            "{tool} --preserve-dates {} -o {} {} failed ({}): {}",
             strip.flag,
             dst.display(),
             src.display(),
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    pe_header_kept(src, dst, strip).inspect_err(|_| {
+        let _ = std::fs::remove_file(dst);
+    })
+}
+
+/// Checks that `dst`, which `strip` made from `src`, has a PE header that follows from its
+/// input: the input's time stamp, and a checksum that is none (0) or the image's own.
+/// Nothing to check when `src` is not a PE image.
+fn pe_header_kept(src: &Path, dst: &Path, strip: Strip<'_>) -> Result<()> {
+    let read = |path: &Path| -> Result<Option<PeHeader>> {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        PeHeader::read(&bytes, &path.display().to_string())
+    };
+    let Some(input) = read(src)? else {
+        return Ok(());
+    };
+    let Some(copy) = read(dst)? else {
+        bail!(
+            "{} made {} from the PE image {}, but it is not one",
+            strip.tool,
+            dst.display(),
+            src.display()
+        );
+    };
+    let remedy = format!(
+        "a package made twice must be the same bytes; {} in packaging/tracks.toml names the tool: use GNU binutils' (`apt-get install {}`)",
+        strip.key,
+        strip.apt_package()
+    );
+    if copy.time_date_stamp != input.time_date_stamp {
+        bail!(
+            "{} --preserve-dates wrote the PE time stamp {} into {}, not its input's {} ({}): {remedy}",
+            strip.tool,
+            copy.time_date_stamp,
+            dst.display(),
+            input.time_date_stamp,
+            src.display()
+        );
+    }
+    if !copy.check_sum_is_consistent() {
+        bail!(
+            "{} wrote the PE checksum {:#x} into {}, neither 0 nor the image's own {:#x}: {remedy}",
+            strip.tool,
+            copy.check_sum,
+            dst.display(),
+            copy.computed_check_sum
         );
     }
     Ok(())
@@ -641,6 +702,7 @@ fn gemm_kernels(ctx: &PackageContext) -> Vec<GemmKernels> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::debugger_only::test_programs::tiny_program;
 
     /// The CRT's strip run, as `stage_verify_zip` makes it for the MinGW tracks.
     const STRIP_CRT: Strip<'static> = Strip {
@@ -706,5 +768,107 @@ mod tests {
             .to_string();
         assert!(e.contains("--strip-debug"), "{e}");
         assert!(!dst.exists());
+    }
+
+    /// The executables' strip run on the MinGW tracks.
+    const STRIP_ALL_MINGW: Strip<'static> = Strip {
+        tool: "x86_64-w64-mingw32-strip",
+        flag: "--strip-all",
+        key: "strip_executables",
+        what: "symbol table",
+    };
+
+    /// A link time far from any test run's (2020-09-13).
+    const LINKED: u32 = 1_600_000_000;
+
+    /// A MinGW program in `dir` whose header says it was linked at [`LINKED`].
+    fn linked_program(dir: &Path) -> PathBuf {
+        let exe = tiny_program("x86_64-w64-mingw32-gcc", dir, "tiny.exe");
+        let mut bytes = std::fs::read(&exe).unwrap();
+        let pe = u32::from_le_bytes(bytes[0x3c..0x40].try_into().unwrap()) as usize;
+        bytes[pe + 8..pe + 12].copy_from_slice(&LINKED.to_le_bytes());
+        std::fs::write(&exe, bytes).unwrap();
+        exe
+    }
+
+    fn header(path: &Path) -> PeHeader {
+        PeHeader::read(&std::fs::read(path).unwrap(), "test image")
+            .unwrap()
+            .unwrap()
+    }
+
+    /// `x86_64-w64-mingw32-strip --strip-all` of `src` into `dst` as binutils does it
+    /// when told nothing more, with `env` set.
+    fn plain_strip(src: &Path, dst: &Path, extra: &[&str], env: Option<&str>) {
+        let mut c = Command::new(STRIP_ALL_MINGW.tool);
+        c.args(extra).args(["--strip-all", "-o"]).arg(dst).arg(src);
+        match env {
+            Some(epoch) => c.env("SOURCE_DATE_EPOCH", epoch),
+            None => c.env_remove("SOURCE_DATE_EPOCH"),
+        };
+        assert!(c.status().unwrap().success());
+    }
+
+    #[test]
+    fn a_stripped_pe_keeps_its_inputs_time_stamp_and_carries_its_own_checksum() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = linked_program(dir.path());
+        let kept = dir.path().join("stage/kept.exe");
+        strip_on_copy(&exe, &kept, STRIP_ALL_MINGW).unwrap();
+        let h = header(&kept);
+        assert_eq!(h.time_date_stamp, LINKED);
+        assert_ne!(h.check_sum, 0, "strip writes a checksum");
+        assert_eq!(h.check_sum, h.computed_check_sum, "of the image it wrote");
+
+        // What binutils does on its own: the time of the run, else SOURCE_DATE_EPOCH;
+        // with --preserve-dates the input's time stamp whatever SOURCE_DATE_EPOCH says.
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let now = dir.path().join("now.exe");
+        plain_strip(&exe, &now, &[], None);
+        assert!(u64::from(header(&now).time_date_stamp) >= before);
+        let epoch = dir.path().join("epoch.exe");
+        plain_strip(&exe, &epoch, &[], Some("1700000000"));
+        assert_eq!(header(&epoch).time_date_stamp, 1_700_000_000);
+        let preserved = dir.path().join("preserved.exe");
+        plain_strip(&exe, &preserved, &["--preserve-dates"], Some("1700000000"));
+        assert_eq!(
+            std::fs::read(&preserved).unwrap(),
+            std::fs::read(&kept).unwrap()
+        );
+
+        // A copy stamped otherwise, or with a checksum its bytes do not give, is refused.
+        let e = pe_header_kept(&exe, &now, STRIP_ALL_MINGW)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("not its input's {LINKED}")), "{e}");
+        assert!(
+            e.contains("strip_executables in packaging/tracks.toml"),
+            "{e}"
+        );
+        let mut bytes = std::fs::read(&kept).unwrap();
+        let pe = u32::from_le_bytes(bytes[0x3c..0x40].try_into().unwrap()) as usize;
+        bytes[pe + 88] ^= 1;
+        let wrong = dir.path().join("wrong.exe");
+        std::fs::write(&wrong, bytes).unwrap();
+        let e = pe_header_kept(&exe, &wrong, STRIP_ALL_MINGW)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("neither 0 nor the image's own"), "{e}");
+    }
+
+    #[test]
+    fn an_elf_file_is_stripped_with_nothing_to_keep() {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = tiny_program("cc", dir.path(), "tiny");
+        let dst = dir.path().join("stage/tiny");
+        let strip = Strip {
+            tool: "strip",
+            ..STRIP_ALL_MINGW
+        };
+        strip_on_copy(&prog, &dst, strip).unwrap();
+        assert!(std::fs::read(&dst).unwrap().starts_with(b"\x7fELF"));
     }
 }

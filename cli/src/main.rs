@@ -12,7 +12,7 @@ use audiocpp_engine::backend::{self, BackendKind, RuntimeOptions};
 use audiocpp_engine::families;
 use audiocpp_engine::output;
 use audiocpp_engine::tasks;
-use audiocpp_engine::tts::{self, SpeechInput, SpeechRequest, TtsModel};
+use audiocpp_engine::tts::{self, SpeechInput, SpeechOptions, SpeechRequest, TtsModel};
 use audiocpp_engine::vad::{VadModel, VadOutput, VadParams};
 use audiocpp_engine::EngineError;
 use clap::Parser;
@@ -55,6 +55,21 @@ struct Flags {
     /// TTS: speaking rate, from 0.25 to 4 (1: the voice's own).
     #[arg(long, default_value_t = 1.0)]
     speed: f32,
+    /// TTS: how to speak, for families that follow instructions (qwen3_tts 1.7B: "a calm
+    /// low voice", "very happy").
+    #[arg(long)]
+    instructions: Option<String>,
+    /// TTS: sampling temperature of families that sample (qwen3_tts); 0 decodes greedily
+    /// (reproducible). Default: the model's generation config.
+    #[arg(long)]
+    temperature: Option<f32>,
+    /// TTS: seed of the sampler, so a sampled result can be made again (default 0).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// TTS: the most codec frames one sentence may take (qwen3_tts: 12.5 per second);
+    /// default: the model's generation limit.
+    #[arg(long, value_name = "N")]
+    max_frames: Option<usize>,
     /// TTS: stop with an error once the speech passes this many seconds (default 1800).
     #[arg(long, value_name = "SECONDS")]
     max_speech_s: Option<f64>,
@@ -111,6 +126,7 @@ struct Flags {
     vad_family: String,
     /// ASR: spoken language code (de, en, ...) or auto: detect it on the first 30 s
     /// (multilingual models; English-only ones take en). Default from the model spec: auto.
+    /// TTS (multilingual families, see --list-voices): the text's language, or auto.
     #[arg(long)]
     language: Option<String>,
     /// Backend: cpu, cuda, hip (alias rocm), vulkan, metal, best.
@@ -408,8 +424,9 @@ fn run_tts(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     if flags.list_voices {
         let tts = TtsModel::load(family, model, flags.model_spec_override.as_deref(), &opts)?;
         let voices = tts.voices();
+        let languages = tts.languages();
         if flags.json {
-            let v = serde_json::json!({ "family": family, "sample_rate": tts.sample_rate(), "voices": voices });
+            let v = serde_json::json!({ "family": family, "sample_rate": tts.sample_rate(), "voices": voices, "languages": languages });
             out!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
         } else {
             out!("family={family}");
@@ -417,6 +434,9 @@ fn run_tts(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             out!("voices={}", voices.len());
             for v in &voices {
                 out!("voice={v}");
+            }
+            for l in &languages {
+                out!("language={l}");
             }
         }
         return Ok(());
@@ -441,7 +461,13 @@ fn run_tts(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         input,
         voice: flags.voice.clone(),
         speed: flags.speed,
-        options: Default::default(),
+        options: SpeechOptions {
+            language: flags.language.clone(),
+            instructions: flags.instructions.clone(),
+            temperature: flags.temperature,
+            seed: flags.seed,
+            max_frames: flags.max_frames,
+        },
     };
     tts.check(&req)?;
     let mut samples = Vec::new();

@@ -52,6 +52,7 @@ pub mod hip_arch;
 pub mod log;
 pub mod profile;
 mod signal;
+mod transformer;
 
 use checks::{require, require_view_inside, GraphRoom};
 use custom_op::{OpState, Operand};

@@ -212,6 +212,11 @@ impl TtsModel {
         self.model.languages()
     }
 
+    /// The [`SpeechOptions`] the family reads, by parameter name.
+    pub fn takes_options(&self) -> &'static [&'static str] {
+        self.model.takes_options()
+    }
+
     /// Checks a request against the model without speaking it (errors name the
     /// parameter: `input`, `voice`, `speed`); returns the voice that will speak.
     pub fn check(&self, req: &SpeechRequest) -> Result<String> {

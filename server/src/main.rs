@@ -686,6 +686,7 @@ pub(crate) fn field_of(parameter: &str) -> Option<String> {
     Some(match parameter {
         p if REQUEST_FIELDS.contains(&p) => format!("field '{p}'"),
         "audio" => "field 'file' (or 'audio_base64')".to_string(),
+        "temperature" | "seed" | "max_frames" => format!("field 'options.{parameter}'"),
         "family"
         | "backend"
         | "device"
@@ -706,6 +707,7 @@ const REQUEST_FIELDS: &[&str] = &[
     "input",
     "voice",
     "speed",
+    "instructions",
     "threshold",
     "min_speech_duration_ms",
     "min_silence_duration_ms",

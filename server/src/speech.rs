@@ -50,10 +50,25 @@ struct SpeechBody {
     voice: Option<serde_json::Value>,
     response_format: Option<String>,
     speed: Option<f64>,
-    /// Accepted and ignored: the families served here take no style prompt.
-    #[serde(default, rename = "instructions")]
-    _instructions: Option<serde_json::Value>,
+    /// Honoured by families that follow instructions (Qwen3-TTS 1.7B), ignored by the
+    /// others, as OpenAI's voices without instructions ignore it.
+    instructions: Option<String>,
     stream_format: Option<String>,
+    /// The reference project's extension, for the options OpenAI's body lacks.
+    options: Option<BodyOptions>,
+}
+
+/// `options` of a speech body: audio.cpp's `speaker`, and the engine's speech options.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BodyOptions {
+    /// The voice (audio.cpp's name for a preset speaker).
+    speaker: Option<String>,
+    language: Option<String>,
+    instructions: Option<String>,
+    temperature: Option<f32>,
+    seed: Option<u64>,
+    max_frames: Option<usize>,
 }
 
 /// The audio encodings served.
@@ -104,6 +119,7 @@ struct Checked {
     input: String,
     voice: Option<String>,
     speed: f32,
+    options: tts::SpeechOptions,
     format: Format,
     stream: bool,
 }
@@ -160,6 +176,32 @@ fn check(body: SpeechBody) -> Result<Checked, ApiError> {
         },
         Some(_) => return Err(ApiError::bad_param("voice", "voice must be a voice name")),
     };
+    let o = body.options.unwrap_or_default();
+    let voice = match (voice, o.speaker) {
+        (Some(v), Some(s)) if v.to_lowercase() != s.to_lowercase() => {
+            return Err(ApiError::bad_param(
+                "voice",
+                format!("voice '{v}' and options.speaker '{s}' name two voices; give one"),
+            ))
+        }
+        (v, s) => v.or(s),
+    };
+    if body.instructions.is_some() && o.instructions.is_some() {
+        return Err(ApiError::bad_param(
+            "instructions",
+            "instructions and options.instructions are both given; give one",
+        ));
+    }
+    let options = tts::SpeechOptions {
+        language: o.language,
+        instructions: body
+            .instructions
+            .or(o.instructions)
+            .filter(|i| !i.trim().is_empty()),
+        temperature: o.temperature,
+        seed: o.seed,
+        max_frames: o.max_frames,
+    };
     let stream = match body.stream_format.as_deref() {
         None => false,
         Some("audio") => true,
@@ -184,6 +226,7 @@ fn check(body: SpeechBody) -> Result<Checked, ApiError> {
         input,
         voice,
         speed,
+        options,
         format,
         stream,
     })
@@ -233,13 +276,18 @@ async fn read_body(
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
-/// The engine request for a checked one, checked against the model (the voice).
+/// The engine request for a checked one, checked against the model (the voice, the
+/// options). OpenAI's `instructions` goes only to a family that follows instructions.
 fn engine_request(model: &tts::TtsModel, c: &Checked) -> Result<SpeechRequest, ApiError> {
+    let mut options = c.options.clone();
+    if !model.takes_options().contains(&"instructions") {
+        options.instructions = None;
+    }
     let req = SpeechRequest {
         input: SpeechInput::Text(c.input.clone()),
         voice: c.voice.clone(),
         speed: c.speed,
-        options: Default::default(),
+        options,
     };
     model.check(&req).map_err(crate::engine_error)?;
     Ok(req)

@@ -23,6 +23,7 @@ compile_error!(
 );
 
 pub mod kokoro;
+pub mod qwen3_tts;
 pub mod silero_vad;
 #[cfg(any(test, feature = "test-families"))]
 pub mod test_tone;
@@ -264,6 +265,7 @@ pub const FAMILIES: &[Family] = &[
     silero_vad::FAMILY,
     whisper::FAMILY,
     kokoro::FAMILY,
+    qwen3_tts::FAMILY,
 ];
 
 /// The test-only families (test builds only).
@@ -381,7 +383,7 @@ mod tests {
     fn unknown_family_lists_the_known_ones() {
         let err = find("nope").err().unwrap().to_string();
         assert!(
-            err.contains("silero_vad, whisper, kokoro"),
+            err.contains("silero_vad, whisper, kokoro, qwen3_tts"),
             "{err}"
         );
     }

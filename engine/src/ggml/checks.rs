@@ -282,6 +282,12 @@ pub(super) fn attention(q: &Tensor<'_>, k: &Tensor<'_>, v: &Tensor<'_>) {
     });
 }
 
+/// True for an i32 tensor (token ids, positions, row indices).
+pub(super) fn is_i32(t: &Tensor<'_>) -> bool {
+    // SAFETY: the tensor is live while its context is.
+    unsafe { (*t.raw()).type_ == sys::GGML_TYPE_I32 }
+}
+
 /// `ggml_get_rows(table, indices)`: a table of f32, f16 or q8_0 rows and i32 indices
 /// of fitting dims that the graph does not compute (the scheduler reads them back
 /// once written and refuses one outside the table before the compute; ggml's CPU

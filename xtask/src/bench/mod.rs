@@ -14,7 +14,7 @@ mod asr;
 pub mod deps;
 pub mod dist;
 pub mod kernels;
-mod tts;
+pub mod tts;
 
 /// What to benchmark.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -27,7 +27,8 @@ pub enum Suite {
     Kernels,
     /// Whisper tiny.en (f16, q8_0) vs faster-whisper (float32, int8) on ~60 s of speech.
     Asr,
-    /// Kokoro-82M TTS (f32, f16) vs onnxruntime (int8 export, f32 graph), 1 and 2 threads.
+    /// TTS: Kokoro-82M (f32, f16, q8_0) vs onnxruntime, or with `--family qwen3_tts`
+    /// Qwen3-TTS 1.7B (random weights, f16, q8_0) vs the official code; 1 and 2 threads.
     Tts,
     /// audiocpp_server's per-request overhead for VAD and ASR vs direct CLI runs.
     Server,
@@ -51,6 +52,14 @@ pub struct Args {
     /// and MKL).
     #[arg(long, value_enum, default_value = "native")]
     pub cpu_isa: asr::CpuIsa,
+    /// The family the `tts` bench times.
+    #[arg(long, value_enum, default_value = "kokoro")]
+    pub family: tts::Family,
+    /// `tts --family qwen3_tts`: a Python with torch, transformers 4.57.3 and qwen-tts
+    /// 0.1.1 (xtask/python/qwen3_tts_requirements.txt); default: a venv made from those
+    /// pins under target/bench-qwen3/ (about 5.4 GB, once).
+    #[arg(long)]
+    pub qwen3_python: Option<std::path::PathBuf>,
 }
 
 /// Runs the verb.
@@ -80,7 +89,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         asr::bench(args.repeat, args.cpu_isa)?;
     }
     if all || matches!(args.suite, Suite::Tts) {
-        tts::bench(args.repeat)?;
+        match args.family {
+            tts::Family::Kokoro => tts::bench(args.repeat)?,
+            tts::Family::Qwen3Tts => tts::bench_qwen3(args.repeat, args.qwen3_python.as_deref())?,
+        }
     }
     if all || matches!(args.suite, Suite::Server) {
         bench_server(args.repeat)?;

@@ -104,6 +104,18 @@ pub trait Synthesizer: Send {
     fn languages(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Checks that `voice` is one it speaks with: by default one of
+    /// [`Synthesizer::voices`]; a family may take more (Kokoro's blends of voices).
+    fn check_voice(&self, voice: &str) -> Result<()> {
+        let voices = self.voices();
+        if voices.iter().any(|v| v == voice) {
+            return Ok(());
+        }
+        Err(EngineError::Usage(format!(
+            "parameter 'voice' '{voice}' is not a voice of this model (voices: {})",
+            voices.join(", ")
+        )))
+    }
     /// The [`SpeechOptions`] it reads, by parameter name; a request setting another is
     /// refused by [`TtsModel::check`].
     fn takes_options(&self) -> &'static [&'static str] {
@@ -246,16 +258,11 @@ impl TtsModel {
             )));
         }
         self.model.check_options(&req.options)?;
-        let voices = self.model.voices();
         match &req.voice {
-            None => voices.first().cloned().ok_or_else(|| {
+            None => self.model.voices().first().cloned().ok_or_else(|| {
                 EngineError::Usage(format!("family '{}' has no voices", self.family))
             }),
-            Some(v) if voices.contains(v) => Ok(v.clone()),
-            Some(v) => Err(EngineError::Usage(format!(
-                "parameter 'voice' '{v}' is not a voice of this model (voices: {})",
-                voices.join(", ")
-            ))),
+            Some(v) => self.model.check_voice(v).map(|()| v.clone()),
         }
     }
 

@@ -257,6 +257,45 @@ fn parse_front_end(gold: &str, silver: &str, dialect: Dialect) -> ParsedG2p {
         .map_err(|e| e.to_string())
 }
 
+/// Voices in a blend at most: more adds nothing a listener hears and bounds the work.
+const MAX_BLEND: usize = 8;
+
+/// A voice or a blend of voices, `af_heart:0.7+af_bella:0.3` (Kokoro-FastAPI's form with
+/// `:` weights; a name without a weight weighs 1), as (voice, weight) pairs whose
+/// weights are normalised to sum to 1. The error says what is wrong with the text.
+pub fn parse_blend(voice: &str) -> std::result::Result<Vec<(String, f32)>, String> {
+    let bad = |why: String| {
+        format!("parameter 'voice' '{voice}': {why} (a voice, or a blend such as af_heart:0.7+af_bella:0.3)")
+    };
+    let mut parts = Vec::new();
+    for part in voice.split('+') {
+        let (name, weight) = match part.trim().split_once(':') {
+            Some((n, w)) => (
+                n.trim(),
+                w.trim()
+                    .parse::<f32>()
+                    .map_err(|_| bad(format!("weight '{w}' is not a number")))?,
+            ),
+            None => (part.trim(), 1.0),
+        };
+        if name.is_empty() {
+            return Err(bad("a voice name is empty".into()));
+        }
+        if !(weight.is_finite() && weight > 0.0) {
+            return Err(bad(format!("weight {weight} of {name} must be above 0")));
+        }
+        parts.push((name.to_string(), weight));
+    }
+    if parts.len() > MAX_BLEND {
+        return Err(bad(format!(
+            "{} voices; a blend takes at most {MAX_BLEND}",
+            parts.len()
+        )));
+    }
+    let total: f32 = parts.iter().map(|(_, w)| w).sum();
+    Ok(parts.into_iter().map(|(n, w)| (n, w / total)).collect())
+}
+
 /// The English dialect a voice speaks, from its name's first letter (`af_heart` is US,
 /// `bf_emma` GB); `None` for the voices of other languages.
 pub fn dialect_of_voice(voice: &str) -> Option<Dialect> {
@@ -416,16 +455,42 @@ impl Kokoro {
         Ok(ids)
     }
 
-    /// The style row voice `voice` uses for `tokens` phoneme symbols (256 values).
+    /// The style row voice `voice` uses for `tokens` phoneme symbols (256 values): a
+    /// voice's own, or a blend's ([`parse_blend`]) mixed by its weights.
     pub fn style(&self, voice: &str, tokens: usize) -> Result<Vec<f32>> {
-        let (_, table) = self
-            .voices
-            .iter()
-            .find(|(n, _)| n == voice)
-            .ok_or_else(|| EngineError::Usage(format!("parameter 'voice': no voice '{voice}'")))?;
         let width = 2 * self.hp.style_dim as usize;
-        let row = tokens.clamp(1, table.len() / width) - 1;
-        Ok(table[row * width..(row + 1) * width].to_vec())
+        let mut style = vec![0f32; width];
+        for (name, weight) in self.blend(voice)? {
+            let (_, table) = self
+                .voices
+                .iter()
+                .find(|(n, _)| *n == name)
+                .expect("checked by blend");
+            let row = tokens.clamp(1, table.len() / width) - 1;
+            for (s, v) in style.iter_mut().zip(&table[row * width..(row + 1) * width]) {
+                *s += weight * v;
+            }
+        }
+        Ok(style)
+    }
+
+    /// The voices and weights (summing to 1) of `voice`: one of [`Kokoro`]'s voices, or a
+    /// blend of them, each known.
+    fn blend(&self, voice: &str) -> Result<Vec<(String, f32)>> {
+        let parts = parse_blend(voice).map_err(EngineError::Usage)?;
+        for (name, _) in &parts {
+            if !self.voices.iter().any(|(n, _)| n == name) {
+                return Err(EngineError::Usage(format!(
+                    "parameter 'voice' '{name}' is not a voice of this model (voices: {})",
+                    self.voices
+                        .iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+        Ok(parts)
     }
 
     /// The whole pipeline for `ids` (pads included, at most 512) with the 256-value
@@ -803,6 +868,10 @@ impl Synthesizer for Kokoro {
         self.voices.iter().map(|(n, _)| n.clone()).collect()
     }
 
+    fn check_voice(&self, voice: &str) -> Result<()> {
+        self.blend(voice).map(drop)
+    }
+
     fn takes_phonemes(&self) -> bool {
         true
     }
@@ -915,8 +984,32 @@ fn convert_sources(
 
 #[cfg(test)]
 mod tests {
-    use super::{dialect_of_voice, prosody};
+    use super::{dialect_of_voice, parse_blend, prosody};
     use audiocpp_g2p::Dialect;
+
+    #[test]
+    fn blends_parse_and_normalise() {
+        assert_eq!(
+            parse_blend("af_heart").unwrap(),
+            [("af_heart".to_string(), 1.0)]
+        );
+        let b = parse_blend("af_heart:0.7+af_bella:0.3").unwrap();
+        assert_eq!(b[0].0, "af_heart");
+        assert!((b[0].1 - 0.7).abs() < 1e-6 && (b[1].1 - 0.3).abs() < 1e-6);
+        let b = parse_blend("af_heart:2 + bf_emma").unwrap();
+        assert!((b[0].1 - 2.0 / 3.0).abs() < 1e-6, "{b:?}");
+        for bad in [
+            "af_heart:0",
+            "af_heart:x",
+            "+af_bella",
+            "a:1+b:-1",
+            "af_heart:inf",
+        ] {
+            let err = parse_blend(bad).unwrap_err();
+            assert!(err.contains("parameter 'voice'"), "{bad}: {err}");
+        }
+        assert!(parse_blend(&vec!["af_heart"; 9].join("+")).is_err());
+    }
 
     #[test]
     fn voices_pick_their_dialect() {

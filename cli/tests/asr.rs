@@ -50,8 +50,6 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 const PHRASE: &str = "Speech recognition in Rust is working today.";
-/// Max |difference| allowed between our log-mel features and faster-whisper's.
-const MEL_TOLERANCE: f32 = 1e-4;
 
 fn ct2_dir() -> PathBuf {
     let d = assets().join("whisper-tiny.en-ct2");
@@ -602,40 +600,6 @@ fn the_phrase_comes_out_exactly_and_text_out_is_written() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.value("text").as_deref(), Some(PHRASE), "{}", run.stdout);
     assert_eq!(std::fs::read_to_string(&txt).unwrap().trim_end(), PHRASE);
-}
-
-#[test]
-fn log_mel_matches_faster_whisper() {
-    use audiocpp_engine::asr::AsrModel;
-    use audiocpp_engine::backend::RuntimeOptions;
-    let r = reference();
-    let model = AsrModel::load("whisper", gguf(), None, &RuntimeOptions::default()).unwrap();
-    let mut worst = 0f32;
-    for (clip, want) in r["clips"].as_object().unwrap() {
-        let audio = audiocpp_engine::audio::load(Path::new(clip), 16000).unwrap();
-        let (ours, frames) = model.log_mel(&audio.samples);
-        let shape = want["mel_shape"].as_array().unwrap();
-        let (n_mels, ref_frames) = (
-            shape[0].as_u64().unwrap() as usize,
-            shape[1].as_u64().unwrap() as usize,
-        );
-        assert_eq!(frames, ref_frames + 1, "{clip}: frame count");
-        let bytes = std::fs::read(want["mel"].as_str().unwrap()).unwrap();
-        let theirs: Vec<f32> = bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        assert_eq!(theirs.len(), n_mels * ref_frames);
-        let mut max = 0f32;
-        for m in 0..n_mels {
-            for t in 0..ref_frames {
-                max = max.max((ours[m * frames + t] - theirs[m * ref_frames + t]).abs());
-            }
-        }
-        eprintln!("{clip}: log-mel max |diff| {max:.2e}");
-        worst = worst.max(max);
-    }
-    assert!(worst <= MEL_TOLERANCE, "log-mel max diff {worst}");
 }
 
 #[test]

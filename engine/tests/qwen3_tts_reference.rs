@@ -10,6 +10,8 @@
 //! the reference, codes identical, waveform SNR >= 60 dB. f16 and q8_0 conversions:
 //! stated in `docs/models/qwen3_tts.md` and checked in `f16_and_q8_0_stay_close`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use audiocpp_engine::backend::{Runtime, RuntimeOptions};
@@ -17,6 +19,7 @@ use audiocpp_engine::families::qwen3_tts::decode::{self, Decoding};
 use audiocpp_engine::families::qwen3_tts::{Qwen3Tts, Request, FAMILY};
 use audiocpp_engine::families::ConvertOptions;
 use audiocpp_engine::sampling::Choice;
+use common::snr_db;
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
@@ -106,18 +109,6 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
-}
-
-/// Signal-to-noise ratio of `got` against `want`, in dB.
-fn snr_db(got: &[f32], want: &[f32]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let signal: f64 = want.iter().map(|&x| (x as f64).powi(2)).sum();
-    let noise: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(&a, &b)| ((a - b) as f64).powi(2))
-        .sum();
-    10.0 * (signal / noise.max(1e-30)).log10()
 }
 
 const GREEDY: Choice = Choice {
@@ -233,7 +224,7 @@ fn check_checkpoint(checkpoint: &str) {
         })
         .unwrap();
         let (want_wav, _) = exp.array(case["arrays"]["wav"].as_str().unwrap());
-        let snr = snr_db(&wav, &want_wav);
+        let snr = snr_db(&want_wav, &wav);
         assert!(snr >= 60.0, "{checkpoint}/{name}: waveform SNR {snr:.1} dB");
         eprintln!(
             "{checkpoint}/{name}: {} frames, waveform SNR {snr:.1} dB, logits within {d:.2e}",
@@ -282,7 +273,7 @@ fn chunked_decoding_matches_the_official_chunks() {
         (&chunked, "chunked_first_2_frames", 0, 2),
     ] {
         let (want, _) = exp.array(test["arrays"][key].as_str().unwrap());
-        let snr = snr_db(&span(wav, a, b), &want);
+        let snr = snr_db(&want, &span(wav, a, b));
         assert!(snr >= 60.0, "{key}: SNR {snr:.1} dB");
     }
     // Chunking is visible past frame 300 (the transformer's window is longer than the

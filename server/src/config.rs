@@ -254,7 +254,7 @@ impl Config {
         }
         self.audio_limits()
             .validate()
-            .map_err(|e| audiocpp_engine::error::spell_parameters(&e, &crate::field_of))?;
+            .map_err(|e| audiocpp_engine::error::spell_parameters(&e, &crate::error::field_of))?;
         Ok(())
     }
 

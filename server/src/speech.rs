@@ -22,8 +22,10 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use crate::{acquire, engine_error, internal, run_guarded, slot_by_id, with_model, with_timing};
-use crate::{ApiError, AppState, Loaded};
+use crate::body::unless_declared_over;
+use crate::error::{engine_error, internal, ApiError};
+use crate::pool::{acquire, run_guarded, slot_by_id, with_model, with_timing, Loaded, Slot};
+use crate::AppState;
 
 /// OpenAI's limit on `input`, in characters.
 pub const MAX_INPUT_CHARS: usize = 4096;
@@ -145,7 +147,7 @@ fn check(body: SpeechBody) -> Result<Checked, ApiError> {
         }
     };
     let speed = body.speed.unwrap_or(1.0) as f32;
-    tts::check_speed(speed).map_err(crate::engine_error)?;
+    tts::check_speed(speed).map_err(engine_error)?;
     let input = body
         .input
         .ok_or_else(|| ApiError::bad_param("input", "the 'input' field is required"))?;
@@ -257,7 +259,7 @@ async fn read_body(
     };
     // What the client still sends is drained as far as any endpoint of this server reads.
     let drain = state.cfg.max_body_bytes.saturating_mul(4);
-    let req = crate::unless_declared_over(headers, req, limit, drain).ok_or_else(too_large)?;
+    let req = unless_declared_over(headers, req, limit, drain).ok_or_else(too_large)?;
     let timeout = Duration::from_millis(state.cfg.body_timeout_ms);
     let bytes = tokio::time::timeout(timeout, axum::body::to_bytes(req.into_body(), limit))
         .await
@@ -289,7 +291,7 @@ fn engine_request(model: &tts::TtsModel, c: &Checked) -> Result<SpeechRequest, A
         speed: c.speed,
         options,
     };
-    model.check(&req).map_err(crate::engine_error)?;
+    model.check(&req).map_err(engine_error)?;
     Ok(req)
 }
 
@@ -371,7 +373,7 @@ type FirstAudio = Result<(u32, f64), ApiError>;
 /// `body_timeout_ms` is cut off, freeing the model.
 async fn stream(
     state: &Arc<AppState>,
-    slot: &crate::Slot,
+    slot: &Slot,
     checked: Checked,
 ) -> Result<Response, ApiError> {
     let mut guard = acquire(state, slot).await?;

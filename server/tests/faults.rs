@@ -40,15 +40,7 @@ fn a_panicking_op_fails_its_request_and_the_server_serves_the_next() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let gguf = dir.path().join("tiny.en.gguf");
-    audiocpp_engine::tasks::convert(
-        "whisper",
-        &assets().join("whisper-tiny.en-ct2"),
-        None,
-        &gguf,
-        &Default::default(),
-    )
-    .unwrap();
+    let gguf = common::whisper_tiny_gguf(dir.path());
     let cfg = serde_json::json!({
         "port": 0,
         "threads": 2,

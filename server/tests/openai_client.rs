@@ -54,15 +54,7 @@ print(json.dumps(out))
 #[test]
 fn openai_client_transcribes_through_the_server() {
     let dir = tempfile::tempdir().unwrap();
-    let gguf = dir.path().join("tiny.en.gguf");
-    audiocpp_engine::tasks::convert(
-        "whisper",
-        &assets().join("whisper-tiny.en-ct2"),
-        None,
-        &gguf,
-        &Default::default(),
-    )
-    .unwrap();
+    let gguf = common::whisper_tiny_gguf(dir.path());
     let cfg = serde_json::json!({
         "port": 0,
         "threads": 2,

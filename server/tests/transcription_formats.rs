@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{root, Server};
+use common::{root, wer, words, Server};
 
 /// Max word error rate of each format's text against faster-whisper's default one.
 const MAX_WER: f64 = 0.05;
@@ -46,15 +46,7 @@ fn greedy_specs(dir: &Path) -> PathBuf {
 }
 
 fn start(dir: &Path) -> Server {
-    let gguf = dir.join("tiny.en.gguf");
-    audiocpp_engine::tasks::convert(
-        "whisper",
-        &assets().join("whisper-tiny.en-ct2"),
-        None,
-        &gguf,
-        &Default::default(),
-    )
-    .unwrap();
+    let gguf = common::whisper_tiny_gguf(dir);
     let cfg = serde_json::json!({
         "port": 0,
         "threads": 2,
@@ -99,34 +91,6 @@ fn cues(body: &str) -> Vec<(f64, f64, String)> {
             ))
         })
         .collect()
-}
-
-fn words(text: &str) -> Vec<String> {
-    text.split_whitespace()
-        .map(|w| {
-            w.chars()
-                .filter(|c| c.is_alphanumeric() || *c == '\'')
-                .collect::<String>()
-                .to_lowercase()
-        })
-        .filter(|w| !w.is_empty())
-        .collect()
-}
-
-/// Word error rate of `hyp` against `reference` (word-level edit distance over its
-/// length).
-fn wer(hyp: &str, reference: &str) -> f64 {
-    let (h, r) = (words(hyp), words(reference));
-    let mut prev: Vec<usize> = (0..=r.len()).collect();
-    for (i, hw) in h.iter().enumerate() {
-        let mut row = vec![i + 1];
-        for (j, rw) in r.iter().enumerate() {
-            let sub = prev[j] + usize::from(hw != rw);
-            row.push(sub.min(prev[j + 1] + 1).min(row[j] + 1));
-        }
-        prev = row;
-    }
-    prev[r.len()] as f64 / r.len().max(1) as f64
 }
 
 /// The speech reference Silero finds in the clip named like `clip`, in seconds.

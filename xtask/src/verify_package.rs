@@ -115,6 +115,13 @@ pub fn verify(
             "{notices} is missing (the licences of what the executables link ask for it)"
         ));
     }
+    for licence in crate::dist::notices::OWN_LICENCES {
+        if !entries.contains_key(&format!("{root}/{licence}")) {
+            problems.push(format!(
+                "{licence} is missing (the project's own licence travels with every copy)"
+            ));
+        }
+    }
     let mut listed = std::collections::BTreeSet::new();
     for f in &manifest.files {
         let name = format!("{root}/{}", f.path);

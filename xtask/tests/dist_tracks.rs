@@ -120,6 +120,9 @@ fn rocm6_package_is_verified_filtered_and_reproducible() {
         "msvcp140.dll",
         "ggml-hip.dll",
         "README.md",
+        "THIRD-PARTY-NOTICES.md",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
         "manifest.json",
     ] {
         assert!(names.contains(&format!("{root}{must}")), "{must} missing");
@@ -358,14 +361,14 @@ fn tampered_zip_fails_verify_package() {
     let out = dir.path().join("dist");
     assert!(dist("rocm6", &f, &out, &[]).status.success());
     let zip = out.join("audiocpp-windows-hip-rocm6.zip");
-    // Rewrite the zip without one DLL: the manifest, the sha256 file and the dependency
-    // walk must all notice.
+    // Rewrite the zip without one DLL and without our MIT licence: the manifest, the
+    // sha256 file, the dependency walk and the licence check must all notice.
     let mut src = zip::ZipArchive::new(std::fs::File::open(&zip).unwrap()).unwrap();
     let bad = dir.path().join("bad.zip");
     let mut w = zip::ZipWriter::new(std::fs::File::create(&bad).unwrap());
     for i in 0..src.len() {
         let e = src.by_index(i).unwrap();
-        if e.name().ends_with("/hipblaslt.dll") {
+        if e.name().ends_with("/hipblaslt.dll") || e.name().ends_with("/LICENSE-MIT") {
             continue;
         }
         w.raw_copy_file(e).unwrap();
@@ -379,6 +382,7 @@ fn tampered_zip_fails_verify_package() {
         "{text}"
     );
     assert!(text.contains("dependency check"), "{text}");
+    assert!(text.contains("LICENSE-MIT is missing"), "{text}");
 }
 
 #[test]

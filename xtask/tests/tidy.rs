@@ -31,6 +31,7 @@ fn files(exts: &[&str]) -> Vec<PathBuf> {
         "server",
         "g2p",
         "text",
+        "test-support",
         "gemm",
         "xtask",
         "fuzz",

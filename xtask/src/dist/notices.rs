@@ -20,6 +20,10 @@ use serde::Deserialize;
 /// The file name inside a package.
 pub const FILE_NAME: &str = "THIRD-PARTY-NOTICES.md";
 
+/// The project's own licence files (the workspace is `MIT OR Apache-2.0`): copied from
+/// the repository's root into every package, beside [`FILE_NAME`].
+pub const OWN_LICENCES: [&str; 2] = ["LICENSE-MIT", "LICENSE-APACHE"];
+
 /// `packaging/notices.toml`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

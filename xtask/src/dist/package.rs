@@ -473,6 +473,11 @@ fn stage_verify_zip(
         &stage.join(notices::FILE_NAME),
     )
     .context("writing the third-party notices")?;
+    for name in notices::OWN_LICENCES {
+        let src = crate::project::project_root().join(name);
+        std::fs::copy(&src, stage.join(name))
+            .with_context(|| format!("copying the project's licence {}", src.display()))?;
+    }
 
     let policy = Policy::new(ctx.tracks, ctx.tracks_path, Some(&plan.track))
         .with_context(|| format!("loading the dependency policy for {}", plan.track))?;
@@ -519,6 +524,14 @@ fn stage_verify_zip(
         sha256: sha256_file(&stage.join(notices::FILE_NAME))?,
         role: "document".into(),
     });
+    for name in notices::OWN_LICENCES {
+        files.push(ManifestFile {
+            path: name.into(),
+            size: std::fs::metadata(stage.join(name))?.len(),
+            sha256: sha256_file(&stage.join(name))?,
+            role: "document".into(),
+        });
+    }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     let epoch = source_date_epoch();
     let manifest = Manifest {
@@ -572,7 +585,8 @@ fn stage_verify_zip(
             executable: is_executable_entry(f.role, ctx.track.os),
         })
         .collect();
-    for doc in ["README.md", notices::FILE_NAME, "manifest.json"] {
+    let documents = ["README.md", notices::FILE_NAME, "manifest.json"];
+    for doc in documents.into_iter().chain(notices::OWN_LICENCES) {
         entries.push(ZipEntry {
             name: format!("{}/{doc}", plan.package),
             src: stage.join(doc),

@@ -439,7 +439,7 @@ mod tests {
     //! SNR >= 35 dB, and >= 80 dB when fed the reference's own source STFT (which checks
     //! the network alone: the source differs by rounding, and the phases of its empty
     //! bins are rounding noise; >= 50 dB with f16 weights); the same samples at 1 thread.
-    //! The waveform's log-mel is checked once, end to end, by cli/tests/tts_reference.rs
+    //! The waveform's log-mel is checked once, end to end, by engine/tests/kokoro_reference.rs
     //! (which `cargo xtask test` runs), not again here.
 
     use std::collections::HashMap;

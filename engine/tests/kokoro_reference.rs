@@ -5,6 +5,7 @@
 //! SNR >= 70 dB; with the reference's durations forced, the harmonic source >= 40 dB
 //! and the generator's magnitude >= 35 dB; final audio log-mel MAE <= 0.03 and cosine
 //! >= 0.9998 (f16 weights: MAE <= 0.06, cosine >= 0.9995); frames x 600 samples.
+//! The GGUFs are converted by the engine's converter ([`common::kokoro_gguf`]).
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 
 use audiocpp_engine::backend::RuntimeOptions;
 use audiocpp_engine::families::kokoro::Kokoro;
-use common::{assets, kokoro_gguf};
+use common::{kokoro_gguf, snr_db};
 
 /// One reference case: its arrays by name (values as f64, int arrays too) and shapes.
 struct Case {
@@ -54,7 +55,7 @@ impl Case {
 
 /// The reference cases (at least two), sorted by name.
 fn cases() -> Vec<Case> {
-    let dir = assets().join("kokoro-ref");
+    let dir = common::assets_dir().join("kokoro-ref");
     let mut out = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| {
         panic!(
@@ -89,17 +90,6 @@ fn model(quantize: &str) -> Kokoro {
         ..RuntimeOptions::default()
     };
     Kokoro::open(&kokoro_gguf(quantize), &opts).expect("the converted GGUF loads")
-}
-
-/// Signal-to-noise ratio of `x` against `reference`, in dB.
-fn snr_db(reference: &[f32], x: &[f32]) -> f64 {
-    assert_eq!(reference.len(), x.len(), "lengths differ");
-    let (mut signal, mut noise) = (0f64, 0f64);
-    for (&r, &v) in reference.iter().zip(x) {
-        signal += (r as f64).powi(2);
-        noise += (r as f64 - v as f64).powi(2);
-    }
-    10.0 * (signal / noise.max(1e-30)).log10()
 }
 
 /// Natural-log mel spectrogram of 24 kHz audio: n_fft 1024, hop 256, periodic Hann, 80

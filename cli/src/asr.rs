@@ -1,0 +1,141 @@
+//! `--task asr`: the transcript of an audio file (whole, or cut by a VAD model first with
+//! `--vad-model`), printed and optionally written as text and as JSON segments.
+
+use std::path::Path;
+
+use audiocpp_engine::asr::{AsrModel, AsrOutput};
+use audiocpp_engine::audio;
+use audiocpp_engine::output;
+use audiocpp_engine::task::Task;
+use audiocpp_engine::vad::VadModel;
+
+use crate::flags::Flags;
+use crate::print::{self, out};
+use crate::{usage, Failure};
+
+/// Transcribes `--audio` with the model `model` of `family`.
+pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
+    let audio = flags.audio.input(Task::Asr)?;
+    let opts = flags.runtime.options()?;
+    let limits = flags.audio.limits()?;
+    let spec = flags.runtime.model_spec_override.as_deref();
+    let mut asr = AsrModel::load(family, model, spec, &opts)?;
+    let mut decode = asr.default_options();
+    if let Some(lang) = &flags.asr.language {
+        decode.language = lang.clone();
+    }
+    decode.without_timestamps = flags.asr.without_timestamps;
+    if let Some(t) = &flags.asr.temperatures {
+        if t.is_empty() || t.iter().any(|&x| !(0.0..=2.0).contains(&x)) {
+            return Err(usage(format!(
+                "--temperatures {t:?}: give values between 0 and 2, e.g. 0,0.2,0.4"
+            )));
+        }
+        decode.temperatures = t.clone();
+    }
+    if flags.vad.vad_chunks_out.is_some() {
+        return Err(usage("--vad-chunks-out is for --task vad"));
+    }
+    let tuning = flags.vad.tuning();
+    if let (None, Some((flag, _))) = (
+        &flags.asr.vad_model,
+        tuning.iter().find(|(_, given)| *given),
+    ) {
+        return Err(usage(format!(
+            "{flag} tunes the VAD of --task asr: give --vad-model FILE too (or run --task vad)"
+        )));
+    }
+    let out = match &flags.asr.vad_model {
+        None => {
+            let samples = audio::load_limited(audio, asr.sample_rate(), &limits)?.samples;
+            asr.run_samples(&samples, &decode)?
+        }
+        Some(vad_path) => {
+            if !vad_path.is_file() {
+                return Err(usage(format!(
+                    "--vad-model '{}' does not exist or is not a file",
+                    vad_path.display()
+                )));
+            }
+            // A spec folder serves both models; a single spec file is the ASR model's.
+            let specs = spec.filter(|p| p.is_dir());
+            let mut vad =
+                VadModel::load(&flags.asr.vad_family, vad_path, specs, &opts).map_err(|e| {
+                    let f = Failure::from(e);
+                    Failure {
+                        message: format!("--vad-model: {}", f.message),
+                        ..f
+                    }
+                })?;
+            let params = flags.vad.params(vad.asr_chunking_params());
+            let samples = audio::load_limited(audio, asr.sample_rate(), &limits)?.samples;
+            asr.run_samples_with_vad(&samples, &decode, &mut vad, &params)?
+        }
+    };
+    if let Some(path) = &flags.asr.text_out {
+        output::write_bytes(path, format!("{}\n", out.text).as_bytes())?;
+    }
+    if let Some(path) = &flags.asr.segments_out {
+        output::write_bytes(path, segments_json(&out).as_bytes())?;
+    }
+    if flags.json {
+        print::json(&json(&out, flags.asr.timestamps))
+    } else {
+        print_lines(&out, flags.asr.timestamps)
+    }
+}
+
+/// The `--json` result: segments carry their times only with `--timestamps`.
+fn json(out: &AsrOutput, timestamps: bool) -> serde_json::Value {
+    let mut v = serde_json::to_value(out).expect("serialises");
+    if !timestamps {
+        for seg in v["segments"].as_array_mut().into_iter().flatten() {
+            if let Some(fields) = seg.as_object_mut() {
+                fields.remove("start");
+                fields.remove("end");
+            }
+        }
+    }
+    v
+}
+
+/// The `key=value` result.
+fn print_lines(out: &AsrOutput, timestamps: bool) -> Result<(), Failure> {
+    out!("task=asr");
+    out!("family={}", out.family);
+    out!("device={}", out.device);
+    out!("spec_source={}", out.spec_source);
+    out!("audio_seconds={:.3}", out.audio_seconds);
+    out!("language={}", out.language);
+    if let Some(p) = out.language_probability {
+        out!("language_probability={p:.4}");
+    }
+    out!("segments={}", out.segments.len());
+    for (i, s) in out.segments.iter().enumerate() {
+        if timestamps {
+            out!("segment.{i}={:.2}-{:.2} {}", s.start, s.end, s.text.trim());
+        } else {
+            out!("segment.{i}={}", s.text.trim());
+        }
+    }
+    out!("text={}", out.text);
+    out!("decode_passes={}", out.decode_passes);
+    out!("inference_ms={:.2}", out.inference_ms);
+    if out.audio_seconds > 0.0 {
+        out!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);
+    }
+    Ok(())
+}
+
+/// The `--segments-out` file.
+fn segments_json(out: &AsrOutput) -> String {
+    let segs: Vec<serde_json::Value> = out
+        .segments
+        .iter()
+        .map(|s| serde_json::json!({ "start": s.start, "end": s.end, "text": s.text.trim() }))
+        .collect();
+    serde_json::to_string_pretty(&serde_json::json!({
+        "audio_seconds": out.audio_seconds, "text": out.text, "segments": segs,
+    }))
+    .expect("serialises")
+}

@@ -1,0 +1,188 @@
+//! `--task tts` and `--list-voices`: speaks text or phonemes into a 16-bit WAV through the
+//! engine's one output writer (`--out -`: the WAV to standard output, the report to
+//! standard error), or lists a model's voices and languages.
+//!
+//! The engine checks every request ([`TtsModel::check`]); what this module checks first
+//! is the CLI's own: flags of other tasks, exactly one input flag, and the cheap
+//! parameters (speed, the speech limit, the output path) before a model is loaded, with
+//! errors that name the flag the user gave.
+
+use std::path::Path;
+
+use audiocpp_engine::output;
+use audiocpp_engine::tts::{self, SpeechInput, SpeechOptions, SpeechRequest, TtsModel};
+
+use crate::flags::Flags;
+use crate::print::{self, out};
+use crate::{usage, Failure};
+
+/// The largest `--text-file` read: far more text than an hour of speech, and a bound on
+/// what a mistaken path (a disk image, a log) makes the CLI read.
+const MAX_TEXT_FILE_BYTES: u64 = 1 << 20;
+
+/// Speaks the input (or lists the voices) with the model `model` of `family`.
+pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
+    if let Some(flag) = [
+        ("--audio", flags.audio.audio.is_some()),
+        ("--text-out", flags.asr.text_out.is_some()),
+        ("--vad-model", flags.asr.vad_model.is_some()),
+        ("--quantize", flags.convert.quantize.is_some()),
+    ]
+    .iter()
+    .find(|(_, given)| *given)
+    .map(|(f, _)| f)
+    {
+        return Err(usage(format!("{flag} is not a flag of --task tts")));
+    }
+    let opts = flags.runtime.options()?;
+    let spec = flags.runtime.model_spec_override.as_deref();
+    if flags.list_voices {
+        let tts = TtsModel::load(family, model, spec, &opts)?;
+        return list_voices(&tts, family, flags.json);
+    }
+    let t = &flags.tts;
+    let input = speech_input(flags)?;
+    tts::check_speed(t.speed)?;
+    let max_speech_s = t.max_speech_s.unwrap_or(tts::DEFAULT_MAX_SPEECH_S);
+    tts::check_max_speech_s(max_speech_s)?;
+    let out_path = flags
+        .out
+        .as_deref()
+        .ok_or_else(|| usage("--task tts needs --out FILE.wav (or --out - for standard output)"))?;
+    // Refuse an output that cannot be written (a directory) before synthesizing.
+    output::plan(out_path)?;
+    let mut tts = TtsModel::load(family, model, spec, &opts)?;
+    if matches!(input, SpeechInput::Phonemes(_)) && !tts.takes_phonemes() {
+        return Err(usage(format!(
+            "--phonemes: family '{family}' takes text, not phonemes (use --text)"
+        )));
+    }
+    let req = SpeechRequest {
+        input,
+        voice: t.voice.clone(),
+        speed: t.speed,
+        options: SpeechOptions {
+            language: flags.asr.language.clone(),
+            instructions: t.instructions.clone(),
+            temperature: t.temperature,
+            seed: t.seed,
+            max_frames: t.max_frames,
+        },
+    };
+    tts.check(&req)?;
+    let mut samples = Vec::new();
+    let stats = tts.run_streamed(&req, max_speech_s, &mut |chunk| {
+        samples.extend_from_slice(chunk);
+        Ok(())
+    })?;
+    output::write_wav(out_path, &samples, stats.sample_rate)?;
+    let rtf = if stats.audio_seconds > 0.0 {
+        stats.inference_ms / 1000.0 / stats.audio_seconds
+    } else {
+        0.0
+    };
+    let to_stdout = out_path.as_os_str() == "-";
+    let report = if flags.json {
+        let mut v = serde_json::to_value(&stats).expect("serialises");
+        v["task"] = "tts".into();
+        v["out"] = out_path.display().to_string().into();
+        v["rtf"] = rtf.into();
+        serde_json::to_string_pretty(&v).expect("serialises")
+    } else {
+        format!(
+            "task=tts\nfamily={}\ndevice={}\nspec_source={}\nvoice={}\nsample_rate={}\nsentences={}\naudio_seconds={:.3}\nfirst_audio_ms={:.2}\ninference_ms={:.2}\nrtf={rtf:.5}\nout={}",
+            stats.family,
+            stats.device,
+            stats.spec_source,
+            stats.voice,
+            stats.sample_rate,
+            stats.sentences,
+            stats.audio_seconds,
+            stats.first_audio_ms,
+            stats.inference_ms,
+            out_path.display()
+        )
+    };
+    if to_stdout {
+        eprintln!("{report}");
+    } else {
+        out!("{report}");
+    }
+    Ok(())
+}
+
+/// `--list-voices`: the model's rate, voices and languages.
+fn list_voices(tts: &TtsModel, family: &str, json: bool) -> Result<(), Failure> {
+    let voices = tts.voices();
+    let languages = tts.languages();
+    if json {
+        return print::json(&serde_json::json!({
+            "family": family, "sample_rate": tts.sample_rate(), "voices": voices,
+            "languages": languages,
+        }));
+    }
+    out!("family={family}");
+    out!("sample_rate={}", tts.sample_rate());
+    out!("voices={}", voices.len());
+    for v in &voices {
+        out!("voice={v}");
+    }
+    for l in &languages {
+        out!("language={l}");
+    }
+    Ok(())
+}
+
+/// What `--task tts` speaks, from exactly one of --text, --text-file, --phonemes.
+fn speech_input(flags: &Flags) -> Result<SpeechInput, Failure> {
+    let t = &flags.tts;
+    let given: Vec<&str> = [
+        ("--text", t.text.is_some()),
+        ("--text-file", t.text_file.is_some()),
+        ("--phonemes", t.phonemes.is_some()),
+    ]
+    .iter()
+    .filter(|(_, g)| *g)
+    .map(|(f, _)| *f)
+    .collect();
+    if given.len() > 1 {
+        return Err(usage(format!(
+            "{} were given; --task tts speaks one of them",
+            given.join(" and ")
+        )));
+    }
+    let (flag, input) = if let Some(text) = &t.text {
+        ("--text", SpeechInput::Text(text.clone()))
+    } else if let Some(p) = &t.phonemes {
+        ("--phonemes", SpeechInput::Phonemes(p.clone()))
+    } else if let Some(path) = &t.text_file {
+        ("--text-file", SpeechInput::Text(read_text_file(path)?))
+    } else {
+        return Err(usage(
+            "--task tts needs --text TEXT, --text-file FILE or --phonemes PHONEMES",
+        ));
+    };
+    let (SpeechInput::Text(text) | SpeechInput::Phonemes(text)) = &input;
+    if text.trim().is_empty() {
+        return Err(usage(format!("{flag} is empty: give something to speak")));
+    }
+    Ok(input)
+}
+
+/// The UTF-8 text of `--text-file`, at most [`MAX_TEXT_FILE_BYTES`] of it.
+fn read_text_file(path: &Path) -> Result<String, Failure> {
+    let cannot = |why: String| usage(format!("--text-file '{}': {why}", path.display()));
+    let file = std::fs::File::open(path).map_err(|e| cannot(format!("cannot read it: {e}")))?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, MAX_TEXT_FILE_BYTES + 1),
+        &mut bytes,
+    )
+    .map_err(|e| cannot(format!("cannot read it: {e}")))?;
+    if bytes.len() as u64 > MAX_TEXT_FILE_BYTES {
+        return Err(cannot(format!(
+            "it is larger than {MAX_TEXT_FILE_BYTES} bytes; split it into smaller files"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| cannot(format!("it is not UTF-8 text ({e})")))
+}

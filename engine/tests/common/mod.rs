@@ -1,0 +1,79 @@
+//! Helpers shared by the engine's integration tests: the workspace's test support
+//! (assets, word and signal metrics) and the models the tests convert with the engine's
+//! own converters from the pinned sources.
+
+#![allow(dead_code, unused_imports)]
+
+use std::path::{Path, PathBuf};
+
+use audiocpp_engine::families::ConvertOptions;
+
+pub use audiocpp_test_support::{assets, assets_dir, snr_db, specs};
+
+/// The Kokoro sources `cargo xtask test` fetches (int8 ONNX, voices), checked.
+pub fn kokoro_dir() -> PathBuf {
+    assets(&["kokoro/kokoro.onnx", "kokoro/voices/af_heart.bin"]).join("kokoro")
+}
+
+/// Converts the pinned Kokoro sources (the int8 ONNX, every voice, the vocabulary and
+/// lexicons) with weight type `quantize` into `out`, with the repository's specs.
+pub fn convert_kokoro(quantize: &str, out: &Path) -> audiocpp_engine::tasks::ConvertOutput {
+    let a = assets(&["kokoro-vocab.json", "misaki/us_gold.json"]);
+    let src = kokoro_dir();
+    let options = ConvertOptions {
+        quantize: Some(quantize.to_string()),
+        sources: vec![
+            ("voices".into(), src.join("voices")),
+            ("vocab".into(), a.join("kokoro-vocab.json")),
+            ("lexicons".into(), a.join("misaki")),
+        ],
+    };
+    audiocpp_engine::tasks::convert(
+        "kokoro",
+        &src.join("kokoro.onnx"),
+        Some(&specs()),
+        out,
+        &options,
+    )
+    .unwrap_or_else(|e| panic!("converting Kokoro ({quantize}): {e}"))
+}
+
+/// A Kokoro GGUF (`quantize`: `f32`, `f16` or `q8_0`), converted by [`convert_kokoro`]
+/// and cached in this crate's test scratch folder (`CARGO_TARGET_TMPDIR`), made again
+/// when the test binary (which holds the converter) or the spec changed: a stamp beside
+/// it records both.
+pub fn kokoro_gguf(quantize: &str) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let out = dir.join(format!("kokoro-{quantize}.gguf"));
+    let stamp = dir.join(format!("kokoro-{quantize}.gguf.stamp"));
+    let mtime = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        format!("{:?} {}", m.modified().unwrap(), m.len())
+    };
+    let exe = std::env::current_exe().unwrap();
+    let want = format!("{} | {}", mtime(&exe), mtime(&specs().join("kokoro.json")));
+    if out.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return out;
+    }
+    convert_kokoro(quantize, &out);
+    std::fs::write(&stamp, want).unwrap();
+    out
+}
+
+/// Whisper tiny.en converted from the pinned CTranslate2 model (f16, the repository's
+/// specs) into `dir`; returns the GGUF's path.
+pub fn whisper_tiny_gguf(dir: &Path) -> PathBuf {
+    let ct2 = assets(&["whisper-tiny.en-ct2/model.bin"]).join("whisper-tiny.en-ct2");
+    let out = dir.join("whisper-tiny.en.gguf");
+    audiocpp_engine::tasks::convert(
+        "whisper",
+        &ct2,
+        Some(&specs()),
+        &out,
+        &ConvertOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("converting Whisper tiny.en: {e}"));
+    out
+}

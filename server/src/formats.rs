@@ -1,0 +1,85 @@
+//! A finished transcript in the shapes OpenAI's transcription API answers with besides
+//! plain JSON: verbose_json, SRT and WebVTT cues, plain text, and server-sent events.
+
+use audiocpp_engine::asr::AsrOutput;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::languages;
+
+/// `text` as a `text/plain` UTF-8 answer.
+pub fn plain_text(text: String) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+}
+
+/// `verbose_json`: the language by name, the duration, and every segment with its
+/// decoding statistics.
+pub fn verbose_json(out: &AsrOutput) -> serde_json::Value {
+    let segments: Vec<serde_json::Value> = out
+        .segments
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            json!({
+                "id": i, "seek": s.seek, "start": s.start, "end": s.end, "text": s.text,
+                "tokens": s.tokens, "temperature": s.temperature, "avg_logprob": s.avg_logprob,
+                "compression_ratio": s.compression_ratio, "no_speech_prob": s.no_speech_prob,
+            })
+        })
+        .collect();
+    json!({
+        "task": "transcribe", "language": languages::name(&out.language),
+        "duration": out.audio_seconds, "text": out.text, "segments": segments,
+    })
+}
+
+/// A finished transcript as the server-sent events OpenAI's streaming transcription
+/// sends: one `transcript.text.delta` per segment, then `transcript.text.done`.
+pub fn transcript_events(out: &AsrOutput) -> Response {
+    let mut body = String::new();
+    for seg in &out.segments {
+        let e = json!({ "type": "transcript.text.delta", "delta": seg.text, "logprobs": null });
+        body.push_str(&format!("data: {e}\n\n"));
+    }
+    let done = json!({ "type": "transcript.text.done", "text": out.text, "logprobs": null });
+    body.push_str(&format!("data: {done}\n\n"));
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// SRT or WebVTT cues, one per segment.
+pub fn subtitles(out: &AsrOutput, vtt: bool) -> String {
+    let stamp = |t: f64| {
+        let ms = (t * 1000.0).round() as u64;
+        let (h, m, s, f) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+        if vtt {
+            format!("{h:02}:{m:02}:{s:02}.{f:03}")
+        } else {
+            format!("{h:02}:{m:02}:{s:02},{f:03}")
+        }
+    };
+    let mut text = if vtt {
+        "WEBVTT\n\n".to_string()
+    } else {
+        String::new()
+    };
+    for (i, seg) in out.segments.iter().enumerate() {
+        if !vtt {
+            text.push_str(&format!("{}\n", i + 1));
+        }
+        text.push_str(&format!(
+            "{} --> {}\n{}\n\n",
+            stamp(seg.start),
+            stamp(seg.end),
+            seg.text.trim()
+        ));
+    }
+    text
+}

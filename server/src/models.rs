@@ -1,0 +1,46 @@
+//! `GET /v1/models` and `GET /v1/models/{id}`: the served models as OpenAI's model
+//! objects, with their family, task and load status.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::Json;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::pool::{model_not_found, Slot, SlotState};
+use crate::AppState;
+
+/// One model as OpenAI's model object, with its family, task and load status.
+fn model_object(state: &AppState, slot: &Slot) -> serde_json::Value {
+    // A model running (or loading) holds its lock: say so instead of waiting for it.
+    let status = match slot.model.try_lock().as_deref() {
+        Ok(SlotState::Unloaded) => "not_loaded",
+        Ok(SlotState::Ready(_)) => "ready",
+        Ok(SlotState::Failed) => "failed",
+        Err(_) => "busy",
+    };
+    json!({
+        "id": slot.entry.id, "object": "model", "created": state.started_unix_s,
+        "owned_by": "audiocpp", "family": slot.entry.family, "task": slot.entry.task,
+        "status": status,
+    })
+}
+
+/// `GET /v1/models`.
+pub async fn list_models(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let mut data = Vec::new();
+    for slot in state.slots.values() {
+        data.push(model_object(&state, slot));
+    }
+    Json(json!({ "object": "list", "data": data }))
+}
+
+/// `GET /v1/models/{id}`.
+pub async fn get_model(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let slot = state.slots.get(&id).ok_or_else(|| model_not_found(&id))?;
+    Ok(Json(model_object(&state, slot)))
+}

@@ -1,0 +1,220 @@
+//! What the workspace's integration tests share, written once: where the pinned test
+//! assets and the test venv's Python are (each failing loudly, naming the remedy, when
+//! missing), running one of the workspace's binaries and capturing what it printed,
+//! and the word-level and signal metrics the speech tests assert on.
+//!
+//! A dev-dependency only (never in a release build, never published), and free of the
+//! engine so that the engine's own tests can use it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("test-support sits in the workspace root")
+        .to_path_buf()
+}
+
+/// The pinned test assets' folder: `AUDIOCPP_TEST_ASSETS`, or `target/test-assets` where
+/// `cargo xtask test` fetches them. Not checked; see [`assets`].
+pub fn assets_dir() -> PathBuf {
+    std::env::var_os("AUDIOCPP_TEST_ASSETS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/test-assets"))
+}
+
+/// The pinned test assets' folder, checked to hold each of `required` (files inside
+/// it); fails loudly, naming the missing file and the remedy.
+pub fn assets(required: &[&str]) -> PathBuf {
+    let dir = assets_dir();
+    for r in required {
+        assert!(
+            dir.join(r).is_file(),
+            "test assets are missing in {} ({r} is not there): run `cargo xtask test`, which fetches the pinned models and makes the reference results",
+            dir.display()
+        );
+    }
+    dir
+}
+
+/// The file `rel` among the test assets, checked to exist.
+pub fn asset(rel: &str) -> PathBuf {
+    assets(&[rel]).join(rel)
+}
+
+/// A clip the asset step generated (`clips/<name>`), checked to exist.
+pub fn clip(name: &str) -> PathBuf {
+    asset(&format!("clips/{name}"))
+}
+
+/// The repository's model spec folder.
+pub fn specs() -> PathBuf {
+    root().join("model_specs")
+}
+
+/// The test venv's Python (numpy, onnxruntime, faster-whisper, openai):
+/// `AUDIOCPP_TEST_PYTHON`, or the venv among the assets; fails loudly when missing.
+pub fn python() -> PathBuf {
+    let p = std::env::var_os("AUDIOCPP_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| assets_dir().join("venv/bin/python"));
+    assert!(
+        p.is_file(),
+        "the test venv's python is missing ({}): run `cargo xtask test`",
+        p.display()
+    );
+    p
+}
+
+/// A path as `&str` (the tests' paths are UTF-8).
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 path")
+}
+
+/// What one run of a binary printed, and how it ended.
+pub struct Run {
+    /// The exit code (-1 when a signal ended it).
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// The value of a `key=value` line of standard output.
+    pub fn value(&self, key: &str) -> Option<String> {
+        self.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")).map(str::to_string))
+    }
+}
+
+/// Runs `exe` with `args` in `cwd` with extra environment variables `env`, to its end;
+/// fails when it panicked (a user error must never be a panic).
+pub fn run(exe: &Path, cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
+    let out = Command::new(exe)
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(cwd)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", exe.display()));
+    let run = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(
+        !run.stderr.contains("panicked"),
+        "{} panicked: {}",
+        exe.display(),
+        run.stderr
+    );
+    run
+}
+
+/// Asserts a usage or input failure: exit code 2, `needle` on standard error, and
+/// nothing on standard output.
+pub fn assert_user_error(run: &Run, needle: &str) {
+    assert_eq!(
+        run.code, 2,
+        "expected exit 2, got {}: {}",
+        run.code, run.stderr
+    );
+    assert!(
+        run.stderr.contains(needle),
+        "stderr lacks {needle:?}: {}",
+        run.stderr
+    );
+    assert!(
+        run.stdout.is_empty(),
+        "no result on failure: {}",
+        run.stdout
+    );
+}
+
+/// Lower-case words without punctuation (apostrophes kept), as a word error rate
+/// compares them.
+pub fn words(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| c.is_alphanumeric() || *c == '\'')
+                .collect::<String>()
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Word-level edit distance between `hyp` and `reference`.
+pub fn word_errors(hyp: &[String], reference: &[String]) -> usize {
+    let mut prev: Vec<usize> = (0..=reference.len()).collect();
+    for (i, h) in hyp.iter().enumerate() {
+        let mut row = vec![i + 1];
+        for (j, r) in reference.iter().enumerate() {
+            let sub = prev[j] + usize::from(h != r);
+            row.push(sub.min(prev[j + 1] + 1).min(row[j] + 1));
+        }
+        prev = row;
+    }
+    prev[reference.len()]
+}
+
+/// Word error rate of the text `hyp` against the text `reference`: [`word_errors`] of
+/// their [`words`] over the reference's word count.
+pub fn wer(hyp: &str, reference: &str) -> f64 {
+    let (h, r) = (words(hyp), words(reference));
+    word_errors(&h, &r) as f64 / r.len().max(1) as f64
+}
+
+/// Signal-to-noise ratio in dB of `x` against `reference` (the noise is their
+/// difference); the lengths must agree.
+pub fn snr_db(reference: &[f32], x: &[f32]) -> f64 {
+    assert_eq!(reference.len(), x.len(), "lengths differ");
+    let (mut signal, mut noise) = (0f64, 0f64);
+    for (&r, &v) in reference.iter().zip(x) {
+        signal += (r as f64).powi(2);
+        noise += (r as f64 - v as f64).powi(2);
+    }
+    10.0 * (signal / noise.max(1e-30)).log10()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_and_their_errors() {
+        assert_eq!(words("Don't stop, Rust!  "), ["don't", "stop", "rust"]);
+        let r = words("speech recognition in rust");
+        assert_eq!(word_errors(&words("speech recognition in rust"), &r), 0);
+        assert_eq!(word_errors(&words("speech in rusty"), &r), 2);
+        assert_eq!(wer("", "a b c d"), 1.0);
+        assert_eq!(wer("a b x d", "a b c d"), 0.25);
+    }
+
+    #[test]
+    fn snr_falls_as_the_noise_grows() {
+        let r = [1.0f32, -1.0, 0.5, -0.5];
+        let near: Vec<f32> = r.iter().map(|x| x * 1.01).collect();
+        let far: Vec<f32> = r.iter().map(|x| x * 1.5).collect();
+        assert!((snr_db(&r, &near) - 40.0).abs() < 1e-3);
+        assert!(snr_db(&r, &near) > snr_db(&r, &far));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_run_is_captured_and_a_value_read() {
+        let dir = std::env::temp_dir();
+        let sh = Path::new("/bin/sh");
+        let r = run(
+            sh,
+            &dir,
+            &[("X", "7")],
+            &["-c", "echo x=$X; echo oops >&2; exit 2"],
+        );
+        assert_eq!(r.value("x").as_deref(), Some("7"));
+        assert_eq!((r.code, r.stderr.trim()), (2, "oops"));
+    }
+}

@@ -1,6 +1,7 @@
 //! The text-to-speech task: its contract with a family ([`Synthesizer`]), the request and
 //! what a run produces, the limits every front end shares, and the family-neutral run:
 //! the request checked once (input, voice, speed; errors name the engine's parameters),
+//! its markup taken out ([`audiocpp_text::speakable`]: SSML tags, terminal escapes),
 //! the text cut into sentences ([`audiocpp_text::sentences`]) and spoken one after
 //! another under a maximum duration, so a server can stream each sentence as it is made.
 
@@ -226,6 +227,11 @@ impl TtsModel {
                 "parameter 'input' is empty: give the text to speak".into(),
             ));
         }
+        if audiocpp_text::speakable(text).trim().is_empty() {
+            return Err(EngineError::Usage(
+                "parameter 'input' has nothing to say once its markup (SSML tags, terminal escape sequences, control characters) is taken out: give the words to speak".into(),
+            ));
+        }
         if matches!(req.input, SpeechInput::Phonemes(_)) && !self.model.takes_phonemes() {
             return Err(EngineError::Usage(format!(
                 "parameter 'input': family '{}' takes text, not phonemes",
@@ -279,10 +285,12 @@ impl TtsModel {
         })
     }
 
-    /// Checks the request, then speaks it piece by piece ([`audiocpp_text::sentences`]), handing each
-    /// piece's samples to `on_audio` as soon as they exist (a streaming server sends
-    /// them on). Once the audio passes `max_seconds` it stops with an error; an error
-    /// from `on_audio` (a client gone) stops it too.
+    /// Checks the request, takes out its markup ([`audiocpp_text::speakable`]: SSML or
+    /// HTML tags and terminal escapes are removed, not read aloud, and not refused: see
+    /// there), then speaks it piece by piece ([`audiocpp_text::sentences`]), handing
+    /// each piece's samples to `on_audio` as soon as they exist (a streaming server
+    /// sends them on). Once the audio passes `max_seconds` it stops with an error; an
+    /// error from `on_audio` (a client gone) stops it too.
     pub fn run_streamed(
         &mut self,
         req: &SpeechRequest,
@@ -292,7 +300,8 @@ impl TtsModel {
         let voice = self.check(req)?;
         check_max_speech_s(max_seconds)?;
         let (SpeechInput::Text(text) | SpeechInput::Phonemes(text)) = &req.input;
-        let pieces = audiocpp_text::sentences(text);
+        let text = audiocpp_text::speakable(text);
+        let pieces = audiocpp_text::sentences(&text);
         let sample_rate = self.model.sample_rate();
         let max_samples = (max_seconds * sample_rate as f64).ceil() as usize;
         let t0 = Instant::now();

@@ -42,11 +42,46 @@ pub enum Plan {
 /// Most symlinks followed before a path is refused as a loop.
 const MAX_SYMLINKS: usize = 40;
 
-/// Decides how `path` is written, looking only at what is there now.
+/// Extensions of audio formats the engine does not write, with the format's name: an
+/// output named so would get a WAV (or text) under a name that promises something else.
+const OTHER_AUDIO_FORMATS: &[(&str, &str)] = &[
+    ("mp3", "MP3"),
+    ("ogg", "Ogg"),
+    ("oga", "Ogg"),
+    ("opus", "Opus"),
+    ("flac", "FLAC"),
+    ("m4a", "AAC (M4A)"),
+    ("aac", "AAC"),
+    ("wma", "WMA"),
+    ("webm", "WebM"),
+];
+
+/// Refuses an output whose extension names an audio format the engine does not write
+/// (`x.mp3`), naming what it writes.
+fn check_extension(path: &Path) -> Result<()> {
+    let Some(ext) = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+    else {
+        return Ok(());
+    };
+    match OTHER_AUDIO_FORMATS.iter().find(|(e, _)| *e == ext) {
+        Some((_, name)) => Err(EngineError::Usage(format!(
+            "output '{}' asks for {name}, which is not written here: audio is written as 16-bit PCM WAV only (name the output .wav, or - for standard output), and convert it afterwards if need be (`ffmpeg -i out.wav out.{ext}`)",
+            path.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Decides how `path` is written, looking only at what is there now; a path whose
+/// extension names an audio format the engine does not write (`.mp3`, `.ogg`, `.opus`,
+/// `.flac`, `.m4a`, `.aac`...) is refused before anything is made.
 pub fn plan(path: &Path) -> Result<Plan> {
     if path.as_os_str() == "-" {
         return Ok(Plan::Stdout);
     }
+    check_extension(path)?;
     let target = follow_symlinks(path)?;
     match std::fs::metadata(&target) {
         Ok(m) if m.is_dir() => Err(EngineError::Usage(format!(
@@ -319,7 +354,8 @@ pub fn wav_bytes(samples: &[f32], sample_rate: u32) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Writes mono samples to `path` as a 16-bit PCM WAV, through [`write_bytes`].
+/// Writes mono samples to `path` as a 16-bit PCM WAV, through [`write_bytes`] (whose
+/// [`plan`] refuses a path named for another format: `--out x.mp3` gets no WAV).
 pub fn write_wav(path: &Path, samples: &[f32], sample_rate: u32) -> Result<()> {
     write_bytes(path, &wav_bytes(samples, sample_rate)?)
 }
@@ -339,6 +375,32 @@ mod tests {
         let new = dir.path().join("out.txt");
         assert_eq!(plan(&new).unwrap(), Plan::Replace { target: new });
         assert!(plan(dir.path()).is_err(), "a directory is refused");
+    }
+
+    #[test]
+    fn outputs_named_for_other_audio_formats_are_refused_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["x.mp3", "x.OGG", "x.opus", "x.flac", "x.m4a", "x.aac"] {
+            let path = dir.path().join(name);
+            let err = plan(&path).unwrap_err().to_string();
+            assert!(
+                err.contains("audio is written as 16-bit PCM WAV only"),
+                "{err}"
+            );
+            assert!(
+                err.contains(&format!("output '{}'", path.display())),
+                "{err}"
+            );
+            assert!(write_wav(&path, &[0.0; 8], 16_000).is_err());
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "nothing written"
+        );
+        for name in ["x.wav", "x.WAV", "x", "x.txt", "x.gguf", "mp3"] {
+            write_wav(&dir.path().join(name), &[0.0; 8], 16_000).unwrap();
+        }
     }
 
     #[cfg(unix)]

@@ -84,7 +84,7 @@ fn two_converts_to_one_file_leave_one_of_them_whole() {
             left.len()
         );
         assert!(
-            wholes.iter().any(|w| *w == left),
+            wholes.contains(&left),
             "the file left ({} bytes) is not one conversion whole",
             left.len()
         );

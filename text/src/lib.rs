@@ -134,13 +134,9 @@ fn strip_tags(text: &str) -> String {
 /// The length in bytes of the markup `s` starts with (`s` starts with `<`), and whether
 /// it is a block tag ([`BLOCK_TAGS`]); `None` when `s` does not start with markup.
 fn markup_len(s: &str) -> Option<(usize, bool)> {
-    for (open, close) in [("<!--", "-->"), ("<?", "?>"), ("<![CDATA[", "]]>")] {
-        if s.starts_with(open) {
-            // CDATA's text is words: keep it by removing only its brackets.
-            if open == "<![CDATA[" {
-                return None;
-            }
-            return s[open.len()..]
+    for (open, close) in [("<!--", "-->"), ("<?", "?>")] {
+        if let Some(body) = s.strip_prefix(open) {
+            return body
                 .find(close)
                 .map(|end| (open.len() + end + close.len(), false));
         }

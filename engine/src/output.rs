@@ -439,7 +439,10 @@ mod tests {
             .is_file());
         let err = write_bytes(Path::new("/dev/full"), &[0u8; 1 << 16]).unwrap_err();
         assert!(
-            err.to_string().contains("cannot write '/dev/full'"),
+            err.to_string().contains("cannot write '/dev/full'")
+                && err
+                    .to_string()
+                    .contains("no space left on device: free space on that disk"),
             "{err}"
         );
         assert!(err.is_user_error());

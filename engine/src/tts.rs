@@ -115,8 +115,16 @@ pub trait Synthesizer: Send {
     fn check_options(&self, _options: &SpeechOptions) -> Result<()> {
         Ok(())
     }
+    /// Checks what a request says (its markup already taken out) against what the
+    /// family reads with `voice` (text in a script its front end does not read), before
+    /// any synthesis, so that a refusal names the reason and no sentence is spoken first.
+    fn check_input(&self, _input: &SpeechInput, _voice: &str) -> Result<()> {
+        Ok(())
+    }
     /// Speaks `input` (non-empty) with `voice` (one of [`Synthesizer::voices`]) at
-    /// `speed` (checked by [`TtsModel::run`]); `None` when its audio would pass
+    /// `speed` (checked by [`TtsModel::run`]); no samples for a piece with nothing the
+    /// family reads (a run with no audio at all is refused by [`TtsModel::run_streamed`],
+    /// and [`Synthesizer::check_input`] says why up front); `None` when its audio would pass
     /// `max_samples`, which it says as soon as it knows the length, before making the
     /// audio (a request over its limit costs no synthesis past that point).
     fn synthesize(
@@ -164,6 +172,14 @@ pub struct SpeechStats {
     pub first_audio_ms: f64,
     /// Inference wall time in milliseconds (model load excluded).
     pub inference_ms: f64,
+}
+
+/// The input as it is spoken: its markup taken out ([`audiocpp_text::speakable`]).
+fn speakable_input(input: &SpeechInput) -> SpeechInput {
+    match input {
+        SpeechInput::Text(t) => SpeechInput::Text(audiocpp_text::speakable(t)),
+        SpeechInput::Phonemes(p) => SpeechInput::Phonemes(audiocpp_text::speakable(p)),
+    }
 }
 
 /// Checks parameter `speed` (a front end may call it before it loads a model).
@@ -253,7 +269,7 @@ impl TtsModel {
         }
         self.model.check_options(&req.options)?;
         let voices = self.model.voices();
-        match &req.voice {
+        let voice = match &req.voice {
             None => voices.first().cloned().ok_or_else(|| {
                 EngineError::Usage(format!("family '{}' has no voices", self.family))
             }),
@@ -262,7 +278,10 @@ impl TtsModel {
                 "parameter 'voice' '{v}' is not a voice of this model (voices: {})",
                 voices.join(", ")
             ))),
-        }
+        }?;
+        self.model
+            .check_input(&speakable_input(&req.input), &voice)?;
+        Ok(voice)
     }
 
     /// Checks the request ([`TtsModel::check`]), then speaks it whole, under
@@ -330,6 +349,12 @@ impl TtsModel {
                 first_audio_ms = t0.elapsed().as_secs_f64() * 1000.0;
             }
             on_audio(&samples)?;
+        }
+        if total == 0 {
+            return Err(EngineError::Usage(format!(
+                "parameter 'input' has nothing family '{}' says: no word of it could be read",
+                self.family
+            )));
         }
         Ok(SpeechStats {
             family: self.family.to_string(),

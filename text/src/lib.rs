@@ -1,6 +1,7 @@
 //! Where a text is cut for speech, in one place for the engine and its text front ends:
 //! [`speakable`] takes out what is markup, not words (SSML or HTML tags, terminal escape
-//! sequences, control characters); [`sentences`] cuts a request into the pieces a
+//! sequences, control characters); [`scripts`] names the writing systems a text's
+//! letters are in (so a front end that reads one can say what it was given); [`sentences`] cuts a request into the pieces a
 //! synthesizer speaks (and a server streams) one after another; [`split_to_limit`] cuts
 //! a piece that is still longer than a model's context (in characters or phoneme
 //! symbols) at the best place it can.
@@ -194,6 +195,58 @@ fn markup_len(s: &str) -> Option<(usize, bool)> {
             _ => return None,
         }
     }
+}
+
+/// The writing system of a letter, by Unicode block: `Latin` (ASCII and the Latin
+/// supplements and extensions), `Greek`, `Cyrillic`, `Armenian`, `Hebrew`, `Arabic`,
+/// `Devanagari`, `Bengali`, `Tamil`, `Thai`, `Georgian`, `Hangul`, `Hiragana`,
+/// `Katakana`, `Han` (Chinese characters, also in Japanese), `Ethiopic`; `other` for a
+/// letter of any other block. `None` for what is not a letter (digits, punctuation,
+/// symbols, emoji).
+pub fn script(c: char) -> Option<&'static str> {
+    if !c.is_alphabetic() {
+        return None;
+    }
+    Some(match c as u32 {
+        0x0041..=0x024F | 0x1E00..=0x1EFF | 0x2C60..=0x2C7F | 0xA720..=0xA7FF | 0xFF21..=0xFF5A => {
+            "Latin"
+        }
+        0x0370..=0x03FF | 0x1F00..=0x1FFF => "Greek",
+        0x0400..=0x052F | 0x1C80..=0x1C8F | 0x2DE0..=0x2DFF | 0xA640..=0xA69F => "Cyrillic",
+        0x0530..=0x058F => "Armenian",
+        0x0590..=0x05FF | 0xFB1D..=0xFB4F => "Hebrew",
+        0x0600..=0x06FF | 0x0750..=0x077F | 0x08A0..=0x08FF | 0xFB50..=0xFDFF | 0xFE70..=0xFEFF => {
+            "Arabic"
+        }
+        0x0900..=0x097F => "Devanagari",
+        0x0980..=0x09FF => "Bengali",
+        0x0B80..=0x0BFF => "Tamil",
+        0x0E00..=0x0E7F => "Thai",
+        0x10A0..=0x10FF => "Georgian",
+        0x1100..=0x11FF | 0x3130..=0x318F | 0xAC00..=0xD7AF => "Hangul",
+        0x3040..=0x309F => "Hiragana",
+        0x30A0..=0x30FF | 0x31F0..=0x31FF | 0xFF66..=0xFF9F => "Katakana",
+        0x2E80..=0x2FDF
+        | 0x3005..=0x3007
+        | 0x3400..=0x4DBF
+        | 0x4E00..=0x9FFF
+        | 0xF900..=0xFAFF
+        | 0x20000..=0x3FFFF => "Han",
+        0x1200..=0x139F => "Ethiopic",
+        _ => "other",
+    })
+}
+
+/// The writing systems of `text`'s letters ([`script`]), each once, in the order they
+/// first appear; empty for a text without letters.
+pub fn scripts(text: &str) -> Vec<&'static str> {
+    let mut found = Vec::new();
+    for s in text.chars().filter_map(script) {
+        if !found.contains(&s) {
+            found.push(s);
+        }
+    }
+    found
 }
 
 /// Characters that end a sentence (when a boundary follows, see [`sentences`]).
@@ -504,6 +557,21 @@ mod tests {
         // A lone escape at the end, an unfinished sequence.
         assert_eq!(speakable("end\u{1b}"), "end");
         assert_eq!(speakable("x\u{1b}[12"), "x");
+    }
+
+    #[test]
+    fn letters_are_told_apart_by_script() {
+        assert_eq!(scripts("Hello, naïve café"), ["Latin"]);
+        assert_eq!(scripts("Привет, мир"), ["Cyrillic"]);
+        assert_eq!(scripts("مرحبا"), ["Arabic"]);
+        assert_eq!(
+            scripts("こんにちは世界、カタカナ"),
+            ["Hiragana", "Han", "Katakana"]
+        );
+        assert_eq!(scripts("안녕하세요"), ["Hangul"]);
+        assert_eq!(scripts("Hi Ωμέγα"), ["Latin", "Greek"]);
+        assert!(scripts("🎉 123 !? ✓").is_empty());
+        assert_eq!(script('7'), None);
     }
 
     #[test]

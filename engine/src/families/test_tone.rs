@@ -29,6 +29,7 @@ pub const FAMILY: Family = Family {
     info: INFO,
     spec: None,
     legacy: &[],
+    sources: &[],
     convert: None,
     vad: None,
     asr: None,
@@ -250,7 +251,10 @@ mod tests {
             .run(&request("<speak><break/></speak>\u{1b}[0m", None, 1.0))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("parameter 'input' has nothing to say once its markup"), "{err}");
+        assert!(
+            err.contains("parameter 'input' has nothing to say once its markup"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! Audio input: decode any common file to mono f32 at the model's sample rate.
 //!
-//! WAV (8/16/24/32-bit integer or float, any channel count) goes through `hound`;
-//! FLAC and MP3 through `symphonia`. Channels are averaged, then the signal is
-//! resampled with `rubato`'s windowed-sinc resampler.
+//! WAV in PCM (8/16/24/32-bit integer, 32-bit float, any channel count) goes through
+//! `hound`; the other WAV encodings telephony and older tools write (64-bit float,
+//! mu-law, A-law, IMA and Microsoft ADPCM), FLAC and MP3 through `symphonia`; a WAV in
+//! any other encoding is refused with its name and the command that converts it
+//! ([`WavEncoding`]). Channels are averaged, then the signal is resampled with
+//! `rubato`'s windowed-sinc resampler.
 //!
 //! Every decode runs under [`AudioLimits`], checked from the header before any sample
 //! is decoded or resampled: a small file whose header claims 1 Hz would otherwise be
@@ -166,8 +169,106 @@ pub fn decode(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<Audio, 
     }
 }
 
+/// What converts an audio file to a WAV every decoder here reads.
+const CONVERT_HINT: &str =
+    "convert it to 16-bit PCM, e.g. `ffmpeg -i IN -c:a pcm_s16le OUT.wav` or `sox IN -e signed-integer -b 16 OUT.wav`";
+
+/// A WAV file's encoding, from its `fmt ` chunk (the sub-format of
+/// `WAVE_FORMAT_EXTENSIBLE` taken for its tag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WavEncoding {
+    /// The format tag (1 PCM, 3 IEEE float, 6 A-law, 7 mu-law, 2 and 0x11 ADPCM...).
+    pub tag: u16,
+    /// Bits per sample as the header states them.
+    pub bits: u16,
+}
+
+/// Which decoder reads a WAV encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WavDecoder {
+    Hound,
+    Symphonia,
+}
+
+impl WavEncoding {
+    /// The encoding of the WAV file in `bytes` (which start `RIFF....WAVE`), `None` when
+    /// no complete `fmt ` chunk is found.
+    pub fn of(bytes: &[u8]) -> Option<WavEncoding> {
+        let u16_at = |at: usize| Some(u16::from_le_bytes(bytes.get(at..at + 2)?.try_into().ok()?));
+        let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+        let mut at = 12usize;
+        while at.checked_add(8)? <= bytes.len() {
+            let size = u32_at(at + 4)? as usize;
+            if &bytes[at..at + 4] == b"fmt " {
+                let body = at + 8;
+                if size < 16 {
+                    return None;
+                }
+                let mut tag = u16_at(body)?;
+                let bits = u16_at(body + 14)?;
+                if tag == 0xfffe && size >= 40 {
+                    tag = u16_at(body + 24)?;
+                }
+                return Some(WavEncoding { tag, bits });
+            }
+            // Chunks are padded to an even size.
+            at = at
+                .checked_add(8)?
+                .checked_add(size)?
+                .checked_add(size & 1)?;
+        }
+        None
+    }
+
+    /// The encoding's name, as tools print it.
+    pub fn name(&self) -> String {
+        match (self.tag, self.bits) {
+            (1, b) => format!("{b}-bit PCM"),
+            (3, b) => format!("{b}-bit float"),
+            (2, _) => "Microsoft ADPCM".into(),
+            (6, _) => "A-law".into(),
+            (7, _) => "mu-law".into(),
+            (0x11, _) => "IMA ADPCM".into(),
+            (0x31, _) => "GSM 6.10".into(),
+            (0x40, _) => "G.721 ADPCM".into(),
+            (0x50, _) => "MPEG audio".into(),
+            (0x55, _) => "MP3".into(),
+            (0x161..=0x163, _) => "Windows Media Audio".into(),
+            (0xff, _) | (0x1610, _) => "AAC".into(),
+            (0x2000, _) => "AC-3".into(),
+            (0xf1ac, _) => "FLAC".into(),
+            (tag, _) => format!("an unknown encoding (format tag 0x{tag:04x})"),
+        }
+    }
+
+    /// The decoder that reads it; `None` when none here does.
+    fn decoder(&self) -> Option<WavDecoder> {
+        match (self.tag, self.bits) {
+            (1, 8 | 16 | 24 | 32) | (3, 32) => Some(WavDecoder::Hound),
+            (3, 64) | (6, 8) | (7, 8) | (2, 4) | (0x11, 4) => Some(WavDecoder::Symphonia),
+            _ => None,
+        }
+    }
+}
+
 fn decode_wav(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<Audio, String> {
-    let reader = hound::WavReader::new(std::io::Cursor::new(bytes)).map_err(|e| e.to_string())?;
+    if let Some(encoding) = WavEncoding::of(bytes) {
+        match encoding.decoder() {
+            Some(WavDecoder::Hound) => {}
+            Some(WavDecoder::Symphonia) => {
+                return decode_symphonia(bytes, limits)
+                    .map_err(|e| format!("a {} WAV that does not decode ({e})", encoding.name()))
+            }
+            None => {
+                return Err(format!(
+                    "a WAV in {}, which is not read here (WAVs are read in 8, 16, 24 and 32-bit PCM, 32 and 64-bit float, mu-law, A-law and IMA or Microsoft ADPCM); {CONVERT_HINT}",
+                    encoding.name()
+                ))
+            }
+        }
+    }
+    let reader = hound::WavReader::new(std::io::Cursor::new(bytes))
+        .map_err(|e| format!("a WAV whose header does not read ({e}); {CONVERT_HINT}"))?;
     let spec = reader.spec();
     let channels = spec.channels.max(1) as usize;
     // The header's frame count, capped by what the file can hold (a header may lie).
@@ -353,6 +454,207 @@ mod tests {
             w.finalize().unwrap();
         }
         cur.into_inner()
+    }
+
+    /// A mono WAV file: `fmt ` with `tag`, `bits`, `block_align` and the extra bytes
+    /// `fmt_extra` (cbSize included), a `fact` chunk of `frames`, and `data`.
+    fn riff(
+        tag: u16,
+        bits: u16,
+        block_align: u16,
+        fmt_extra: &[u8],
+        frames: u32,
+        data: &[u8],
+    ) -> Vec<u8> {
+        let rate = 8000u32;
+        let mut fmt = Vec::new();
+        fmt.extend_from_slice(&tag.to_le_bytes());
+        fmt.extend_from_slice(&1u16.to_le_bytes());
+        fmt.extend_from_slice(&rate.to_le_bytes());
+        fmt.extend_from_slice(&(rate * u32::from(block_align)).to_le_bytes());
+        fmt.extend_from_slice(&block_align.to_le_bytes());
+        fmt.extend_from_slice(&bits.to_le_bytes());
+        fmt.extend_from_slice(fmt_extra);
+        let mut body = b"WAVE".to_vec();
+        for (id, chunk) in [
+            (b"fmt ", fmt),
+            (b"fact", frames.to_le_bytes().to_vec()),
+            (b"data", data.to_vec()),
+        ] {
+            body.extend_from_slice(id);
+            body.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
+            body.extend_from_slice(&chunk);
+            if chunk.len() % 2 == 1 {
+                body.push(0);
+            }
+        }
+        let mut out = b"RIFF".to_vec();
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend(body);
+        out
+    }
+
+    /// A 400 Hz tone at 8 kHz, amplitude 0.6: the signal the encodings below carry.
+    fn tone(n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| 0.6 * (i as f32 * 400.0 * std::f32::consts::TAU / 8000.0).sin())
+            .collect()
+    }
+
+    /// G.711 mu-law of a 16-bit sample (ITU-T G.711, the segment encoder).
+    fn mulaw(x: i16) -> u8 {
+        let sign = if x < 0 { 0x80 } else { 0 };
+        let mag = (i32::from(x).abs().min(32635) + 0x84) as u32;
+        let exp = (31 - mag.leading_zeros()).saturating_sub(7).min(7);
+        let mant = (mag >> (exp + 3)) & 0x0f;
+        !(sign | (exp << 4) as u8 | mant as u8)
+    }
+
+    /// G.711 A-law of a 16-bit sample.
+    fn alaw(x: i16) -> u8 {
+        let sign = if x >= 0 { 0x80 } else { 0 };
+        let mag = (i32::from(x).abs().min(32767) >> 3) as u32;
+        let byte = if mag < 32 {
+            (mag >> 1) as u8
+        } else {
+            let exp = (31 - mag.leading_zeros()) - 4;
+            ((exp << 4) | ((mag >> exp) & 0x0f)) as u8
+        };
+        (sign | byte) ^ 0x55
+    }
+
+    /// IMA ADPCM blocks (mono, `block` bytes each) of 16-bit samples.
+    fn ima_adpcm(samples: &[i16], block: usize) -> Vec<u8> {
+        const STEPS: [i32; 89] = [
+            7, 8, 9, 10, 11, 12, 13, 14, 16, 17, 19, 21, 23, 25, 28, 31, 34, 37, 41, 45, 50, 55,
+            60, 66, 73, 80, 88, 97, 107, 118, 130, 143, 157, 173, 190, 209, 230, 253, 279, 307,
+            337, 371, 408, 449, 494, 544, 598, 658, 724, 796, 876, 963, 1060, 1166, 1282, 1411,
+            1552, 1707, 1878, 2066, 2272, 2499, 2749, 3024, 3327, 3660, 4026, 4428, 4871, 5358,
+            5894, 6484, 7132, 7845, 8630, 9493, 10442, 11487, 12635, 13899, 15289, 16818, 18500,
+            20350, 22385, 24623, 27086, 29794, 32767,
+        ];
+        const INDEX: [i32; 8] = [-1, -1, -1, -1, 2, 4, 6, 8];
+        let per_block = 1 + (block - 4) * 2;
+        let mut out = Vec::new();
+        let mut index = 0i32;
+        for chunk in samples.chunks(per_block) {
+            let mut pred = i32::from(chunk[0]);
+            out.extend_from_slice(&(pred as i16).to_le_bytes());
+            out.extend_from_slice(&[index as u8, 0]);
+            let mut nibbles = Vec::new();
+            for &x in &chunk[1..] {
+                let step = STEPS[index as usize];
+                let mut diff = i32::from(x) - pred;
+                let mut nib = 0;
+                if diff < 0 {
+                    nib = 8;
+                    diff = -diff;
+                }
+                let mut delta = step >> 3;
+                for (bit, s) in [(4, step), (2, step >> 1), (1, step >> 2)] {
+                    if diff >= s {
+                        nib |= bit;
+                        diff -= s;
+                        delta += s;
+                    }
+                }
+                pred = (if nib & 8 != 0 {
+                    pred - delta
+                } else {
+                    pred + delta
+                })
+                .clamp(-32768, 32767);
+                index = (index + INDEX[nib as usize & 7]).clamp(0, 88);
+                nibbles.push(nib as u8);
+            }
+            nibbles.resize(per_block - 1, 0);
+            out.extend(nibbles.chunks(2).map(|p| p[0] | (p[1] << 4)));
+        }
+        out
+    }
+
+    /// The decoded samples are `want` within `tolerance`.
+    fn assert_close(got: &[f32], want: &[f32], tolerance: f32, what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        let worst = got
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst <= tolerance, "{what}: off by {worst}");
+    }
+
+    #[test]
+    fn telephony_and_64_bit_float_wavs_decode() {
+        let limits = AudioLimits::default();
+        let x = tone(1600);
+        let pcm: Vec<i16> = x.iter().map(|v| (v * 32767.0).round() as i16).collect();
+        let law = |f: fn(i16) -> u8| pcm.iter().map(|&v| f(v)).collect::<Vec<u8>>();
+        for (tag, data, name) in [(7, law(mulaw), "mu-law"), (6, law(alaw), "A-law")] {
+            let bytes = riff(tag, 8, 1, &0u16.to_le_bytes(), 1600, &data);
+            assert_eq!(WavEncoding::of(&bytes).unwrap().name(), name);
+            let a = decode(&bytes, &limits).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(a.sample_rate, 8000);
+            // 8-bit logarithmic: within 1/16 of the value (plus the smallest step).
+            assert_close(&a.samples, &x, 0.6 / 16.0 + 0.002, name);
+        }
+        let f64_data: Vec<u8> = x.iter().flat_map(|v| f64::from(*v).to_le_bytes()).collect();
+        let bytes = riff(3, 64, 8, &0u16.to_le_bytes(), 1600, &f64_data);
+        assert_eq!(WavEncoding::of(&bytes).unwrap().name(), "64-bit float");
+        assert_close(&decode(&bytes, &limits).unwrap().samples, &x, 1e-6, "f64");
+        let block = 256;
+        let per_block = 1 + (block - 4) * 2;
+        let adpcm = ima_adpcm(&pcm[..per_block * 3], block);
+        let extra: Vec<u8> = [2u16, per_block as u16]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let bytes = riff(
+            0x11,
+            4,
+            block as u16,
+            &extra,
+            (per_block * 3) as u32,
+            &adpcm,
+        );
+        assert_eq!(WavEncoding::of(&bytes).unwrap().name(), "IMA ADPCM");
+        let a = decode(&bytes, &limits).unwrap();
+        let want = &x[..per_block * 3];
+        assert_eq!(a.samples.len(), want.len());
+        // 4-bit ADPCM starts with its smallest step: the tone is followed at better than
+        // 20 dB once the step has grown (a few samples).
+        let power = |v: &mut dyn Iterator<Item = f32>| v.map(|e| e * e).sum::<f32>();
+        let noise = power(&mut a.samples.iter().zip(want).map(|(g, w)| g - w));
+        let signal = power(&mut want.iter().copied());
+        assert!(
+            10.0 * (signal / noise).log10() > 20.0,
+            "IMA ADPCM: {} dB",
+            10.0 * (signal / noise).log10()
+        );
+    }
+
+    #[test]
+    fn wavs_in_other_encodings_are_refused_by_name_with_the_remedy() {
+        for (tag, bits, name) in [
+            (0x31, 0, "GSM 6.10"),
+            (0x55, 0, "MP3"),
+            (1, 12, "12-bit PCM"),
+            (0x1234, 8, "format tag 0x1234"),
+        ] {
+            let bytes = riff(tag, bits, 1, &0u16.to_le_bytes(), 16, &[0u8; 16]);
+            let err = decode(&bytes, &AudioLimits::default()).unwrap_err();
+            assert!(err.contains(name), "{err}");
+            assert!(err.contains("ffmpeg -i IN -c:a pcm_s16le OUT.wav"), "{err}");
+            assert!(err.contains("mu-law, A-law"), "{err}");
+        }
+        // WAVE_FORMAT_EXTENSIBLE names its encoding in the sub-format.
+        let mut ext = 22u16.to_le_bytes().to_vec();
+        ext.extend_from_slice(&8u16.to_le_bytes());
+        ext.extend_from_slice(&0u32.to_le_bytes());
+        ext.extend_from_slice(&7u16.to_le_bytes());
+        ext.extend_from_slice(&[0u8; 14]);
+        let bytes = riff(0xfffe, 8, 1, &ext, 0, &[]);
+        assert_eq!(WavEncoding::of(&bytes).unwrap().tag, 7);
     }
 
     #[test]

@@ -20,8 +20,8 @@ pub enum EngineError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// An output file could not be written.
-    #[error("cannot write '{path}': {source}")]
+    /// An output file could not be written; a full disk says so and what to do.
+    #[error("cannot write '{path}': {source}{}", write_remedy(source))]
     Write {
         /// The file.
         path: PathBuf,
@@ -29,7 +29,7 @@ pub enum EngineError {
         source: std::io::Error,
     },
     /// The audio input is not decodable audio.
-    #[error("cannot decode audio '{path}': {reason} (supported: WAV 8/16/24/32-bit PCM or float, FLAC, MP3)")]
+    #[error("cannot decode audio '{path}': {reason} (supported: WAV in PCM, float, mu-law, A-law or ADPCM; FLAC; MP3)")]
     Audio {
         /// The file.
         path: PathBuf,
@@ -126,6 +126,16 @@ impl EngineError {
     /// front ends report with exit code 2.
     pub fn is_user_error(&self) -> bool {
         !matches!(self, EngineError::Ggml(_))
+    }
+}
+
+/// What to do about a write error, after its OS message: room on a full disk.
+fn write_remedy(source: &std::io::Error) -> &'static str {
+    match source.kind() {
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+            "; no space left on device: free space on that disk, or write the output to another one"
+        }
+        _ => "",
     }
 }
 

@@ -57,7 +57,10 @@ mod transformer;
 use checks::{require, require_view_inside, GraphRoom};
 use custom_op::{OpState, Operand};
 pub use device::{backend_library_error, devices, registry_names, Backend, DeviceInfo, DeviceType};
-pub use gguf::{read_gguf, read_gguf_file, write_gguf, GgufContents, GgufValue, HostTensor};
+pub use gguf::{
+    read_gguf, read_gguf_file, read_gguf_metadata_file, write_gguf, GgufContents, GgufValue,
+    HostTensor,
+};
 
 /// Whether this CPU runs the custom ops' float kernels, asked here by callers of the
 /// wrapper (the server's fault tests) that build custom ops.
@@ -83,6 +86,9 @@ pub enum GgmlError {
     /// A custom op refused its operands or panicked while the graph computed.
     #[error("graph compute failed: {0}")]
     OpFailed(String),
+    /// Writing a file failed (the OS's error: a full disk, no permission).
+    #[error("{0}")]
+    Write(std::io::Error),
 }
 
 type Result<T> = std::result::Result<T, GgmlError>;

@@ -8,6 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
+
 use crate::error::{EngineError, Result};
 use crate::ggml::{self, GgufValue, HostTensor};
 
@@ -155,6 +157,101 @@ impl ModelFile {
     }
 }
 
+/// A released model format that families convert from (task 'convert') but never load:
+/// given one to run, the engine says to convert it first instead of "unknown format".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SourceFormat {
+    /// A CTranslate2 model (`model.bin` starting with its version and a `...Spec` name,
+    /// in a folder with `config.json` and the tokenizer).
+    CTranslate2,
+    /// An ONNX model (`.onnx`, a protobuf `ModelProto`).
+    Onnx,
+    /// A Hugging Face model: a folder with `config.json` and `*.safetensors`, or a
+    /// `.safetensors` file.
+    HuggingFace,
+}
+
+impl SourceFormat {
+    /// What the user gave, in words.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceFormat::CTranslate2 => "a CTranslate2 model",
+            SourceFormat::Onnx => "an ONNX model",
+            SourceFormat::HuggingFace => "a Hugging Face (safetensors) model",
+        }
+    }
+
+    /// The source format `path` (a file or a folder) is in, from its contents and
+    /// names; `None` for anything else (a GGUF among them).
+    pub fn of(path: &Path) -> Option<SourceFormat> {
+        if path.is_dir() {
+            let has = |name: &str| path.join(name).is_file();
+            if has("model.bin") {
+                return SourceFormat::of(&path.join("model.bin"));
+            }
+            let files: Vec<PathBuf> = std::fs::read_dir(path)
+                .ok()?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect();
+            let with_ext = |ext: &str| {
+                files
+                    .iter()
+                    .any(|f| f.extension().is_some_and(|e| e.eq_ignore_ascii_case(ext)))
+            };
+            return if with_ext("safetensors") {
+                Some(SourceFormat::HuggingFace)
+            } else if with_ext("onnx") {
+                Some(SourceFormat::Onnx)
+            } else {
+                None
+            };
+        }
+        let mut head = [0u8; 64];
+        let n = {
+            use std::io::Read;
+            let mut f = std::fs::File::open(path).ok()?;
+            let mut n = 0;
+            while n < head.len() {
+                match f.read(&mut head[n..]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => n += k,
+                }
+            }
+            n
+        };
+        let head = &head[..n];
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        // CTranslate2: u32 binary version, then (version >= 2) the spec's name as a
+        // u16 length and a NUL-terminated string ending in `Spec`.
+        let ct2 = head.len() >= 8 && {
+            let version = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+            let len = u16::from_le_bytes([head[4], head[5]]) as usize;
+            (2..=64).contains(&version)
+                && (5..=48).contains(&len)
+                && head
+                    .get(6..6 + len)
+                    .is_some_and(|name| name.ends_with(b"Spec\0"))
+        };
+        // safetensors: u64 header length, then the JSON header.
+        let safetensors =
+            head.len() > 9 && head[8] == b'{' && head[..8].iter().rev().take(3).all(|b| *b == 0);
+        // ONNX: ModelProto's field 1 (ir_version, a varint), then a length-delimited field.
+        let onnx = head.len() > 3 && head[0] == 0x08 && head[1] < 0x80 && head[2] & 7 == 2;
+        if ct2 {
+            Some(SourceFormat::CTranslate2)
+        } else if ext == "safetensors" || safetensors {
+            Some(SourceFormat::HuggingFace)
+        } else if ext == "onnx" || onnx {
+            Some(SourceFormat::Onnx)
+        } else {
+            None
+        }
+    }
+}
+
 /// A legacy (pre-GGUF) container a family reads: its first four bytes and its reader.
 pub struct LegacyFormat {
     /// The container's magic.
@@ -175,6 +272,13 @@ pub fn read(path: &Path, legacy: LegacyLookup) -> Result<ModelFile> {
         path: path.to_path_buf(),
         source,
     };
+    if path.is_dir() {
+        return Err(EngineError::Model {
+            path: path.to_path_buf(),
+            reason: "is a folder, not a model file; give the .gguf (or ggml .bin) file itself"
+                .into(),
+        });
+    }
     let mut magic = [0u8; 4];
     let is_gguf = {
         use std::io::Read;
@@ -190,6 +294,32 @@ pub fn read(path: &Path, legacy: LegacyLookup) -> Result<ModelFile> {
     }
     let bytes = std::fs::read(path).map_err(io)?;
     parse(path, &bytes, legacy)
+}
+
+/// True when `path` is a file starting with GGUF's magic (a folder, or a file too short
+/// for it, is not).
+pub fn is_gguf(path: &Path) -> Result<bool> {
+    use std::io::Read;
+    if path.is_dir() {
+        return Ok(false);
+    }
+    let mut magic = [0u8; 4];
+    let mut f = std::fs::File::open(path).map_err(|source| EngineError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(f.read_exact(&mut magic).is_ok() && &magic == b"GGUF")
+}
+
+/// A GGUF file's metadata, read without its tensors (checked first, as [`read`] checks
+/// a file before ggml parses it).
+pub fn read_gguf_metadata(path: &Path) -> Result<Vec<(String, GgufValue)>> {
+    let bad = |reason: String| EngineError::Model {
+        path: path.to_path_buf(),
+        reason,
+    };
+    crate::gguf_check::check_file(path).map_err(bad)?;
+    ggml::read_gguf_metadata_file(path).map_err(|e| bad(e.to_string()))
 }
 
 /// The model of parsed GGUF contents (or the error naming the file).

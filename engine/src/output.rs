@@ -4,9 +4,11 @@
 //! What a path names decides how it is written ([`plan`]): `-` is standard output; a
 //! device, FIFO or other non-regular file is written in place (renaming over
 //! `/dev/null` would replace the device with a regular file); a regular file, new or
-//! existing, is written beside itself as a hidden `.NAME.partial` and renamed over it,
-//! so readers never see half a file. A symlink is followed first and its target is what
-//! gets replaced. Every write error (a full disk, `/dev/full`) is an error, and
+//! existing, is written beside itself as a hidden `.NAME.<pid>-<n>.partial` of this
+//! writer's own (made with `O_EXCL`, so two writers of one path, in one process or two,
+//! never share it) and renamed over it: readers never see half a file, and of two
+//! writers racing to one path the last rename wins, whole. A symlink is followed first
+//! and its target is what gets replaced. Every write error (a full disk, `/dev/full`) is an error, and
 //! [`remove_partials`] lets a front end's signal handler delete what an interrupted
 //! write left.
 //!
@@ -17,6 +19,7 @@
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{EngineError, Result};
@@ -28,23 +31,57 @@ pub enum Plan {
     Stdout,
     /// A device, FIFO or socket: opened for writing as it is.
     InPlace(PathBuf),
-    /// A regular file (or none yet): written to `partial`, then renamed to `target`.
+    /// A regular file (or none yet): written to a partial file of its own beside it
+    /// ([`reserve_partial`]), then renamed to `target`.
     Replace {
         /// The file replaced: the path itself, or the end of its symlink chain.
         target: PathBuf,
-        /// The temporary file beside it.
-        partial: PathBuf,
     },
 }
 
 /// Most symlinks followed before a path is refused as a loop.
 const MAX_SYMLINKS: usize = 40;
 
-/// Decides how `path` is written, looking only at what is there now.
+/// Extensions of audio formats the engine does not write, with the format's name: an
+/// output named so would get a WAV (or text) under a name that promises something else.
+const OTHER_AUDIO_FORMATS: &[(&str, &str)] = &[
+    ("mp3", "MP3"),
+    ("ogg", "Ogg"),
+    ("oga", "Ogg"),
+    ("opus", "Opus"),
+    ("flac", "FLAC"),
+    ("m4a", "AAC (M4A)"),
+    ("aac", "AAC"),
+    ("wma", "WMA"),
+    ("webm", "WebM"),
+];
+
+/// Refuses an output whose extension names an audio format the engine does not write
+/// (`x.mp3`), naming what it writes.
+fn check_extension(path: &Path) -> Result<()> {
+    let Some(ext) = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+    else {
+        return Ok(());
+    };
+    match OTHER_AUDIO_FORMATS.iter().find(|(e, _)| *e == ext) {
+        Some((_, name)) => Err(EngineError::Usage(format!(
+            "output '{}' asks for {name}, which is not written here: audio is written as 16-bit PCM WAV only (name the output .wav, or - for standard output), and convert it afterwards if need be (`ffmpeg -i out.wav out.{ext}`)",
+            path.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Decides how `path` is written, looking only at what is there now; a path whose
+/// extension names an audio format the engine does not write (`.mp3`, `.ogg`, `.opus`,
+/// `.flac`, `.m4a`, `.aac`...) is refused before anything is made.
 pub fn plan(path: &Path) -> Result<Plan> {
     if path.as_os_str() == "-" {
         return Ok(Plan::Stdout);
     }
+    check_extension(path)?;
     let target = follow_symlinks(path)?;
     match std::fs::metadata(&target) {
         Ok(m) if m.is_dir() => Err(EngineError::Usage(format!(
@@ -53,11 +90,47 @@ pub fn plan(path: &Path) -> Result<Plan> {
         ))),
         Ok(m) if !m.is_file() => Ok(Plan::InPlace(target)),
         _ => {
-            let name = target.file_name().ok_or_else(|| {
-                EngineError::Usage(format!("output '{}' is not a file path", path.display()))
-            })?;
-            let partial = target.with_file_name(format!(".{}.partial", name.to_string_lossy()));
-            Ok(Plan::Replace { target, partial })
+            if target.file_name().is_none() {
+                return Err(EngineError::Usage(format!(
+                    "output '{}' is not a file path",
+                    path.display()
+                )));
+            }
+            Ok(Plan::Replace { target })
+        }
+    }
+}
+
+/// Partial files this process has reserved, counted so that each name is new.
+static PARTIAL_SERIAL: AtomicU64 = AtomicU64::new(0);
+
+/// Makes a new, empty partial file beside `target`, `.NAME.<pid>-<n>.partial`, created
+/// exclusively (a name already there, left by a process of the same id that died or
+/// made in another PID namespace, is skipped and kept), and registers it for
+/// [`remove_partials`]. The file belongs to this one write: a second writer of the same
+/// target, here or in another process, gets another.
+fn reserve_partial(target: &Path) -> Result<(PartialGuard, std::fs::File)> {
+    let name = target
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    loop {
+        let n = PARTIAL_SERIAL.fetch_add(1, Ordering::Relaxed);
+        let partial = target.with_file_name(format!(".{name}.{}-{n}.partial", std::process::id()));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&partial)
+        {
+            Ok(f) => return Ok((PartialGuard::new(partial), f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(source) => {
+                return Err(EngineError::Write {
+                    path: target.to_path_buf(),
+                    source,
+                })
+            }
         }
     }
 }
@@ -165,15 +238,14 @@ pub fn write_with(
                 .and_then(|()| f.flush())
                 .map_err(write_err(&target))
         }
-        Plan::Replace { target, partial } => {
-            let mut guard = PartialGuard::new(partial.clone());
-            let mut f = std::fs::File::create(&partial).map_err(write_err(&target))?;
+        Plan::Replace { target } => {
+            let (mut guard, mut f) = reserve_partial(&target)?;
             fill(&mut f)
                 .and_then(|()| f.sync_all())
                 .map_err(write_err(&target))?;
             drop(f);
-            keep_permissions(&target, &partial);
-            std::fs::rename(&partial, &target).map_err(write_err(&target))?;
+            keep_permissions(&target, &guard.path);
+            std::fs::rename(&guard.path, &target).map_err(write_err(&target))?;
             guard.keep = true;
             Ok(())
         }
@@ -185,23 +257,24 @@ pub fn write_with(
 /// is made in the temp folder and copied in. Returns the content's size in bytes.
 pub fn write_via_path(path: &Path, produce: impl FnOnce(&Path) -> Result<()>) -> Result<u64> {
     match plan(path)? {
-        Plan::Replace { target, partial } => {
-            let mut guard = PartialGuard::new(partial.clone());
-            produce(&partial)?;
-            let size = synced_size(&partial).map_err(write_err(&target))?;
-            keep_permissions(&target, &partial);
-            std::fs::rename(&partial, &target).map_err(write_err(&target))?;
+        Plan::Replace { target } => {
+            let (mut guard, f) = reserve_partial(&target)?;
+            drop(f);
+            produce(&guard.path)?;
+            let size = synced_size(&guard.path).map_err(write_err(&target))?;
+            keep_permissions(&target, &guard.path);
+            std::fs::rename(&guard.path, &target).map_err(write_err(&target))?;
             guard.keep = true;
             Ok(size)
         }
         Plan::Stdout | Plan::InPlace(_) => {
             let name = path.file_name().unwrap_or_default().to_string_lossy();
-            let partial = std::env::temp_dir()
-                .join(format!(".audiocpp-{}-{name}.partial", std::process::id()));
-            let _guard = PartialGuard::new(partial.clone());
-            produce(&partial)?;
-            let size = synced_size(&partial).map_err(write_err(&partial))?;
-            let mut src = std::fs::File::open(&partial).map_err(write_err(&partial))?;
+            let (guard, f) =
+                reserve_partial(&std::env::temp_dir().join(format!("audiocpp-{name}")))?;
+            drop(f);
+            produce(&guard.path)?;
+            let size = synced_size(&guard.path).map_err(write_err(&guard.path))?;
+            let mut src = std::fs::File::open(&guard.path).map_err(write_err(&guard.path))?;
             write_with(path, |w| std::io::copy(&mut src, w).map(|_| ()))?;
             Ok(size)
         }
@@ -281,7 +354,8 @@ pub fn wav_bytes(samples: &[f32], sample_rate: u32) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Writes mono samples to `path` as a 16-bit PCM WAV, through [`write_bytes`].
+/// Writes mono samples to `path` as a 16-bit PCM WAV, through [`write_bytes`] (whose
+/// [`plan`] refuses a path named for another format: `--out x.mp3` gets no WAV).
 pub fn write_wav(path: &Path, samples: &[f32], sample_rate: u32) -> Result<()> {
     write_bytes(path, &wav_bytes(samples, sample_rate)?)
 }
@@ -299,14 +373,34 @@ mod tests {
             Plan::InPlace("/dev/null".into())
         );
         let new = dir.path().join("out.txt");
-        assert_eq!(
-            plan(&new).unwrap(),
-            Plan::Replace {
-                target: new.clone(),
-                partial: dir.path().join(".out.txt.partial"),
-            }
-        );
+        assert_eq!(plan(&new).unwrap(), Plan::Replace { target: new });
         assert!(plan(dir.path()).is_err(), "a directory is refused");
+    }
+
+    #[test]
+    fn outputs_named_for_other_audio_formats_are_refused_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["x.mp3", "x.OGG", "x.opus", "x.flac", "x.m4a", "x.aac"] {
+            let path = dir.path().join(name);
+            let err = plan(&path).unwrap_err().to_string();
+            assert!(
+                err.contains("audio is written as 16-bit PCM WAV only"),
+                "{err}"
+            );
+            assert!(
+                err.contains(&format!("output '{}'", path.display())),
+                "{err}"
+            );
+            assert!(write_wav(&path, &[0.0; 8], 16_000).is_err());
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "nothing written"
+        );
+        for name in ["x.wav", "x.WAV", "x", "x.txt", "x.gguf", "mp3"] {
+            write_wav(&dir.path().join(name), &[0.0; 8], 16_000).unwrap();
+        }
     }
 
     #[cfg(unix)]
@@ -345,7 +439,10 @@ mod tests {
             .is_file());
         let err = write_bytes(Path::new("/dev/full"), &[0u8; 1 << 16]).unwrap_err();
         assert!(
-            err.to_string().contains("cannot write '/dev/full'"),
+            err.to_string().contains("cannot write '/dev/full'")
+                && err
+                    .to_string()
+                    .contains("no space left on device: free space on that disk"),
             "{err}"
         );
         assert!(err.is_user_error());
@@ -370,6 +467,58 @@ mod tests {
             write_via_path(&out, |p| std::fs::write(p, b"whole").map_err(write_err(p))).unwrap();
         assert_eq!(size, 5);
         assert_eq!(std::fs::read(&out).unwrap(), b"whole");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn two_writers_of_one_path_never_share_a_partial_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("model.gguf");
+        // Both are halfway through their content at once: each must have a file of its
+        // own, and the file left is one of them whole.
+        let halfway = std::sync::Barrier::new(2);
+        let write = |byte: u8, len: usize| {
+            write_via_path(&out, |p| {
+                std::fs::write(p, vec![byte; len / 2]).map_err(write_err(p))?;
+                halfway.wait();
+                let mut f = OpenOptions::new()
+                    .append(true)
+                    .open(p)
+                    .map_err(write_err(p))?;
+                f.write_all(&vec![byte; len - len / 2])
+                    .map_err(write_err(p))
+            })
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| write(b'a', 3000));
+            let b = s.spawn(|| write(b'b', 1000));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert_eq!((a.unwrap(), b.unwrap()), (3000, 1000));
+        let left = std::fs::read(&out).unwrap();
+        assert!(
+            left == vec![b'a'; 3000] || left == vec![b'b'; 1000],
+            "a mix of both writers: {} bytes",
+            left.len()
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        // write_with as well.
+        let w = |byte: u8| {
+            write_with(&out, |w| {
+                w.write_all(&[byte; 500])?;
+                halfway.wait();
+                w.write_all(&[byte; 500])
+            })
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| w(b'x'));
+            let b = s.spawn(|| w(b'y'));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        a.unwrap();
+        b.unwrap();
+        let left = std::fs::read(&out).unwrap();
+        assert!(left == [b'x'; 1000] || left == [b'y'; 1000]);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 

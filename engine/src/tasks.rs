@@ -114,7 +114,10 @@ pub fn convert(
     let bytes = crate::output::write_via_path(out, |tmp| {
         crate::ggml::write_gguf(tmp, &metadata, &tensors).map_err(|e| EngineError::Write {
             path: out.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
+            source: match e {
+                crate::ggml::GgmlError::Write(source) => source,
+                e => std::io::Error::other(e.to_string()),
+            },
         })
     })?;
     Ok(ConvertOutput {

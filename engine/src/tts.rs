@@ -1,6 +1,7 @@
 //! The text-to-speech task: its contract with a family ([`Synthesizer`]), the request and
 //! what a run produces, the limits every front end shares, and the family-neutral run:
 //! the request checked once (input, voice, speed; errors name the engine's parameters),
+//! its markup taken out ([`audiocpp_text::speakable`]: SSML tags, terminal escapes),
 //! the text cut into sentences ([`audiocpp_text::sentences`]) and spoken one after
 //! another under a maximum duration, so a server can stream each sentence as it is made.
 
@@ -126,8 +127,16 @@ pub trait Synthesizer: Send {
     fn check_options(&self, _options: &SpeechOptions) -> Result<()> {
         Ok(())
     }
+    /// Checks what a request says (its markup already taken out) against what the
+    /// family reads with `voice` (text in a script its front end does not read), before
+    /// any synthesis, so that a refusal names the reason and no sentence is spoken first.
+    fn check_input(&self, _input: &SpeechInput, _voice: &str) -> Result<()> {
+        Ok(())
+    }
     /// Speaks `input` (non-empty) with `voice` (one of [`Synthesizer::voices`]) at
-    /// `speed` (checked by [`TtsModel::run`]); `None` when its audio would pass
+    /// `speed` (checked by [`TtsModel::run`]); no samples for a piece with nothing the
+    /// family reads (a run with no audio at all is refused by [`TtsModel::run_streamed`],
+    /// and [`Synthesizer::check_input`] says why up front); `None` when its audio would pass
     /// `max_samples`, which it says as soon as it knows the length, before making the
     /// audio (a request over its limit costs no synthesis past that point).
     fn synthesize(
@@ -175,6 +184,14 @@ pub struct SpeechStats {
     pub first_audio_ms: f64,
     /// Inference wall time in milliseconds (model load excluded).
     pub inference_ms: f64,
+}
+
+/// The input as it is spoken: its markup taken out ([`audiocpp_text::speakable`]).
+fn speakable_input(input: &SpeechInput) -> SpeechInput {
+    match input {
+        SpeechInput::Text(t) => SpeechInput::Text(audiocpp_text::speakable(t)),
+        SpeechInput::Phonemes(p) => SpeechInput::Phonemes(audiocpp_text::speakable(p)),
+    }
 }
 
 /// Checks parameter `speed` (a front end may call it before it loads a model).
@@ -238,6 +255,11 @@ impl TtsModel {
                 "parameter 'input' is empty: give the text to speak".into(),
             ));
         }
+        if audiocpp_text::speakable(text).trim().is_empty() {
+            return Err(EngineError::Usage(
+                "parameter 'input' has nothing to say once its markup (SSML tags, terminal escape sequences, control characters) is taken out: give the words to speak".into(),
+            ));
+        }
         if matches!(req.input, SpeechInput::Phonemes(_)) && !self.model.takes_phonemes() {
             return Err(EngineError::Usage(format!(
                 "parameter 'input': family '{}' takes text, not phonemes",
@@ -258,12 +280,15 @@ impl TtsModel {
             )));
         }
         self.model.check_options(&req.options)?;
-        match &req.voice {
+        let voice = match &req.voice {
             None => self.model.voices().first().cloned().ok_or_else(|| {
                 EngineError::Usage(format!("family '{}' has no voices", self.family))
             }),
             Some(v) => self.model.check_voice(v).map(|()| v.clone()),
-        }
+        }?;
+        self.model
+            .check_input(&speakable_input(&req.input), &voice)?;
+        Ok(voice)
     }
 
     /// Checks the request ([`TtsModel::check`]), then speaks it whole, under
@@ -286,10 +311,12 @@ impl TtsModel {
         })
     }
 
-    /// Checks the request, then speaks it piece by piece ([`audiocpp_text::sentences`]), handing each
-    /// piece's samples to `on_audio` as soon as they exist (a streaming server sends
-    /// them on). Once the audio passes `max_seconds` it stops with an error; an error
-    /// from `on_audio` (a client gone) stops it too.
+    /// Checks the request, takes out its markup ([`audiocpp_text::speakable`]: SSML or
+    /// HTML tags and terminal escapes are removed, not read aloud, and not refused: see
+    /// there), then speaks it piece by piece ([`audiocpp_text::sentences`]), handing
+    /// each piece's samples to `on_audio` as soon as they exist (a streaming server
+    /// sends them on). Once the audio passes `max_seconds` it stops with an error; an
+    /// error from `on_audio` (a client gone) stops it too.
     pub fn run_streamed(
         &mut self,
         req: &SpeechRequest,
@@ -299,7 +326,8 @@ impl TtsModel {
         let voice = self.check(req)?;
         check_max_speech_s(max_seconds)?;
         let (SpeechInput::Text(text) | SpeechInput::Phonemes(text)) = &req.input;
-        let pieces = audiocpp_text::sentences(text);
+        let text = audiocpp_text::speakable(text);
+        let pieces = audiocpp_text::sentences(&text);
         let sample_rate = self.model.sample_rate();
         let max_samples = (max_seconds * sample_rate as f64).ceil() as usize;
         let t0 = Instant::now();
@@ -328,6 +356,12 @@ impl TtsModel {
                 first_audio_ms = t0.elapsed().as_secs_f64() * 1000.0;
             }
             on_audio(&samples)?;
+        }
+        if total == 0 {
+            return Err(EngineError::Usage(format!(
+                "parameter 'input' has nothing family '{}' says: no word of it could be read",
+                self.family
+            )));
         }
         Ok(SpeechStats {
             family: self.family.to_string(),

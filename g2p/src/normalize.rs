@@ -4,8 +4,11 @@
 //! `Jan.`), `#` before a number and units after one. Each rewrite produces words or number forms misaki itself reads well (a date
 //! becomes `December 25th, 2024`), so misaki's own number reading does the rest.
 //!
-//! Cardinals, decimals, years, ordinals, currency (`$`, `£`, `€`) and `%` are left to misaki,
-//! which reads them already.
+//! Cardinals, decimals, years, ordinals and currency (`$`, `£`, `€`) are left to misaki,
+//! which reads them already; so is `%`, once it stands apart from its number: misaki-rs
+//! as this crate sets it up (the caller's lexicon, the letter-to-sound fallback) drops a `%` written against a number (`50%` read
+//! as "fifty", `12.5%` as "twelve five") where python misaki says "percent", and reads
+//! `50 %` exactly as python misaki reads `50%`.
 
 use std::sync::LazyLock;
 
@@ -160,6 +163,7 @@ static ROMAN: LazyLock<Regex> =
 static DOMAIN: LazyLock<Regex> = LazyLock::new(|| {
     regex(r"\b(www\.)?([A-Za-z0-9-]+)\.(com|org|net|edu|gov|io|ai|dev|uk|de|fr|us|ca)\b")
 });
+static PERCENT: LazyLock<Regex> = LazyLock::new(|| regex(r"(\d)%"));
 static SHARP: LazyLock<Regex> = LazyLock::new(|| regex(r"\b([CF])#"));
 static DOT_NET: LazyLock<Regex> = LazyLock::new(|| regex(r"(^|\s)\.NET\b"));
 static HASH_NUMBER: LazyLock<Regex> = LazyLock::new(|| regex(r"#(\d)"));
@@ -178,6 +182,7 @@ pub fn normalize(text: &str, dialect: Dialect) -> String {
         let www = if c.get(1).is_some() { "w w w dot " } else { "" };
         format!("{www}{} dot {}", &c[2], &c[3])
     });
+    let text = PERCENT.replace_all(&text, "$1 %");
     let text = SHARP.replace_all(&text, "$1 sharp");
     let text = DOT_NET.replace_all(&text, "${1}dot net");
     let text = PHONE.replace_all(&text, |c: &Captures| {
@@ -556,6 +561,14 @@ mod tests {
             "Henry the eighth after World War two and Louis the fourteenth"
         );
         assert_eq!(us("I saw it with Malcolm X"), "I saw it with Malcolm X");
+    }
+
+    #[test]
+    fn percent_stands_apart_from_its_number() {
+        assert_eq!(
+            us("50% and 12.5%, not 5 % or a%"),
+            "50 % and 12.5 %, not 5 % or a%"
+        );
     }
 
     #[test]

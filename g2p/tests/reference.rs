@@ -55,6 +55,36 @@ fn check(dialect: Dialect, tag: &str, min: f64) {
     assert!(r >= min, "{tag}: exact match {r:.3} below {min}");
 }
 
+/// Every reference row whose text has `%` matches misaki exactly (issue 43: `50%` was
+/// read as "50" and `12.5%` as "12-5").
+#[test]
+fn percent_reads_as_python_misaki() {
+    let mut checked = 0;
+    for row in common::fixture_lines("misaki_reference.tsv") {
+        let cols: Vec<&str> = row.split('\t').collect();
+        let [d, text, expected] = cols[..] else {
+            panic!("a reference row without three columns: {row:?}");
+        };
+        if !text.contains('%') {
+            continue;
+        }
+        let dialect = match d {
+            "us" => Dialect::Us,
+            "gb" => Dialect::Gb,
+            _ => panic!("unknown dialect {d:?}"),
+        };
+        let ours: Vec<String> = common::g2p(dialect)
+            .phonemize(text)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.phonemes)
+            .collect();
+        assert_eq!(ours.join(" "), expected.trim(), "{d}: {text}");
+        checked += 1;
+    }
+    assert!(checked >= 14, "only {checked} reference rows with %");
+}
+
 #[test]
 fn us_matches_python_misaki() {
     check(Dialect::Us, "us", US_MIN_EXACT);

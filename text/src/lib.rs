@@ -1,11 +1,253 @@
 //! Where a text is cut for speech, in one place for the engine and its text front ends:
-//! [`sentences`] cuts a request into the pieces a synthesizer speaks (and a server
-//! streams) one after another; [`split_to_limit`] cuts a piece that is still longer than
-//! a model's context (in characters or phoneme symbols) at the best place it can.
+//! [`speakable`] takes out what is markup, not words (SSML or HTML tags, terminal escape
+//! sequences, control characters); [`scripts`] names the writing systems a text's
+//! letters are in (so a front end that reads one can say what it was given); [`sentences`] cuts a request into the pieces a
+//! synthesizer speaks (and a server streams) one after another; [`split_to_limit`] cuts
+//! a piece that is still longer than a model's context (in characters or phoneme
+//! symbols) at the best place it can.
 //!
 //! Both work on any script: sentence ends include the CJK marks, and nothing here knows
 //! a model, a voice or a language's words beyond the abbreviations that do not end a
 //! sentence.
+
+/// The text a request speaks, with what is not meant to be read aloud taken out:
+///
+/// - SSML (and HTML) tags: `<speak>`, `<break time="1s"/>`, `<emphasis level="x">`,
+///   `</p>`, comments `<!-- -->`, `<?xml ...?>` and `<!DOCTYPE ...>`. No family reads
+///   SSML's instructions, and OpenAI's speech endpoint takes plain text, so the words
+///   inside the tags are spoken and the tags are removed (not refused: clients wrap text
+///   in `<speak>` by habit, and refusing would fail a request that has words to say). A
+///   paragraph, sentence or break tag leaves a blank line, which ends a piece
+///   ([`sentences`]); other tags leave nothing. Only tag-shaped text counts: a name
+///   starting with a letter and `name="value"` attributes, so `a < b`, `x<3` or `<b and
+///   c>` stay as written. When a tag was removed, the five XML entities (`&amp;` `&lt;`
+///   `&gt;` `&quot;` `&apos;`) are read as their characters.
+/// - Terminal escape sequences (ANSI colours and cursor moves, `ESC [ ... m`, OSC titles
+///   `ESC ] ... BEL`, 8-bit CSI) and every other control character but tab, line feed
+///   and carriage return.
+pub fn speakable(text: &str) -> String {
+    let no_escapes = strip_escapes(text);
+    strip_tags(&no_escapes)
+}
+
+/// Tag names whose removal leaves a blank line (a piece boundary).
+const BLOCK_TAGS: &[&str] = &["p", "s", "break", "paragraph", "sentence", "br"];
+
+/// [`speakable`]'s first step: terminal escape sequences and control characters out.
+fn strip_escapes(text: &str) -> String {
+    const ESC: char = '\u{1b}';
+    const CSI8: char = '\u{9b}';
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    // The end (exclusive) of a CSI sequence whose parameters start at `j`: parameter
+    // bytes 0x30-0x3F, intermediates 0x20-0x2F, one final byte 0x40-0x7E.
+    let csi_end = |mut j: usize| {
+        while j < chars.len() && ('\u{30}'..='\u{3f}').contains(&chars[j]) {
+            j += 1;
+        }
+        while j < chars.len() && ('\u{20}'..='\u{2f}').contains(&chars[j]) {
+            j += 1;
+        }
+        if j < chars.len() && ('\u{40}'..='\u{7e}').contains(&chars[j]) {
+            j + 1
+        } else {
+            j
+        }
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        if c == ESC {
+            i = match chars.get(i + 1) {
+                Some('[') => csi_end(i + 2),
+                // OSC, DCS, SOS, PM, APC: up to BEL or ESC \ (string terminator).
+                Some(']' | 'P' | 'X' | '^' | '_') => {
+                    let mut j = i + 2;
+                    loop {
+                        match chars.get(j) {
+                            None => break j,
+                            Some('\u{7}') => break j + 1,
+                            Some(&ESC) if chars.get(j + 1) == Some(&'\\') => break j + 2,
+                            Some(_) => j += 1,
+                        }
+                    }
+                }
+                // A two-character escape (ESC 7, ESC c, ESC ( B...).
+                Some(&n) if ('\u{20}'..='\u{7e}').contains(&n) => {
+                    let mut j = i + 1;
+                    while j < chars.len() && ('\u{20}'..='\u{2f}').contains(&chars[j]) {
+                        j += 1;
+                    }
+                    (j + 1).min(chars.len())
+                }
+                _ => i + 1,
+            };
+            continue;
+        }
+        if c == CSI8 {
+            i = csi_end(i + 1);
+            continue;
+        }
+        if !c.is_control() || matches!(c, '\t' | '\n' | '\r') {
+            out.push(c);
+        }
+        i += 1;
+    }
+    out
+}
+
+/// [`speakable`]'s second step: tag-shaped markup out, entities in when there was any.
+fn strip_tags(text: &str) -> String {
+    if !text.contains('<') {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut removed = false;
+    while let Some(at) = rest.find('<') {
+        out.push_str(&rest[..at]);
+        match markup_len(&rest[at..]) {
+            Some((len, block)) => {
+                if block {
+                    out.push_str("\n\n");
+                }
+                removed = true;
+                rest = &rest[at + len..];
+            }
+            None => {
+                out.push('<');
+                rest = &rest[at + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    if removed {
+        out = out
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&apos;", "'")
+            .replace("&amp;", "&");
+    }
+    out
+}
+
+/// The length in bytes of the markup `s` starts with (`s` starts with `<`), and whether
+/// it is a block tag ([`BLOCK_TAGS`]); `None` when `s` does not start with markup.
+fn markup_len(s: &str) -> Option<(usize, bool)> {
+    for (open, close) in [("<!--", "-->"), ("<?", "?>")] {
+        if let Some(body) = s.strip_prefix(open) {
+            return body
+                .find(close)
+                .map(|end| (open.len() + end + close.len(), false));
+        }
+    }
+    if let Some(decl) = s.strip_prefix("<!") {
+        if decl.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            return decl.find('>').map(|end| (2 + end + 1, false));
+        }
+        return None;
+    }
+    let bytes = s.as_bytes();
+    let mut i = 1;
+    if bytes.get(i) == Some(&b'/') {
+        i += 1;
+    }
+    let name_start = i;
+    if !bytes.get(i).is_some_and(u8::is_ascii_alphabetic) {
+        return None;
+    }
+    let is_name = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'.');
+    while bytes.get(i).copied().is_some_and(is_name) {
+        i += 1;
+    }
+    let name = s[name_start..i].to_ascii_lowercase();
+    let name = name.rsplit(':').next().unwrap_or_default();
+    // Attributes: white space, a name, `=`, a quoted value.
+    loop {
+        let spaced = bytes.get(i).is_some_and(|b| b.is_ascii_whitespace());
+        while bytes.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
+            i += 1;
+        }
+        match bytes.get(i) {
+            Some(b'>') => return Some((i + 1, BLOCK_TAGS.contains(&name))),
+            Some(b'/') if bytes.get(i + 1) == Some(&b'>') => {
+                return Some((i + 2, BLOCK_TAGS.contains(&name)))
+            }
+            Some(b) if spaced && b.is_ascii_alphabetic() => {
+                while bytes.get(i).copied().is_some_and(is_name) {
+                    i += 1;
+                }
+                while bytes.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
+                    i += 1;
+                }
+                if bytes.get(i) != Some(&b'=') {
+                    return None;
+                }
+                i += 1;
+                while bytes.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
+                    i += 1;
+                }
+                let quote = *bytes.get(i).filter(|q| matches!(q, b'"' | b'\''))?;
+                let end = s[i + 1..].find(quote as char)?;
+                i += 1 + end + 1;
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// The writing system of a letter, by Unicode block: `Latin` (ASCII and the Latin
+/// supplements and extensions), `Greek`, `Cyrillic`, `Armenian`, `Hebrew`, `Arabic`,
+/// `Devanagari`, `Bengali`, `Tamil`, `Thai`, `Georgian`, `Hangul`, `Hiragana`,
+/// `Katakana`, `Han` (Chinese characters, also in Japanese), `Ethiopic`; `other` for a
+/// letter of any other block. `None` for what is not a letter (digits, punctuation,
+/// symbols, emoji).
+pub fn script(c: char) -> Option<&'static str> {
+    if !c.is_alphabetic() {
+        return None;
+    }
+    Some(match c as u32 {
+        0x0041..=0x024F | 0x1E00..=0x1EFF | 0x2C60..=0x2C7F | 0xA720..=0xA7FF | 0xFF21..=0xFF5A => {
+            "Latin"
+        }
+        0x0370..=0x03FF | 0x1F00..=0x1FFF => "Greek",
+        0x0400..=0x052F | 0x1C80..=0x1C8F | 0x2DE0..=0x2DFF | 0xA640..=0xA69F => "Cyrillic",
+        0x0530..=0x058F => "Armenian",
+        0x0590..=0x05FF | 0xFB1D..=0xFB4F => "Hebrew",
+        0x0600..=0x06FF | 0x0750..=0x077F | 0x08A0..=0x08FF | 0xFB50..=0xFDFF | 0xFE70..=0xFEFF => {
+            "Arabic"
+        }
+        0x0900..=0x097F => "Devanagari",
+        0x0980..=0x09FF => "Bengali",
+        0x0B80..=0x0BFF => "Tamil",
+        0x0E00..=0x0E7F => "Thai",
+        0x10A0..=0x10FF => "Georgian",
+        0x1100..=0x11FF | 0x3130..=0x318F | 0xAC00..=0xD7AF => "Hangul",
+        0x3040..=0x309F => "Hiragana",
+        0x30A0..=0x30FF | 0x31F0..=0x31FF | 0xFF66..=0xFF9F => "Katakana",
+        0x2E80..=0x2FDF
+        | 0x3005..=0x3007
+        | 0x3400..=0x4DBF
+        | 0x4E00..=0x9FFF
+        | 0xF900..=0xFAFF
+        | 0x20000..=0x3FFFF => "Han",
+        0x1200..=0x139F => "Ethiopic",
+        _ => "other",
+    })
+}
+
+/// The writing systems of `text`'s letters ([`script`]), each once, in the order they
+/// first appear; empty for a text without letters.
+pub fn scripts(text: &str) -> Vec<&'static str> {
+    let mut found = Vec::new();
+    for s in text.chars().filter_map(script) {
+        if !found.contains(&s) {
+            found.push(s);
+        }
+    }
+    found
+}
 
 /// Characters that end a sentence (when a boundary follows, see [`sentences`]).
 fn is_terminator(c: char) -> bool {
@@ -268,6 +510,68 @@ mod tests {
         for piece in split_to_limit(&"wˈʌn, ".repeat(300), 510) {
             assert!(piece.chars().count() <= 510);
         }
+    }
+
+    #[test]
+    fn ssml_tags_are_removed_and_their_words_kept() {
+        assert_eq!(
+            speakable(
+                r#"<?xml version="1.0"?><speak version="1.1">Hello <emphasis level="strong">world</emphasis>.<break time="500ms"/>Bye &amp; thanks.</speak>"#
+            ),
+            "Hello world.\n\nBye & thanks."
+        );
+        assert_eq!(
+            sentences(&speakable("<speak><p>One</p><p>Two</p></speak>")),
+            ["One", "Two"]
+        );
+        assert_eq!(
+            speakable("<!-- note -->Say <say-as interpret-as='characters'>abc</say-as>"),
+            "Say abc"
+        );
+        // Not markup: left as written, entities too.
+        for plain in [
+            "if a < b and c > d",
+            "x<3 and 5>2",
+            "a <b and c> d",
+            "Tom &amp; Jerry",
+            "<3",
+            "a < b/>",
+        ] {
+            assert_eq!(speakable(plain), plain);
+        }
+        assert_eq!(speakable("<speak></speak>").trim(), "");
+    }
+
+    #[test]
+    fn terminal_escapes_and_control_characters_are_removed() {
+        assert_eq!(
+            speakable("\u{1b}[1;31mError:\u{1b}[0m disk \u{1b}[2Kfull\u{7}"),
+            "Error: disk full"
+        );
+        assert_eq!(
+            speakable("\u{1b}]0;title\u{7}Hi\u{1b}]8;;http://x\u{1b}\\link\u{1b}]8;;\u{1b}\\"),
+            "Hilink"
+        );
+        assert_eq!(speakable("a\u{9b}31mb\u{1b}(Bc\u{0}d"), "abcd");
+        assert_eq!(speakable("tab\tand\r\nlines"), "tab\tand\r\nlines");
+        // A lone escape at the end, an unfinished sequence.
+        assert_eq!(speakable("end\u{1b}"), "end");
+        assert_eq!(speakable("x\u{1b}[12"), "x");
+    }
+
+    #[test]
+    fn letters_are_told_apart_by_script() {
+        assert_eq!(scripts("Hello, naïve café"), ["Latin"]);
+        assert_eq!(scripts("Привет, мир"), ["Cyrillic"]);
+        assert_eq!(scripts("مرحبا"), ["Arabic"]);
+        assert_eq!(
+            scripts("こんにちは世界、カタカナ"),
+            ["Hiragana", "Han", "Katakana"]
+        );
+        assert_eq!(scripts("안녕하세요"), ["Hangul"]);
+        assert_eq!(scripts("Hi Ωμέγα"), ["Latin", "Greek"]);
+        assert!(scripts("🎉 123 !? ✓").is_empty());
+        assert_eq!(script('7'), None);
     }
 
     #[test]

@@ -38,7 +38,7 @@ use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
 use crate::ggml::{GgufValue, HostTensor};
 pub use crate::model_file::LegacyFormat;
-use crate::model_file::ModelFile;
+use crate::model_file::{ModelFile, SourceFormat, GGUF_FAMILY_KEY};
 use crate::spec::{self, ModelSpec, SpecSource};
 use crate::task::{self, Task};
 use crate::tts::Synthesizer;
@@ -138,6 +138,9 @@ pub struct Family {
     pub spec: Option<&'static str>,
     /// The legacy containers its files may come in (picked by magic).
     pub legacy: &'static [LegacyFormat],
+    /// The released formats its converter reads and its loaders do not: given one to
+    /// run, [`read_model`] says to convert it with this family first.
+    pub sources: &'static [SourceFormat],
     /// `--task convert`.
     pub convert: Option<Converter>,
     /// `--task vad`.
@@ -300,9 +303,80 @@ pub fn find(family: &str) -> Result<&'static Family> {
         })
 }
 
-/// Reads a model file of any format a family of this build reads.
+/// Reads a model file of any format a family of this build reads. A model in a format
+/// families only convert from ([`SourceFormat`]: a CTranslate2 folder, an ONNX file, a
+/// Hugging Face folder) is refused with the conversion that makes it loadable.
 pub fn read_model(path: &Path) -> Result<ModelFile> {
-    crate::model_file::read(path, legacy_format)
+    crate::model_file::read(path, legacy_format).map_err(|e| match SourceFormat::of(path) {
+        Some(source) => convert_first(path, source),
+        None => e,
+    })
+}
+
+/// The error for a model in `source` format given to a task that loads models.
+fn convert_first(path: &Path, source: SourceFormat) -> EngineError {
+    let families: Vec<String> = all_families()
+        .filter(|f| f.sources.contains(&source))
+        .map(|f| format!("family '{}'", f.info.family))
+        .collect();
+    let with = if families.is_empty() {
+        "no family of this build converts it".to_string()
+    } else {
+        format!(
+            "convert it to GGUF first (task 'convert', {}) and give the .gguf it writes as parameter 'model'",
+            families.join(" or ")
+        )
+    };
+    EngineError::Usage(format!(
+        "'{}' is {}, which is converted, not loaded: {with}",
+        path.display(),
+        source.name()
+    ))
+}
+
+/// The family a model file names of itself (a GGUF made by task 'convert' records it
+/// under `audiocpp.family`; a legacy container's magic names it), so that a front end
+/// may make parameter 'family' optional. Reads the header and metadata only, not the
+/// tensor data. An error says why it cannot tell: a GGUF that names no family (set
+/// parameter 'family'), a family this build lacks, a model to convert first, a file
+/// that is no model.
+pub fn family_of_model(path: &Path) -> Result<&'static Family> {
+    let bad = |reason: String| EngineError::Model {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let named = if crate::model_file::is_gguf(path)? {
+        let metadata = crate::model_file::read_gguf_metadata(path)?;
+        metadata.into_iter().find_map(|(k, v)| match v {
+            GgufValue::Str(s) if k == GGUF_FAMILY_KEY => Some(s),
+            _ => None,
+        })
+    } else {
+        let mut magic = [0u8; 4];
+        {
+            use std::io::Read;
+            let mut f = std::fs::File::open(path).map_err(|source| EngineError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let _ = f.read_exact(&mut magic);
+        }
+        match (legacy_format(&magic), SourceFormat::of(path)) {
+            (Some((family, _)), _) => Some(family.to_string()),
+            (None, Some(source)) => return Err(convert_first(path, source)),
+            (None, None) => return Err(bad(
+                "unknown format (expected GGUF or a ggml .bin; first bytes are not a known magic)"
+                    .into(),
+            )),
+        }
+    };
+    let named = named.ok_or_else(|| {
+        EngineError::Usage(format!(
+            "'{}' does not say which family it is (no '{GGUF_FAMILY_KEY}' key): set parameter 'family'",
+            path.display()
+        ))
+    })?;
+    find(&named)
 }
 
 /// The legacy container whose magic `bytes` start with, and the family that reads it.

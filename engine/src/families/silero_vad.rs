@@ -41,6 +41,7 @@ pub const FAMILY: Family = Family {
         magic: *b"lmgg",
         read: parse_legacy,
     }],
+    sources: &[],
     convert: Some(convert),
     vad: Some(load_detector),
     asr: None,

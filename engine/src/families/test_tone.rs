@@ -29,6 +29,7 @@ pub const FAMILY: Family = Family {
     info: INFO,
     spec: None,
     legacy: &[],
+    sources: &[],
     convert: None,
     vad: None,
     asr: None,
@@ -222,6 +223,37 @@ mod tests {
         assert!(
             zh > zl * 19 / 10 && zh < zl * 21 / 10,
             "an octave up: {zl} -> {zh}"
+        );
+    }
+
+    #[test]
+    fn markup_and_terminal_escapes_are_not_spoken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = model(dir.path());
+        let mut tts = TtsModel::load("test_tone", &path, None, &RuntimeOptions::default()).unwrap();
+        // One tone per character: the audio's length counts what was spoken.
+        let spoken = |tts: &mut TtsModel, text: &str| {
+            tts.run(&request(text, None, 1.0)).unwrap().samples.len() / 400
+        };
+        assert_eq!(spoken(&mut tts, "ab. cd"), 5, "two pieces, ab. and cd");
+        assert_eq!(
+            spoken(&mut tts, r#"<speak>ab.<break time="1s"/>cd</speak>"#),
+            5,
+            "the tags are removed, the break ends a piece"
+        );
+        assert_eq!(
+            spoken(&mut tts, "\u{1b}[1;31mab\u{1b}[0m"),
+            2,
+            "ANSI colours are removed"
+        );
+        assert_eq!(spoken(&mut tts, "a < b"), 5, "not markup: read as written");
+        let err = tts
+            .run(&request("<speak><break/></speak>\u{1b}[0m", None, 1.0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("parameter 'input' has nothing to say once its markup"),
+            "{err}"
         );
     }
 

@@ -144,29 +144,16 @@ pub fn read_gguf_file(path: &Path) -> Result<GgufContents> {
     }
 }
 
-/// The metadata and tensors of a parsed GGUF, each tensor's data from `data(tensor,
-/// offset in the data section, bytes)`; frees `gguf` and `ctx`.
+/// The key/value metadata of a parsed GGUF, of the kinds [`GgufValue`] holds (others
+/// are skipped).
 ///
 /// # Safety
-/// `gguf` is null or a live context from `gguf_init_*`, `ctx` null or its tensor
-/// context; `data` may read `tensor` as ggml describes it.
-unsafe fn read_contents(
-    gguf: *mut sys::gguf_context,
-    ctx: *mut sys::ggml_context,
-    mut data: impl FnMut(*mut sys::ggml_tensor, usize, usize) -> std::result::Result<Vec<u8>, String>,
-) -> Result<GgufContents> {
-    if gguf.is_null() {
-        if !ctx.is_null() {
-            // SAFETY: the caller's guarantee.
-            unsafe { sys::ggml_free(ctx) };
-        }
-        return Err(GgmlError::BadGguf(log::take_last_error().unwrap_or_else(
-            || "header, metadata or tensor table is malformed or truncated".into(),
-        )));
-    }
-    let mut out = GgufContents::default();
-    // SAFETY: gguf and ctx are valid until freed below.
-    let result = unsafe {
+/// `gguf` is a live context from `gguf_init_*`.
+unsafe fn read_metadata(gguf: *mut sys::gguf_context) -> Vec<(String, GgufValue)> {
+    let mut metadata = Vec::new();
+    // SAFETY: the caller's guarantee; indices are below gguf_get_n_kv, and each value is
+    // read with the getter of the type ggml reports.
+    unsafe {
         for i in 0..sys::gguf_get_n_kv(gguf) {
             let key = cstr(sys::gguf_get_key(gguf, i));
             let value = match sys::gguf_get_kv_type(gguf, i) {
@@ -195,9 +182,64 @@ unsafe fn read_contents(
                 _ => None,
             };
             if let Some(v) = value {
-                out.metadata.push((key, v));
+                metadata.push((key, v));
             }
         }
+    }
+    metadata
+}
+
+/// Reads a GGUF file's metadata only (no tensor table in memory, no tensor data): what
+/// the file says of itself, such as its family. The caller checks the file first
+/// ([`crate::gguf_check::check_file`]).
+pub fn read_gguf_metadata_file(path: &Path) -> Result<Vec<(String, GgufValue)>> {
+    init();
+    let c = CString::new(path.to_string_lossy().as_bytes())
+        .map_err(|_| GgmlError::BadGguf(format!("{}: a path with a NUL byte", path.display())))?;
+    let params = sys::gguf_init_params {
+        no_alloc: true,
+        ctx: std::ptr::null_mut(),
+    };
+    // SAFETY: c is a valid NUL-terminated path; with no context asked for, ggml reads
+    // the header, metadata and tensor table into the gguf context only.
+    let gguf = unsafe { sys::gguf_init_from_file(c.as_ptr(), params) };
+    if gguf.is_null() {
+        return Err(GgmlError::BadGguf(log::take_last_error().unwrap_or_else(
+            || "header, metadata or tensor table is malformed or truncated".into(),
+        )));
+    }
+    // SAFETY: gguf is live until freed right after.
+    unsafe {
+        let metadata = read_metadata(gguf);
+        sys::gguf_free(gguf);
+        Ok(metadata)
+    }
+}
+
+/// The metadata and tensors of a parsed GGUF, each tensor's data from `data(tensor,
+/// offset in the data section, bytes)`; frees `gguf` and `ctx`.
+///
+/// # Safety
+/// `gguf` is null or a live context from `gguf_init_*`, `ctx` null or its tensor
+/// context; `data` may read `tensor` as ggml describes it.
+unsafe fn read_contents(
+    gguf: *mut sys::gguf_context,
+    ctx: *mut sys::ggml_context,
+    mut data: impl FnMut(*mut sys::ggml_tensor, usize, usize) -> std::result::Result<Vec<u8>, String>,
+) -> Result<GgufContents> {
+    if gguf.is_null() {
+        if !ctx.is_null() {
+            // SAFETY: the caller's guarantee.
+            unsafe { sys::ggml_free(ctx) };
+        }
+        return Err(GgmlError::BadGguf(log::take_last_error().unwrap_or_else(
+            || "header, metadata or tensor table is malformed or truncated".into(),
+        )));
+    }
+    let mut out = GgufContents::default();
+    // SAFETY: gguf and ctx are valid until freed below.
+    let result = unsafe {
+        out.metadata = read_metadata(gguf);
         let mut res = Ok(());
         for i in 0..sys::gguf_get_n_tensors(gguf) {
             let name = cstr(sys::gguf_get_tensor_name(gguf, i));
@@ -296,26 +338,58 @@ fn check_writable(metadata: &[(String, GgufValue)], tensors: &[HostTensor]) -> R
 }
 
 /// Writes metadata and tensors to a GGUF file at `path` (the caller makes it atomic).
+/// ggml lays out the header, metadata and tensor table ([`gguf_layout`]); the bytes go
+/// to the file from here, tensor data straight from each [`HostTensor`], so a write
+/// error is the OS's own (a full disk is `No space left on device`, not ggml's "could
+/// not write") and no second copy of the weights is made.
 pub fn write_gguf(
     path: &Path,
     metadata: &[(String, GgufValue)],
     tensors: &[HostTensor],
 ) -> Result<()> {
+    use std::io::Write;
+    let (head, alignment) = gguf_layout(metadata, tensors)?;
+    let write = || -> std::io::Result<()> {
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+        out.write_all(&head)?;
+        let zeros = vec![0u8; alignment];
+        for t in tensors {
+            out.write_all(&t.data)?;
+            let pad = t.data.len().next_multiple_of(alignment) - t.data.len();
+            out.write_all(&zeros[..pad])?;
+        }
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()
+    };
+    write().map_err(GgmlError::Write)
+}
+
+/// The bytes of a GGUF file before its tensor data (header, metadata, tensor table and
+/// the padding to the data section), as ggml's writer makes them, and the alignment each
+/// tensor's data is padded to.
+fn gguf_layout(
+    metadata: &[(String, GgufValue)],
+    tensors: &[HostTensor],
+) -> Result<(Vec<u8>, usize)> {
     check_writable(metadata, tensors)?;
     init();
-    let total: usize = tensors.iter().map(|t| t.data.len() + 64).sum();
-    // SAFETY: sizes are computed from the tensors; every pointer below is checked.
+    // SAFETY: the context only describes tensors (no_alloc), sized for them plus one;
+    // every pointer below is checked or comes from these two contexts, which are freed
+    // before returning.
     unsafe {
         let params = sys::ggml_init_params {
-            mem_size: total + (tensors.len() + 1) * sys::ggml_tensor_overhead(),
+            mem_size: (tensors.len() + 1) * sys::ggml_tensor_overhead(),
             mem_buffer: std::ptr::null_mut(),
-            no_alloc: false,
+            no_alloc: true,
         };
         let ctx = sys::ggml_init(params);
         if ctx.is_null() {
             return Err(GgmlError::Failed("ggml_init failed".into()));
         }
         let gguf = sys::gguf_init_empty();
+        if gguf.is_null() {
+            sys::ggml_free(ctx);
+            return Err(GgmlError::Failed("gguf_init_empty failed".into()));
+        }
         for (key, value) in metadata {
             let k = CString::new(key.as_str()).unwrap_or_default();
             match value {
@@ -343,6 +417,7 @@ pub fn write_gguf(
                 ),
             }
         }
+        let mut sizes_agree = true;
         for t in tensors {
             let ne: Vec<i64> = if t.ne.is_empty() {
                 vec![1]
@@ -352,23 +427,20 @@ pub fn write_gguf(
             let gt = sys::ggml_new_tensor(ctx, t.dtype.raw(), ne.len() as i32, ne.as_ptr());
             let name = CString::new(t.name.as_str()).unwrap_or_default();
             sys::ggml_set_name(gt, name.as_ptr());
-            let nbytes = sys::ggml_nbytes(gt);
-            assert_eq!(nbytes, t.data.len(), "tensor {} data size", t.name);
-            std::ptr::copy_nonoverlapping(t.data.as_ptr(), (*gt).data as *mut u8, nbytes);
+            sizes_agree &= sys::ggml_nbytes(gt) == t.data.len();
             sys::gguf_add_tensor(gguf, gt);
         }
-        let p = CString::new(path.to_string_lossy().as_bytes()).unwrap_or_default();
-        let ok = sys::gguf_write_to_file(gguf, p.as_ptr(), false);
+        let alignment = sys::gguf_get_alignment(gguf);
+        let mut head = vec![0u8; sys::gguf_get_meta_size(gguf)];
+        sys::gguf_get_meta_data(gguf, head.as_mut_ptr().cast());
         sys::gguf_free(gguf);
         sys::ggml_free(ctx);
-        if ok {
-            Ok(())
-        } else {
-            Err(GgmlError::Failed(format!(
-                "could not write {}",
-                path.display()
-            )))
+        if !sizes_agree || alignment == 0 {
+            return Err(GgmlError::Failed(
+                "a tensor's data does not match its dims, or the alignment is 0".into(),
+            ));
         }
+        Ok((head, alignment))
     }
 }
 
@@ -383,6 +455,69 @@ mod tests {
             ne: vec![data.len() as i64 / dtype.size() as i64],
             data,
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_full_disk_is_reported_as_the_os_says_it() {
+        let tensors = [tensor("a", DType::F32, vec![0; 1 << 16])];
+        let err = write_gguf(Path::new("/dev/full"), &[], &tensors).unwrap_err();
+        let GgmlError::Write(e) = &err else {
+            panic!("not a write error: {err}");
+        };
+        assert_eq!(e.kind(), std::io::ErrorKind::StorageFull, "{err}");
+        assert!(err.to_string().contains("No space left on device"), "{err}");
+    }
+
+    #[test]
+    fn written_files_match_what_ggml_writes_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let tensors = [
+            tensor("odd", DType::F32, 2.5f32.to_le_bytes().repeat(3)),
+            tensor("even", DType::F16, vec![0x3c; 64]),
+            tensor("last", DType::F32, 1f32.to_le_bytes().repeat(5)),
+        ];
+        let meta = [
+            ("k".to_string(), GgufValue::U32(7)),
+            ("s".to_string(), GgufValue::Str("x".into())),
+        ];
+        let ours = dir.path().join("ours.gguf");
+        write_gguf(&ours, &meta, &tensors).unwrap();
+        // ggml's own writer on the same contents.
+        let (head, _) = gguf_layout(&meta, &tensors).unwrap();
+        let theirs = dir.path().join("theirs.gguf");
+        // SAFETY: a context holding the tensors' data, freed at the end; the gguf
+        // context is built as gguf_layout builds it.
+        unsafe {
+            let ctx = sys::ggml_init(sys::ggml_init_params {
+                mem_size: 1 << 20,
+                mem_buffer: std::ptr::null_mut(),
+                no_alloc: false,
+            });
+            let gguf = sys::gguf_init_empty();
+            let k = CString::new("k").unwrap();
+            sys::gguf_set_val_u32(gguf, k.as_ptr(), 7);
+            let (s, x) = (CString::new("s").unwrap(), CString::new("x").unwrap());
+            sys::gguf_set_val_str(gguf, s.as_ptr(), x.as_ptr());
+            for t in &tensors {
+                let gt = sys::ggml_new_tensor(ctx, t.dtype.raw(), 1, t.ne.as_ptr());
+                let name = CString::new(t.name.as_str()).unwrap();
+                sys::ggml_set_name(gt, name.as_ptr());
+                std::ptr::copy_nonoverlapping(t.data.as_ptr(), (*gt).data.cast(), t.data.len());
+                sys::gguf_add_tensor(gguf, gt);
+            }
+            let p = CString::new(theirs.to_str().unwrap()).unwrap();
+            assert!(sys::gguf_write_to_file(gguf, p.as_ptr(), false));
+            sys::gguf_free(gguf);
+            sys::ggml_free(ctx);
+        }
+        let (a, b) = (
+            std::fs::read(&ours).unwrap(),
+            std::fs::read(&theirs).unwrap(),
+        );
+        assert!(a.starts_with(&head));
+        assert_eq!(a, b);
+        assert_eq!(read_gguf_file(&ours).unwrap().tensors.len(), 3);
     }
 
     #[test]

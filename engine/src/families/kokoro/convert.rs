@@ -636,6 +636,29 @@ pub fn read_vocab(path: &Path, n_token: usize) -> Result<Vec<(String, u32)>> {
     Ok(vocab)
 }
 
+/// Checks that folder `dir` (parameter `lexicons`; `by_default` when it was not given
+/// and is the model's folder) holds the four misaki lexicons, before any conversion work.
+pub fn check_lexicons(dir: &Path, by_default: bool) -> Result<()> {
+    let missing: Vec<String> = LEXICONS
+        .iter()
+        .map(|name| format!("{name}.json"))
+        .filter(|file| !dir.join(file).is_file())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let whose = if by_default {
+        " (parameter 'lexicons' was not given: it defaults to the model's folder)"
+    } else {
+        ""
+    };
+    Err(EngineError::Usage(format!(
+        "parameter 'lexicons' '{}' lacks {}{whose}: give the folder holding misaki 0.9.4's us_gold.json, us_silver.json, gb_gold.json and gb_silver.json (misaki/data/ in the misaki==0.9.4 wheel)",
+        dir.display(),
+        missing.join(", ")
+    )))
+}
+
 /// Reads the four misaki lexicons as their JSON text (checked to be JSON objects).
 pub fn read_lexicons(dir: &Path) -> Result<Vec<(&'static str, String)>> {
     LEXICONS

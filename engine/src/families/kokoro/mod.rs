@@ -296,6 +296,34 @@ pub fn parse_blend(voice: &str) -> std::result::Result<Vec<(String, f32)>, Strin
     Ok(parts.into_iter().map(|(n, w)| (n, w / total)).collect())
 }
 
+/// Refuses text Kokoro's English front end has nothing to read in: letters of other
+/// scripts only (Cyrillic, Chinese, Arabic... which misaki's lexicons and letter rules do
+/// not cover, so they would be skipped and the request would say nothing), or no
+/// letters and digits at all (punctuation, symbols, emoji). Text with English words
+/// passes; words of another script among them are skipped.
+fn english_text(text: &str) -> Result<()> {
+    let scripts = audiocpp_text::scripts(text);
+    if scripts.contains(&"Latin")
+        || (scripts.is_empty() && text.chars().any(|c| c.is_ascii_digit()))
+    {
+        return Ok(());
+    }
+    if scripts.is_empty() {
+        return Err(EngineError::Usage(
+            "parameter 'input' has no words or numbers for Kokoro to say: only punctuation, symbols or emoji".into(),
+        ));
+    }
+    let sample: String = text
+        .chars()
+        .filter(|c| audiocpp_text::script(*c).is_some())
+        .take(12)
+        .collect();
+    Err(EngineError::Usage(format!(
+        "parameter 'input' is written in {} ({sample}...), which Kokoro's text front end does not read: it reads English text only; give English text, phonemes in misaki's alphabet (with a voice of that language), or use a multilingual family (qwen3_tts)",
+        scripts.join(" and ")
+    )))
+}
+
 /// The English dialect a voice speaks, from its name's first letter (`af_heart` is US,
 /// `bf_emma` GB); `None` for the voices of other languages.
 pub fn dialect_of_voice(voice: &str) -> Option<Dialect> {
@@ -907,14 +935,16 @@ impl Synthesizer for Kokoro {
                         return Ok(None);
                     }
                 }
-                if audio.is_empty() {
-                    return Err(EngineError::Usage(
-                        "parameter 'input' has nothing to say (no words, only punctuation)".into(),
-                    ));
-                }
             }
         }
         Ok(Some(audio))
+    }
+
+    fn check_input(&self, input: &SpeechInput, voice: &str) -> Result<()> {
+        match input {
+            SpeechInput::Text(text) if dialect_of_voice(voice).is_some() => english_text(text),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -923,6 +953,7 @@ pub const FAMILY: crate::families::Family = crate::families::Family {
     info: INFO,
     spec: Some(include_str!("../../../../model_specs/kokoro.json")),
     legacy: &[],
+    sources: &[crate::model_file::SourceFormat::Onnx],
     convert: Some(convert_sources),
     vad: None,
     asr: None,
@@ -968,6 +999,7 @@ fn convert_sources(
             sources.vocab.display()
         )));
     }
+    convert::check_lexicons(&sources.lexicons, opts.source("lexicons").is_none())?;
     let weights = match &opts.quantize {
         Some(q) => q.parse()?,
         None => convert::WeightType::F32,
@@ -1009,6 +1041,70 @@ mod tests {
             assert!(err.contains("parameter 'voice'"), "{bad}: {err}");
         }
         assert!(parse_blend(&vec!["af_heart"; 9].join("+")).is_err());
+    }
+
+    #[test]
+    fn missing_lexicons_name_their_parameter_before_any_conversion() {
+        let dir = tempfile::tempdir().unwrap();
+        let (model, voices) = (dir.path().join("kokoro.onnx"), dir.path().join("voices"));
+        std::fs::write(&model, b"not read: the lexicons are checked first").unwrap();
+        std::fs::create_dir(&voices).unwrap();
+        std::fs::write(dir.path().join("vocab.json"), "{}").unwrap();
+        let opts = crate::families::ConvertOptions {
+            quantize: None,
+            sources: vec![("voices".into(), voices)],
+        };
+        let out = dir.path().join("k.gguf");
+        let err = crate::tasks::convert("kokoro", &model, None, &out, &opts)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("parameter 'lexicons'"), "{err}");
+        assert!(err.contains("us_gold.json"), "{err}");
+        assert!(err.contains("the model's folder"), "{err}");
+        // Given explicitly, the folder is named as given.
+        let lex = dir.path().join("lex");
+        std::fs::create_dir(&lex).unwrap();
+        std::fs::write(lex.join("us_gold.json"), "{}").unwrap();
+        let mut opts = opts;
+        opts.sources.push(("lexicons".into(), lex.clone()));
+        let err = crate::tasks::convert("kokoro", &model, None, &out, &opts)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("parameter 'lexicons' '{}'", lex.display())),
+            "{err}"
+        );
+        assert!(
+            err.contains("lacks us_silver.json, gb_gold.json, gb_silver.json:"),
+            "{err}"
+        );
+        assert!(!out.exists());
+    }
+
+    #[test]
+    fn text_in_other_scripts_or_without_words_is_refused_by_what_it_is() {
+        for (text, needle) in [
+            ("Привет, мир!", "written in Cyrillic (Приветмир...)"),
+            ("你好，世界。", "written in Han"),
+            ("こんにちは", "written in Hiragana"),
+            ("مرحبا بالعالم", "written in Arabic"),
+            ("🎉🎉 !!", "only punctuation, symbols or emoji"),
+        ] {
+            let err = super::english_text(text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text}: {err}");
+            assert!(
+                !err.contains("only punctuation") || text.starts_with('🎉'),
+                "{err}"
+            );
+        }
+        for text in [
+            "Hello there.",
+            "I said привет to him.",
+            "42",
+            "Café au lait 🎉",
+        ] {
+            super::english_text(text).unwrap();
+        }
     }
 
     #[test]

@@ -58,6 +58,7 @@ pub const FAMILY: Family = Family {
     info: INFO,
     spec: Some(include_str!("../../../../model_specs/qwen3_tts.json")),
     legacy: &[],
+    sources: &[crate::model_file::SourceFormat::HuggingFace],
     convert: Some(convert::convert),
     vad: None,
     asr: None,

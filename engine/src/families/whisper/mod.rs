@@ -54,6 +54,7 @@ pub const FAMILY: Family = Family {
     },
     spec: Some(include_str!("../../../../model_specs/whisper.json")),
     legacy: &[],
+    sources: &[crate::model_file::SourceFormat::CTranslate2],
     convert: Some(convert::convert),
     vad: None,
     asr: Some(load_recognizer),

@@ -467,6 +467,7 @@ fn run_tts(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             temperature: flags.temperature,
             seed: flags.seed,
             max_frames: flags.max_frames,
+            cloned_voice: None,
         },
     };
     tts.check(&req)?;

@@ -29,7 +29,7 @@ fn unknown_family() {
     ]);
     assert_user_error(
         &run,
-        "unknown model family 'whisperx' (known: silero_vad, whisper, kokoro)",
+        "unknown model family 'whisperx' (known: silero_vad, whisper, kokoro, qwen3_tts)",
     );
 }
 

@@ -371,67 +371,42 @@ pub fn downmix(interleaved: &[f32], channels: usize) -> Vec<f32> {
         .collect()
 }
 
-fn sinc_resampler(
-    ratio: f64,
-    chunk: usize,
-) -> std::result::Result<rubato::SincFixedIn<f32>, String> {
-    use rubato::{SincInterpolationParameters, SincInterpolationType, WindowFunction};
-    let params = SincInterpolationParameters {
-        sinc_len: 256,
-        f_cutoff: 0.95,
-        interpolation: SincInterpolationType::Linear,
-        oversampling_factor: 256,
-        window: WindowFunction::BlackmanHarris2,
-    };
-    rubato::SincFixedIn::<f32>::new(ratio, 1.0, params, chunk, 1).map_err(|e| e.to_string())
-}
-
-/// Runs the resampler over the whole input plus a flush of zeros.
-fn run_resampler(input: Vec<f32>, ratio: f64) -> std::result::Result<Vec<f32>, String> {
-    use rubato::Resampler;
-    let mut r = sinc_resampler(ratio, input.len())?;
-    let mut out = r
-        .process(&[input], None)
-        .map_err(|e| e.to_string())?
-        .remove(0);
-    let tail = r
-        .process_partial(None::<&[Vec<f32>]>, None)
-        .map_err(|e| e.to_string())?
-        .remove(0);
-    out.extend(tail);
-    Ok(out)
-}
-
-/// The resampler's delay in output samples, measured with an impulse (its reported
-/// `output_delay` is off by several samples for downsampling).
-fn measured_delay(ratio: f64) -> std::result::Result<usize, String> {
-    let at = 2048usize;
-    let mut impulse = vec![0f32; 4096];
-    impulse[at] = 1.0;
-    let out = run_resampler(impulse, ratio)?;
-    let peak = out
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
-        .map(|(i, _)| i)
-        .unwrap_or(0);
-    Ok(peak.saturating_sub((at as f64 * ratio).round() as usize))
-}
+/// Input frames per chunk the resampler is asked for (it rounds to its FFT's size).
+const RESAMPLE_CHUNK: usize = 1024;
 
 /// Resamples mono audio to `target_rate` (no-op when the rate already matches), with
 /// the resampler's delay removed so output sample `i` is input time `i / target_rate`.
+/// rubato's synchronous FFT resampler: a fixed rational ratio and an integer delay
+/// (its sinc resampler's delay is fractional, half a sample at 16 to 24 kHz).
 pub fn resample(audio: Audio, target_rate: u32) -> std::result::Result<Audio, String> {
+    use rubato::Resampler;
     if audio.sample_rate == target_rate {
         return Ok(audio);
     }
-    if audio.sample_rate == 0 {
+    if audio.sample_rate == 0 || target_rate == 0 {
         return Err("sample rate is 0".into());
     }
-    let ratio = target_rate as f64 / audio.sample_rate as f64;
-    let n_in = audio.samples.len();
-    let delay = measured_delay(ratio)?;
-    let out = run_resampler(audio.samples, ratio)?;
-    let expected = (n_in as f64 * ratio).round() as usize;
+    let (rate_in, rate_out) = (audio.sample_rate as usize, target_rate as usize);
+    let mut r = rubato::FftFixedIn::<f32>::new(rate_in, rate_out, RESAMPLE_CHUNK, 2, 1)
+        .map_err(|e| e.to_string())?;
+    let delay = r.output_delay();
+    let expected = (audio.samples.len() as f64 * rate_out as f64 / rate_in as f64).round() as usize;
+    let mut out: Vec<f32> = Vec::with_capacity(expected + delay + 2 * rate_out);
+    let mut at = 0;
+    while out.len() < delay + expected {
+        let n = r.input_frames_next();
+        let mut chunk = vec![0f32; n];
+        if at < audio.samples.len() {
+            let take = n.min(audio.samples.len() - at);
+            chunk[..take].copy_from_slice(&audio.samples[at..at + take]);
+            at += take;
+        }
+        out.extend(
+            r.process(&[chunk], None)
+                .map_err(|e| e.to_string())?
+                .remove(0),
+        );
+    }
     let samples: Vec<f32> = out.into_iter().skip(delay).take(expected).collect();
     Ok(Audio {
         samples,

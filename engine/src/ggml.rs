@@ -406,6 +406,25 @@ impl Context {
         })
     }
 
+    /// The index of the largest value of each row of the f32 matrix `a` (the first one
+    /// on ties): i32 [rows], every value below `a`'s row length.
+    pub fn argmax<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        checks::require_contiguous_of("argmax", "the input", &a, &[DType::F32]);
+        let [n0, _, n2, n3] = a.ne();
+        require(
+            n2 == 1 && n3 == 1 && n0 <= i64::from(i32::MAX),
+            "argmax",
+            || {
+                format!(
+                    "the input {:?} must be a matrix with rows of i32 length",
+                    a.ne()
+                )
+            },
+        );
+        // SAFETY: a contiguous f32 matrix of this context (checked above).
+        self.wrap(unsafe { sys::ggml_argmax(self.raw.as_ptr(), a.raw()) })
+    }
+
     /// Fused scaled dot-product attention without a mask: `q` is [head_dim, q_len, heads],
     /// `k` and `v` are [head_dim, kv_len, heads] (the same type, f32 or f16); the result
     /// is [head_dim, heads, q_len]. Long queries run tiled, never materialising the
@@ -749,6 +768,8 @@ tensor_ops! {
     fn tanh(a) => ggml_tanh if unary;
     /// Element-wise max(x, 0).
     fn relu(a) => ggml_relu if unary;
+    /// Element-wise ELU with alpha 1: x above 0, exp(x) - 1 below.
+    fn elu(a) => ggml_elu if unary;
     /// Element-wise GELU with the exact error function (not the tanh approximation).
     fn gelu_erf(a) => ggml_gelu_erf if unary;
     /// Element-wise sum, broadcasting `b` over `a`.
@@ -933,6 +954,36 @@ impl<'ctx> Tensor<'ctx> {
             )
         };
         Ok(())
+    }
+
+    /// Copies the (allocated) i32 tensor to the host.
+    pub fn read_i32(&self) -> Result<Vec<i32>> {
+        // SAFETY: the tensor is live while its context is.
+        let (is_i32, has_buffer) = unsafe {
+            let t = &*self.raw();
+            (
+                t.type_ == sys::GGML_TYPE_I32,
+                !t.buffer.is_null() || !t.view_src.is_null(),
+            )
+        };
+        // SAFETY: as above.
+        let contiguous = unsafe { sys::ggml_is_contiguous(self.raw()) };
+        if !has_buffer || !is_i32 || !contiguous {
+            return Err(GgmlError::Failed(
+                "read: expected an allocated contiguous i32 tensor".into(),
+            ));
+        }
+        let mut out = vec![0i32; self.len()];
+        // SAFETY: type and memory checked above; `out` holds the tensor's elements.
+        unsafe {
+            sys::ggml_backend_tensor_get(
+                self.raw(),
+                out.as_mut_ptr().cast(),
+                0,
+                std::mem::size_of_val(out.as_slice()),
+            )
+        };
+        Ok(out)
     }
 
     /// Copies the (allocated) f32 tensor to the host.

@@ -16,6 +16,7 @@ pub mod asr;
 pub mod audio;
 pub mod backend;
 pub mod cpu_kernels;
+pub mod dsp;
 pub mod error;
 pub mod families;
 pub mod ggml;

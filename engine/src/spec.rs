@@ -43,6 +43,10 @@ pub struct ModelSpec {
 
 /// Dims without trailing ones (a `[n, 1]` tensor is `[n]`).
 fn squeeze(ne: &[i64]) -> &[i64] {
+    // A scalar (no dims, as legacy files store a 1-element bias) is the shape [1].
+    if ne.is_empty() {
+        return &[1];
+    }
     let mut end = ne.len();
     while end > 1 && ne[end - 1] == 1 {
         end -= 1;
@@ -320,6 +324,14 @@ mod tests {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos()
+    }
+
+    #[test]
+    fn a_scalar_is_a_one_element_shape_and_trailing_ones_are_ignored() {
+        assert_eq!(squeeze(&[]), &[1]);
+        assert_eq!(squeeze(&[1]), &[1]);
+        assert_eq!(squeeze(&[4, 1, 1]), &[4]);
+        assert_eq!(squeeze(&[1, 4]), &[1, 4]);
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub struct SpeechOptions {
     pub seed: Option<u64>,
     /// Parameter `max_frames`: the most decoder frames one sentence may take.
     pub max_frames: Option<usize>,
+    /// Parameter `cloned_voice`: a voice file a family made from a reference recording
+    /// ([`Synthesizer::clone_voice`]), to speak in instead of a named voice.
+    pub cloned_voice: Option<std::sync::Arc<Vec<u8>>>,
 }
 
 impl SpeechOptions {
@@ -60,12 +63,25 @@ impl SpeechOptions {
             ("temperature", self.temperature.is_some()),
             ("seed", self.seed.is_some()),
             ("max_frames", self.max_frames.is_some()),
+            ("cloned_voice", self.cloned_voice.is_some()),
         ]
         .into_iter()
         .filter(|(_, set)| *set)
         .map(|(name, _)| name)
         .collect()
     }
+}
+
+/// A reference recording to clone a voice from ([`TtsModel::clone_voice`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct VoiceSample<'a> {
+    /// Mono samples at the model's rate.
+    pub samples: &'a [f32],
+    /// What the recording says (parameter `ref_text`); in-context cloning needs it.
+    pub transcript: Option<&'a str>,
+    /// Clone from the speaker embedding alone (parameter `x_vector_only`): no transcript
+    /// needed, less close to the recording.
+    pub x_vector_only: bool,
 }
 
 /// What a text-to-speech run produced.
@@ -104,6 +120,21 @@ pub trait Synthesizer: Send {
     /// The languages parameter `language` takes (none for a family without one).
     fn languages(&self) -> Vec<String> {
         Vec::new()
+    }
+    /// The voice a request that names none speaks with: by default the first of
+    /// [`Synthesizer::voices`].
+    fn default_voice(&self, _options: &SpeechOptions) -> Result<String> {
+        self.voices()
+            .first()
+            .cloned()
+            .ok_or_else(|| EngineError::Usage("parameter 'voice': this model has no voices".into()))
+    }
+    /// Makes a voice from a reference recording: a voice file that
+    /// [`SpeechOptions::cloned_voice`] takes back. By default the family clones none.
+    fn clone_voice(&mut self, _sample: &VoiceSample<'_>) -> Result<Vec<u8>> {
+        Err(EngineError::Usage(
+            "this model does not clone voices; a Qwen3-TTS Base model does".into(),
+        ))
     }
     /// Checks that `voice` is one it speaks with: by default one of
     /// [`Synthesizer::voices`]; a family may take more (Kokoro's blends of voices).
@@ -160,6 +191,32 @@ pub const DEFAULT_MAX_SPEECH_S: f64 = 1800.0;
 /// The highest speech limit a front end accepts, in seconds (10 h): a 16-bit WAV at
 /// 48 kHz holds 12.4 h in its 32-bit sizes.
 pub const MAX_SPEECH_LIMIT_S: f64 = 36_000.0;
+
+/// The largest voice file a family takes back ([`SpeechOptions::cloned_voice`]): a
+/// 20 s reference of Qwen3-TTS at the released sizes is about 60 kB.
+pub const MAX_VOICE_FILE_BYTES: usize = 4 << 20;
+
+/// Reads a voice file ([`TtsModel::clone_voice`]'s output) of at most
+/// [`MAX_VOICE_FILE_BYTES`]; the family checks what is in it.
+pub fn read_voice_file(path: &std::path::Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let io = |source| EngineError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_VOICE_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() > MAX_VOICE_FILE_BYTES {
+        return Err(EngineError::Usage(format!(
+            "voice file '{}' is larger than {MAX_VOICE_FILE_BYTES} bytes: it is not a voice file (make one with --ref-audio and --voice-out)",
+            path.display()
+        )));
+    }
+    Ok(bytes)
+}
 
 /// What a streamed text-to-speech run produced, less the samples (which went to the
 /// caller sentence by sentence).
@@ -273,7 +330,8 @@ impl TtsModel {
                 "parameter '{name}' is not taken by family '{}' (it takes: {})",
                 self.family,
                 if takes.is_empty() {
-                    "none of language, instructions, temperature, seed, max_frames".to_string()
+                    "none of language, instructions, temperature, seed, max_frames, cloned_voice"
+                        .to_string()
                 } else {
                     takes.join(", ")
                 }
@@ -281,14 +339,31 @@ impl TtsModel {
         }
         self.model.check_options(&req.options)?;
         let voice = match &req.voice {
-            None => self.model.voices().first().cloned().ok_or_else(|| {
-                EngineError::Usage(format!("family '{}' has no voices", self.family))
-            }),
+            None => self.model.default_voice(&req.options),
+            // A cloned voice's name is only a label (a stored voice's id).
+            Some(v) if req.options.cloned_voice.is_some() => Ok(v.clone()),
             Some(v) => self.model.check_voice(v).map(|()| v.clone()),
         }?;
         self.model
             .check_input(&speakable_input(&req.input), &voice)?;
         Ok(voice)
+    }
+
+    /// Makes a voice file from the recording `audio` (any rate; resampled to the
+    /// model's), for [`SpeechOptions::cloned_voice`].
+    pub fn clone_voice(
+        &mut self,
+        audio: crate::audio::Audio,
+        transcript: Option<&str>,
+        x_vector_only: bool,
+    ) -> Result<Vec<u8>> {
+        let audio =
+            crate::audio::resample(audio, self.model.sample_rate()).map_err(EngineError::Usage)?;
+        self.model.clone_voice(&VoiceSample {
+            samples: &audio.samples,
+            transcript,
+            x_vector_only,
+        })
     }
 
     /// Checks the request ([`TtsModel::check`]), then speaks it whole, under

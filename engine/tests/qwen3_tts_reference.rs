@@ -10,119 +10,38 @@
 //! the reference, codes identical, waveform SNR >= 60 dB. f16 and q8_0 conversions:
 //! stated in `docs/models/qwen3_tts.md` and checked in `f16_and_q8_0_stay_close`.
 
-mod common;
+mod qwen3_common;
 
 use std::path::{Path, PathBuf};
 
-use audiocpp_engine::backend::{Runtime, RuntimeOptions};
-use audiocpp_engine::families::qwen3_tts::decode::{self, Decoding};
-use audiocpp_engine::families::qwen3_tts::{Qwen3Tts, Request, FAMILY};
-use audiocpp_engine::families::ConvertOptions;
-use audiocpp_engine::sampling::Choice;
-use common::snr_db;
+use audiocpp_engine::families::qwen3_tts::decode::{self, Codec, Decoding};
+use audiocpp_engine::families::qwen3_tts::{Qwen3Tts, Request, Speaker};
+use qwen3_common::{ids, max_abs_diff, snr_db, GREEDY};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen3_tts")
+    qwen3_common::fixtures("qwen3_tts")
 }
 
-/// The expected values of `checkpoint`: its JSON and the arrays of its `.bin`.
-struct Expected {
-    json: Value,
-    bin: Vec<u8>,
-}
+struct Expected;
 
 impl Expected {
-    fn load(checkpoint: &str) -> Expected {
-        let dir = fixtures();
-        let json =
-            std::fs::read_to_string(dir.join(format!("expected_{checkpoint}.json"))).unwrap();
-        Expected {
-            json: serde_json::from_str(&json).unwrap(),
-            bin: std::fs::read(dir.join(format!("expected_{checkpoint}.bin"))).unwrap(),
-        }
-    }
-
-    /// The array `name` (f32, or i32 widened to f32), flattened, and its shape.
-    fn array(&self, name: &str) -> (Vec<f32>, Vec<usize>) {
-        let a = &self.json["arrays"][name];
-        assert!(a.is_object(), "no array {name}");
-        let dtype = a["dtype"].as_str().unwrap();
-        let shape: Vec<usize> = a["shape"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as usize)
-            .collect();
-        let n: usize = shape.iter().product();
-        let at = a["offset"].as_u64().unwrap() as usize;
-        let values = self.bin[at..at + 4 * n]
-            .chunks_exact(4)
-            .map(|b| {
-                let b = [b[0], b[1], b[2], b[3]];
-                match dtype {
-                    "f32" => f32::from_le_bytes(b),
-                    "i32" => i32::from_le_bytes(b) as f32,
-                    other => panic!("{name}: dtype {other}"),
-                }
-            })
-            .collect();
-        (values, shape)
+    fn load(checkpoint: &str) -> qwen3_common::Expected {
+        qwen3_common::Expected::load(&fixtures(), checkpoint)
     }
 }
 
 /// Converts a fixture checkpoint with `quantize` and loads it on the CPU.
 fn model(checkpoint: &str, quantize: &str, dir: &Path) -> Qwen3Tts {
-    let out = dir.join(format!("{checkpoint}-{quantize}.gguf"));
-    audiocpp_engine::tasks::convert(
-        "qwen3_tts",
-        &fixtures().join(checkpoint),
-        None,
-        &out,
-        &ConvertOptions {
-            quantize: Some(quantize.into()),
-            sources: Vec::new(),
-        },
-    )
-    .unwrap();
-    let resolved = FAMILY.resolve_model(&out, None).unwrap();
-    // One thread: the tests run side by side on small machines.
-    let runtime = Runtime::new(&RuntimeOptions {
-        threads: 1,
-        ..RuntimeOptions::default()
-    })
-    .unwrap();
-    Qwen3Tts::load(resolved.file, &resolved.spec, runtime).unwrap()
+    qwen3_common::model(&fixtures().join(checkpoint), quantize, dir)
 }
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
-const GREEDY: Choice = Choice {
-    temperature: 0.0,
-    top_k: 0,
-    top_p: 1.0,
-};
 
 /// The request of a recorded case, greedy as the reference ran.
 fn request<'a>(case: &'a Value, penalty: f32) -> Request<'a> {
     let frames = case["max_new_tokens"].as_u64().unwrap() as usize - 1;
     Request {
         text: case["text"].as_str().unwrap(),
-        speaker: case["speaker"].as_str().unwrap(),
+        speaker: Speaker::Preset(case["speaker"].as_str().unwrap()),
         language: case["language"].as_str().unwrap(),
         instructions: case["instruct"].as_str(),
         streaming_text: !case["non_streaming_mode"].as_bool().unwrap(),
@@ -169,7 +88,7 @@ fn check_checkpoint(checkpoint: &str) {
         }
         // The prompt rows: layout, then the summed embeddings.
         let layout = tts.layout(&req).unwrap();
-        let (rows, trailing, _) = tts.prompt_rows(&layout).unwrap();
+        let (rows, trailing, _) = tts.prompt_rows(&layout, None).unwrap();
         let (want_rows, shape) = exp.array(case["arrays"]["prompt_embeds"].as_str().unwrap());
         assert_eq!(
             shape,
@@ -187,7 +106,10 @@ fn check_checkpoint(checkpoint: &str) {
         let prefix: Vec<u32> = layout
             .rows
             .iter()
-            .filter_map(|(_, c)| *c)
+            .filter_map(|(_, c)| match c {
+                Codec::Id(i) => Some(*i),
+                _ => None,
+            })
             .take(ids(&case["codec_prefix_ids"]).len() - 1)
             .collect();
         assert_eq!(

@@ -203,6 +203,7 @@ fn check(body: SpeechBody) -> Result<Checked, ApiError> {
         temperature: o.temperature,
         seed: o.seed,
         max_frames: o.max_frames,
+        cloned_voice: None,
     };
     let stream = match body.stream_format.as_deref() {
         None => false,

@@ -296,9 +296,16 @@ pub(super) fn is_i32(t: &Tensor<'_>) -> bool {
 pub(super) fn row_indices(table: &Tensor<'_>, indices: &Tensor<'_>) {
     let (x, r) = (table.ne(), indices.ne());
     // SAFETY: the tensor is live while its context is.
+    // An argmax over rows no longer than the table's row count only yields indices
+    // inside it; any other computed index could point past the table.
     let (is_i32, computed) = unsafe {
         let t = &*indices.raw();
-        (t.type_ == sys::GGML_TYPE_I32, t.op != sys::GGML_OP_NONE)
+        let bounded_argmax =
+            t.op == sys::GGML_OP_ARGMAX && !t.src[0].is_null() && (*t.src[0]).ne[0] <= x[1];
+        (
+            t.type_ == sys::GGML_TYPE_I32,
+            t.op != sys::GGML_OP_NONE && !bounded_argmax,
+        )
     };
     require(
         is_i32 && x[2] == r[1] && x[3] == r[2] && r[3] == 1,
@@ -306,7 +313,7 @@ pub(super) fn row_indices(table: &Tensor<'_>, indices: &Tensor<'_>) {
         || format!("rows of {x:?} cannot be picked by indices {r:?} (I32: {is_i32})"),
     );
     require(!computed, "get_rows", || {
-        "the indices are computed by the graph; they must be an input or a weight".into()
+        "the indices are computed by the graph; they must be an input, a weight or an argmax over rows no longer than the table".into()
     });
     require_rows_of(
         "get_rows",
@@ -369,8 +376,13 @@ impl GraphRoom {
             // SAFETY: `t` and its sources are live tensors of the graph's context.
             let t = unsafe { &*p };
             stack.extend(t.src.iter().copied().filter(|s| !s.is_null()));
-            if t.op == sys::GGML_OP_GET_ROWS {
-                // SAFETY: a lookup's table is a live tensor of the same context.
+            // SAFETY: a lookup's table and indices are live tensors of the same context.
+            let computed =
+                t.op == sys::GGML_OP_GET_ROWS && unsafe { (*t.src[1]).op } != sys::GGML_OP_NONE;
+            if t.op == sys::GGML_OP_GET_ROWS && !computed {
+                // Inputs and weights are checked before a run; computed indices are an
+                // argmax bounded by the table (checked when the lookup was built).
+                // SAFETY: as above.
                 lookups.push((t.src[1], unsafe { (*t.src[0]).ne[1] }));
             }
             let param = t.flags & sys::GGML_TENSOR_FLAG_PARAM as i32 != 0;

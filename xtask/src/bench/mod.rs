@@ -195,6 +195,8 @@ mod tests {
                 suite,
                 repeat: 1,
                 cpu_isa: asr::CpuIsa::Avx2,
+                family: tts::Family::Kokoro,
+                qwen3_python: None,
             })
             .unwrap_err();
             assert!(

@@ -92,13 +92,29 @@ pub(super) fn convert(
         GgufValue::Str(tok_json),
     ));
 
+    // A Base model clones voices: its speaker encoder and the codec's encoder come along.
+    let clones = config["tts_model_type"].as_str() == Some("base");
+    if clones {
+        metadata.extend(
+            clone_parameters(&config["speaker_encoder_config"], &codec_config)
+                .map_err(|reason| model_error(&codec_dir.join("config.json"), reason))?,
+        );
+    }
+    let valid_quantizers = codec_config["encoder_valid_num_quantizers"]
+        .as_u64()
+        .unwrap_or(16) as usize;
     let mut tensors = Vec::new();
     for (name, source) in Safetensors::open_model(&dir)?.into_tensors()? {
-        if name.starts_with("speaker_encoder.") {
-            continue;
-        }
         let short = gguf_name(&name);
         let t = source.read(&name)?;
+        if name.starts_with("speaker_encoder.") {
+            // Small (12 M values), read by f32 convolutions.
+            tensors.push(HostTensor {
+                name: short,
+                ..to_f32(t)
+            });
+            continue;
+        }
         tensors.push(store(
             HostTensor {
                 name: short.clone(),
@@ -109,7 +125,11 @@ pub(super) fn convert(
         )?);
     }
     for (name, source) in Safetensors::open(&codec_dir.join("model.safetensors"))?.into_tensors()? {
-        if name.starts_with("decoder.") {
+        let keep = name.starts_with("decoder.")
+            || (clones
+                && name.starts_with("encoder.")
+                && encoder_tensor_used(&name, valid_quantizers));
+        if keep {
             let t = source.read(&name)?;
             tensors.push(HostTensor {
                 name: gguf_name(&format!("speech_tokenizer.{name}")),
@@ -130,12 +150,28 @@ pub(super) fn convert(
 
 /// The GGUF name of a release tensor: the code predictor's `talker.code_predictor.model.`
 /// and `talker.code_predictor.` become `predictor.`, the codec's
-/// `speech_tokenizer.decoder.` becomes `codec.`; the rest of the name stays.
+/// `speech_tokenizer.decoder.` becomes `codec.`, its encoder's parts `mimi.seanet.`,
+/// `mimi.transformer.`, `mimi.downsample.`, `mimi.rvq_semantic.` and `mimi.rvq_acoustic.`;
+/// the rest of the name stays.
 pub fn gguf_name(name: &str) -> String {
     for (long, short) in [
         ("talker.code_predictor.model.", "predictor."),
         ("talker.code_predictor.", "predictor."),
         ("speech_tokenizer.decoder.", "codec."),
+        ("speech_tokenizer.encoder.encoder.", "mimi.seanet."),
+        (
+            "speech_tokenizer.encoder.encoder_transformer.",
+            "mimi.transformer.",
+        ),
+        ("speech_tokenizer.encoder.downsample.", "mimi.downsample."),
+        (
+            "speech_tokenizer.encoder.quantizer.semantic_residual_vector_quantizer.",
+            "mimi.rvq_semantic.",
+        ),
+        (
+            "speech_tokenizer.encoder.quantizer.acoustic_residual_vector_quantizer.",
+            "mimi.rvq_acoustic.",
+        ),
     ] {
         if let Some(rest) = name.strip_prefix(long) {
             return format!("{short}{rest}");
@@ -461,6 +497,133 @@ fn hyper_parameters(
     ] {
         out.push((key(k), v));
     }
+    Ok(out)
+}
+
+/// Whether the codec encoder's tensor `name` (release name, `encoder.` first) is read by
+/// encoding: not the quantizers' output projections, nor the acoustic quantizers past
+/// the `valid` codebooks kept (Qwen keeps the first 16 of Mimi's 32).
+fn encoder_tensor_used(name: &str, valid: usize) -> bool {
+    if name.contains("output_proj") || name.ends_with(".initialized") {
+        return false;
+    }
+    let acoustic = "encoder.quantizer.acoustic_residual_vector_quantizer.layers.";
+    match name
+        .strip_prefix(acoustic)
+        .and_then(|r| r.split('.').next())
+        .and_then(|l| l.parse::<usize>().ok())
+    {
+        Some(layer) => layer + 1 < valid,
+        None => true,
+    }
+}
+
+/// The `qwen3_tts.speaker.*` and `qwen3_tts.mimi.*` metadata of a Base model: the speaker
+/// encoder's shapes (the release gives `enc_dim` and the rate; the others take the
+/// official class defaults, configuration_qwen3_tts.py L47-L67) and the codec encoder's
+/// (transformers' MimiConfig defaults where the config is silent).
+fn clone_parameters(
+    speaker: &serde_json::Value,
+    codec: &serde_json::Value,
+) -> std::result::Result<Vec<(String, GgufValue)>, String> {
+    let mut out = Vec::new();
+    let num = |v: &serde_json::Value, k: &str, d: u64| -> std::result::Result<u32, String> {
+        match &v[k] {
+            serde_json::Value::Null => Ok(d as u32),
+            x => x
+                .as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .ok_or_else(|| format!("'{k}' is not a whole number")),
+        }
+    };
+    let list =
+        |v: &serde_json::Value, k: &str, d: &[u32]| -> std::result::Result<Vec<u32>, String> {
+            match &v[k] {
+                serde_json::Value::Null => Ok(d.to_vec()),
+                x => x
+                    .as_array()
+                    .ok_or_else(|| format!("'{k}' is not a list"))?
+                    .iter()
+                    .map(|y| {
+                        y.as_u64()
+                            .and_then(|y| u32::try_from(y).ok())
+                            .ok_or_else(|| format!("'{k}' holds a non-number"))
+                    })
+                    .collect(),
+            }
+        };
+    for (k, d) in [
+        ("mel_dim", 128),
+        ("enc_dim", 1024),
+        ("enc_attention_channels", 128),
+        ("enc_res2net_scale", 8),
+        ("enc_se_channels", 128),
+        ("sample_rate", 24000),
+    ] {
+        out.push((
+            key(&format!("speaker.{k}")),
+            GgufValue::U32(num(speaker, k, d)?),
+        ));
+    }
+    for (k, d) in [
+        ("enc_channels", &[512u32, 512, 512, 512, 1536][..]),
+        ("enc_kernel_sizes", &[5, 3, 3, 3, 1]),
+        ("enc_dilations", &[1, 2, 3, 4, 1]),
+    ] {
+        out.push((
+            key(&format!("speaker.{k}")),
+            GgufValue::U32Array(list(speaker, k, d)?),
+        ));
+    }
+    let e = &codec["encoder_config"];
+    let hidden = num(e, "hidden_size", 512)?;
+    let heads = num(e, "num_attention_heads", 8)?;
+    for (k, d) in [
+        ("num_filters", 64),
+        ("kernel_size", 7),
+        ("last_kernel_size", 3),
+        ("residual_kernel_size", 3),
+        ("compress", 2),
+        ("dilation_growth_rate", 2),
+        ("num_residual_layers", 1),
+        ("hidden_size", 512),
+        ("intermediate_size", 2048),
+        ("num_hidden_layers", 8),
+        ("num_attention_heads", 8),
+        ("codebook_size", 2048),
+        ("vector_quantization_hidden_dimension", 256),
+        ("num_semantic_quantizers", 1),
+    ] {
+        out.push((key(&format!("mimi.{k}")), GgufValue::U32(num(e, k, d)?)));
+    }
+    let kv = num(e, "num_key_value_heads", heads as u64)?;
+    out.push((key("mimi.num_key_value_heads"), GgufValue::U32(kv)));
+    let head_dim = num(e, "head_dim", (hidden / heads.max(1)) as u64)?;
+    out.push((key("mimi.head_dim"), GgufValue::U32(head_dim)));
+    for (k, d) in [("rope_theta", 10000.0), ("norm_eps", 1e-5)] {
+        let v = e[k].as_f64().unwrap_or(d) as f32;
+        out.push((key(&format!("mimi.{k}")), GgufValue::F32(v)));
+    }
+    let ratios = list(e, "upsampling_ratios", &[8, 6, 5, 4])?;
+    let rate = num(e, "sampling_rate", 24000)? as f64;
+    let frame_rate = e["frame_rate"]
+        .as_f64()
+        .or(e["_frame_rate"].as_f64())
+        .unwrap_or(12.5);
+    // Mimi's downsample takes the SEANet's rate (ceil(rate / prod(ratios))) to the frame
+    // rate, with a kernel twice its stride (transformers MimiModel.__init__).
+    let seanet_rate = (rate / ratios.iter().product::<u32>().max(1) as f64).ceil();
+    let stride = seanet_rate / frame_rate;
+    if !(stride >= 1.0 && stride.fract() == 0.0) {
+        return Err(format!(
+            "encoder_config: a SEANet rate of {seanet_rate} Hz does not divide into frames of {frame_rate} Hz"
+        ));
+    }
+    out.push((key("mimi.upsampling_ratios"), GgufValue::U32Array(ratios)));
+    out.push((key("mimi.downsample_stride"), GgufValue::U32(stride as u32)));
+    let valid = num(codec, "encoder_valid_num_quantizers", 16)?;
+    out.push((key("mimi.valid_quantizers"), GgufValue::U32(valid)));
+    out.push((key("mimi.sample_rate"), GgufValue::U32(rate as u32)));
     Ok(out)
 }
 

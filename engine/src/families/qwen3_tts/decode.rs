@@ -41,27 +41,59 @@ pub enum Text {
     None,
 }
 
+/// The codec side of a prompt row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    /// None.
+    None,
+    /// The talker's codec embedding of an id (a control id, a language, a speaker).
+    Id(u32),
+    /// A cloned voice's x-vector, raw.
+    XVector,
+    /// Frame `k` of a cloned voice's reference codes: its sixteen embeddings summed, as
+    /// the talker reads its own frames.
+    Frame(usize),
+}
+
 /// The prompt as rows of (text part, codec part) and the rows added to the talker's input
 /// after it, one per frame (the last repeated once exhausted).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     /// The prompt rows.
-    pub rows: Vec<(Text, Option<u32>)>,
+    pub rows: Vec<(Text, Codec)>,
     /// The text rows added per frame.
     pub trailing: Vec<u32>,
 }
 
-/// The codec ids before the codes: the think tags (with the language when one is
+/// Who speaks, as the codec prefix says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpeakerRow {
+    /// A preset speaker's id (CustomVoice).
+    Preset(u32),
+    /// A cloned voice's x-vector (Base).
+    XVector,
+    /// No speaker row (VoiceDesign: the instruction describes the voice).
+    None,
+}
+
+/// The codec side before the codes: the think tags (with the language when one is
 /// given), the speaker, then pad and bos. `language` is the codec id of the request's
 /// language (`None` for auto), already overridden by a dialect speaker.
-pub fn codec_prefix(hp: &HParams, language: Option<u32>, speaker: Option<u32>) -> Vec<u32> {
+pub fn codec_prefix(hp: &HParams, language: Option<u32>, speaker: SpeakerRow) -> Vec<Codec> {
     let c = hp.codec_ids;
     let mut seq = match language {
         None => vec![c.nothink, c.think_bos, c.think_eos],
         Some(id) => vec![c.think, c.think_bos, id, c.think_eos],
-    };
-    seq.extend(speaker);
-    seq.extend([c.pad, c.bos]);
+    }
+    .into_iter()
+    .map(Codec::Id)
+    .collect::<Vec<_>>();
+    match speaker {
+        SpeakerRow::Preset(id) => seq.push(Codec::Id(id)),
+        SpeakerRow::XVector => seq.push(Codec::XVector),
+        SpeakerRow::None => {}
+    }
+    seq.extend([Codec::Id(c.pad), Codec::Id(c.bos)]);
     seq
 }
 
@@ -90,6 +122,42 @@ pub fn language_id(
     Ok(id)
 }
 
+/// The text between the assistant turn's markers, or the usage error of an empty one.
+fn body(text_ids: &[u32]) -> Result<&[u32]> {
+    if text_ids.len() <= ROLE + TAIL {
+        return Err(EngineError::Usage(
+            "parameter 'input' has no text between the chat template's markers".into(),
+        ));
+    }
+    Ok(&text_ids[ROLE..text_ids.len() - TAIL])
+}
+
+/// The rows every layout starts with: the instruction turn's (if any), the role's, and
+/// the codec prefix's but its last (bos), under `tts_pad` and finally `tts_bos`.
+fn head(
+    hp: &HParams,
+    text_ids: &[u32],
+    instruction_ids: Option<&[u32]>,
+    prefix: &[Codec],
+) -> Vec<(Text, Codec)> {
+    let t = hp.text_ids;
+    let mut rows = Vec::new();
+    if let Some(ids) = instruction_ids {
+        rows.extend(ids.iter().map(|&i| (Text::Token(i), Codec::None)));
+    }
+    rows.extend(
+        text_ids[..ROLE]
+            .iter()
+            .map(|&i| (Text::Token(i), Codec::None)),
+    );
+    let n = prefix.len();
+    for (i, &c) in prefix[..n - 1].iter().enumerate() {
+        let text = if i + 2 < n { t.tts_pad } else { t.tts_bos };
+        rows.push((Text::Token(text), c));
+    }
+    rows
+}
+
 /// The prompt of `text_ids` (the tokenized assistant turn) with `instruction_ids` (the
 /// tokenized instruction turn, if any) and the codec prefix, non-streaming (the whole
 /// text in the prompt, the default of `generate_custom_voice`) or streaming (the text fed
@@ -98,37 +166,85 @@ pub fn layout(
     hp: &HParams,
     text_ids: &[u32],
     instruction_ids: Option<&[u32]>,
-    prefix: &[u32],
+    prefix: &[Codec],
     streaming: bool,
 ) -> Result<Layout> {
-    if text_ids.len() <= ROLE + TAIL {
-        return Err(EngineError::Usage(
-            "parameter 'input' has no text between the chat template's markers".into(),
-        ));
-    }
+    let body = body(text_ids)?;
     let t = hp.text_ids;
-    let mut rows = Vec::new();
-    if let Some(ids) = instruction_ids {
-        rows.extend(ids.iter().map(|&i| (Text::Token(i), None)));
-    }
-    rows.extend(text_ids[..ROLE].iter().map(|&i| (Text::Token(i), None)));
-    let n = prefix.len();
-    for (i, &c) in prefix[..n - 1].iter().enumerate() {
-        let text = if i + 2 < n { t.tts_pad } else { t.tts_bos };
-        rows.push((Text::Token(text), Some(c)));
-    }
-    let body = &text_ids[ROLE..text_ids.len() - TAIL];
+    let mut rows = head(hp, text_ids, instruction_ids, prefix);
     let ids = hp.codec_ids;
     let trailing = if streaming {
-        rows.push((Text::Token(body[0]), Some(ids.bos)));
+        rows.push((Text::Token(body[0]), Codec::Id(ids.bos)));
         body[1..].iter().copied().chain([t.tts_eos]).collect()
     } else {
-        rows.extend(body.iter().map(|&i| (Text::Token(i), Some(ids.pad))));
-        rows.push((Text::Token(t.tts_eos), Some(ids.pad)));
-        rows.push((Text::Token(t.tts_pad), Some(ids.bos)));
+        rows.extend(body.iter().map(|&i| (Text::Token(i), Codec::Id(ids.pad))));
+        rows.push((Text::Token(t.tts_eos), Codec::Id(ids.pad)));
+        rows.push((Text::Token(t.tts_pad), Codec::Id(ids.bos)));
         vec![t.tts_pad]
     };
     Ok(Layout { rows, trailing })
+}
+
+/// The reference turn around a cloned voice's transcript.
+pub fn reference_turn(text: &str) -> String {
+    format!("<|im_start|>assistant\n{text}<|im_end|>\n")
+}
+
+/// The in-context prompt of a cloned voice: `ref_ids` (the tokenized reference turn),
+/// then `text_ids` (the target's), against the codec side bos and the `n_ref` reference
+/// frames; non-streaming (all the text over `codec_pad`, then the frames under `tts_pad`)
+/// or streaming (text and frames side by side, the text's remainder trailing, or the
+/// frames' remainder under `tts_pad`).
+///
+/// Upstream: modeling_qwen3_tts.py L1968-L2019 (`generate_icl_prompt`), L2188-L2197.
+pub fn icl_layout(
+    hp: &HParams,
+    text_ids: &[u32],
+    ref_ids: &[u32],
+    prefix: &[Codec],
+    n_ref: usize,
+    streaming: bool,
+) -> Result<Layout> {
+    let target = body(text_ids)?;
+    if ref_ids.len() <= ROLE + 2 {
+        return Err(EngineError::Usage(
+            "the cloned voice's reference text is empty: give the clip's transcript".into(),
+        ));
+    }
+    let t = hp.text_ids;
+    let c = hp.codec_ids;
+    let mut rows = head(hp, text_ids, None, prefix);
+    let text: Vec<u32> = ref_ids[ROLE..ref_ids.len() - 2]
+        .iter()
+        .chain(target)
+        .copied()
+        .chain([t.tts_eos])
+        .collect();
+    let codec: Vec<Codec> = std::iter::once(Codec::Id(c.bos))
+        .chain((0..n_ref).map(Codec::Frame))
+        .collect();
+    let trailing = if !streaming {
+        rows.extend(text.iter().map(|&i| (Text::Token(i), Codec::Id(c.pad))));
+        rows.extend(codec.iter().map(|&k| (Text::Token(t.tts_pad), k)));
+        vec![t.tts_pad]
+    } else if text.len() > codec.len() {
+        rows.extend(text.iter().zip(&codec).map(|(&i, &k)| (Text::Token(i), k)));
+        text[codec.len()..].to_vec()
+    } else {
+        let padded = text.iter().copied().chain(std::iter::repeat(t.tts_pad));
+        rows.extend(padded.zip(&codec).map(|(i, &k)| (Text::Token(i), k)));
+        vec![t.tts_pad]
+    };
+    Ok(Layout { rows, trailing })
+}
+
+/// Samples of a cloned voice's reference part to drop from the decoding of the reference
+/// frames followed by the generated ones, `n_samples` in all, computed in floating point
+/// as the official code does (so sometimes one sample short of the reference's frames).
+///
+/// Upstream: qwen_tts/inference/qwen3_tts_model.py L612-L631.
+pub fn reference_cut(n_ref: usize, n_gen: usize, n_samples: usize) -> usize {
+    (n_ref as f64 / (n_ref + n_gen) as f64 * n_samples as f64) as usize
 }
 
 /// How the talker's and the code predictor's codes are chosen.
@@ -188,6 +304,13 @@ pub fn next_code(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reference_cut_rounds_as_python() {
+        // int(30 / 52 * 4992) in double precision is 2879, one short of 30 frames of 96.
+        assert_eq!(reference_cut(30, 22, 52 * 96), 2879);
+        assert_eq!(reference_cut(1, 1, 2 * 1920), 1920);
+    }
 
     #[test]
     fn templates_are_the_official_ones() {

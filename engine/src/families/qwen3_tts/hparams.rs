@@ -177,6 +177,71 @@ pub struct Sampling {
     pub max_new_tokens: usize,
 }
 
+/// The speaker encoder (ECAPA-TDNN) of a Base model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpeakerEncoder {
+    /// Mel bands of its input.
+    pub mel_dim: usize,
+    /// Channels of the first block, the three SE-Res2Net blocks and the aggregation.
+    pub channels: Vec<usize>,
+    /// Kernel widths of the same five.
+    pub kernels: Vec<usize>,
+    /// Dilations of the same five.
+    pub dilations: Vec<usize>,
+    /// Channels of the attentive pooling's attention.
+    pub attention_channels: usize,
+    /// Chunks of a Res2Net block.
+    pub res2net_scale: usize,
+    /// Squeeze channels of the SE blocks.
+    pub se_channels: usize,
+    /// Width of the x-vector (the talker's width).
+    pub dim: usize,
+    /// The rate its mel reads.
+    pub sample_rate: u32,
+}
+
+/// The codec's encoder (Mimi's SEANet, transformer and split RVQ) of a Base model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MimiEncoder {
+    /// Channels of the first convolution; each stage doubles them.
+    pub filters: usize,
+    /// Width of the first convolution.
+    pub kernel: usize,
+    /// Width of the last convolution.
+    pub last_kernel: usize,
+    /// Width of the residual blocks' first convolution.
+    pub residual_kernel: usize,
+    /// Channel reduction inside a residual block.
+    pub compress: usize,
+    /// Residual blocks per stage.
+    pub residual_layers: usize,
+    /// Dilation growth between a stage's residual blocks.
+    pub dilation_growth: usize,
+    /// The decoder's upsampling ratios; the encoder strides by them in reverse.
+    pub ratios: Vec<usize>,
+    /// The transformer.
+    pub transformer: Decoder,
+    /// The downsampling convolution's stride (its kernel is twice that).
+    pub downsample_stride: usize,
+    /// Codes per codebook.
+    pub codebook_size: usize,
+    /// Width of a codebook vector.
+    pub codebook_dim: usize,
+    /// Semantic quantizers (the first codebooks).
+    pub semantic: usize,
+    /// Codebooks kept (the talker's code groups).
+    pub valid: usize,
+    /// The rate its input has.
+    pub sample_rate: u32,
+}
+
+impl MimiEncoder {
+    /// Samples per 12 Hz frame.
+    pub fn samples_per_frame(&self) -> usize {
+        self.ratios.iter().product::<usize>() * self.downsample_stride
+    }
+}
+
 /// Everything the family reads from the file's metadata.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HParams {
@@ -210,6 +275,8 @@ pub struct HParams {
     pub model_type: String,
     /// Generation defaults.
     pub sampling: Sampling,
+    /// The speaker encoder and codec encoder of a Base model (voice cloning).
+    pub clone: Option<(SpeakerEncoder, MimiEncoder)>,
 }
 
 impl HParams {
@@ -306,7 +373,12 @@ impl HParams {
                 sub_top_p: f("sampling.subtalker_top_p")?,
                 max_new_tokens: u("sampling.max_new_tokens")?,
             },
+            clone: None,
         };
+        let mut hp = hp;
+        if hp.model_type == "base" {
+            hp.clone = Some((read_speaker(file)?, read_mimi(file)?));
+        }
         hp.check().map_err(|reason| file.invalid(reason))?;
         Ok(hp)
     }
@@ -382,6 +454,26 @@ impl HParams {
                 "the text embedding has a size",
             ),
         ];
+        let clone_ok = self.clone.as_ref().is_none_or(|(s, m)| {
+            s.dim == self.talker.hidden
+                && s.channels.len() == 5
+                && s.kernels.len() == 5
+                && s.dilations.len() == 5
+                && s.channels[1..4].iter().sum::<usize>() == s.channels[4]
+                && s.channels[1..4]
+                    .iter()
+                    .all(|c| c.is_multiple_of(s.res2net_scale.max(1)))
+                && m.valid == self.code_groups
+                && m.codebook_size <= c.codebook_size
+                && m.semantic == 1
+                && m.sample_rate == c.sample_rate
+                && s.sample_rate == c.sample_rate
+        });
+        let mut checks = checks.to_vec();
+        checks.push((
+            clone_ok,
+            "the speaker encoder's x-vector is the talker's width and the codec encoder makes the decoder's code groups at its rate",
+        ));
         match checks.iter().find(|(ok, _)| !ok) {
             Some((_, what)) => Err(format!(
                 "inconsistent hyper-parameters: expected that {what}"
@@ -432,4 +524,85 @@ impl HParams {
     pub fn takes_instructions(&self) -> bool {
         !"0b6".contains(self.model_size.as_str())
     }
+}
+
+/// The speaker encoder's hyper-parameters (`qwen3_tts.speaker.*`).
+fn read_speaker(file: &ModelFile) -> Result<SpeakerEncoder> {
+    let u = |name: &str| -> Result<usize> {
+        Ok(file.require::<u32>(&key(&format!("speaker.{name}")))? as usize)
+    };
+    let list = |name: &str| -> Result<Vec<usize>> {
+        Ok(file
+            .require::<&[u32]>(&key(&format!("speaker.{name}")))?
+            .iter()
+            .map(|&x| x as usize)
+            .collect())
+    };
+    Ok(SpeakerEncoder {
+        mel_dim: u("mel_dim")?,
+        channels: list("enc_channels")?,
+        kernels: list("enc_kernel_sizes")?,
+        dilations: list("enc_dilations")?,
+        attention_channels: u("enc_attention_channels")?,
+        res2net_scale: u("enc_res2net_scale")?,
+        se_channels: u("enc_se_channels")?,
+        dim: u("enc_dim")?,
+        sample_rate: u("sample_rate")? as u32,
+    })
+}
+
+/// The codec encoder's hyper-parameters (`qwen3_tts.mimi.*`).
+fn read_mimi(file: &ModelFile) -> Result<MimiEncoder> {
+    let u = |name: &str| -> Result<usize> {
+        Ok(file.require::<u32>(&key(&format!("mimi.{name}")))? as usize)
+    };
+    let f = |name: &str| file.require::<f32>(&key(&format!("mimi.{name}")));
+    let transformer = Decoder {
+        hidden: u("hidden_size")?,
+        layers: u("num_hidden_layers")?,
+        heads: u("num_attention_heads")?,
+        kv_heads: u("num_key_value_heads")?,
+        head_dim: u("head_dim")?,
+        intermediate: u("intermediate_size")?,
+        rms_eps: f("norm_eps")?,
+        rope_theta: f("rope_theta")?,
+    };
+    let m = MimiEncoder {
+        filters: u("num_filters")?,
+        kernel: u("kernel_size")?,
+        last_kernel: u("last_kernel_size")?,
+        residual_kernel: u("residual_kernel_size")?,
+        compress: u("compress")?,
+        residual_layers: u("num_residual_layers")?,
+        dilation_growth: u("dilation_growth_rate")?,
+        ratios: file
+            .require::<&[u32]>(&key("mimi.upsampling_ratios"))?
+            .iter()
+            .map(|&x| x as usize)
+            .collect(),
+        transformer,
+        downsample_stride: u("downsample_stride")?,
+        codebook_size: u("codebook_size")?,
+        codebook_dim: u("vector_quantization_hidden_dimension")?,
+        semantic: u("num_semantic_quantizers")?,
+        valid: u("valid_quantizers")?,
+        sample_rate: u("sample_rate")? as u32,
+    };
+    let t = &m.transformer;
+    let ok = m.filters > 0
+        && m.compress > 0
+        && !m.ratios.is_empty()
+        && m.ratios.iter().all(|&r| r > 0)
+        && t.heads > 0
+        && t.kv_heads > 0
+        && t.heads.is_multiple_of(t.kv_heads)
+        && t.head_dim.is_multiple_of(2)
+        && m.downsample_stride > 0
+        && m.codebook_dim > 0;
+    if !ok {
+        return Err(file.invalid(format!(
+            "the codec encoder's hyper-parameters {m:?} do not make an encoder"
+        )));
+    }
+    Ok(m)
 }

@@ -21,9 +21,12 @@ pub mod codec;
 pub mod convert;
 pub mod decode;
 pub mod hparams;
+pub mod mimi;
+pub mod speaker;
 pub mod talker;
 pub mod tokenizer;
 pub mod transformer;
+pub mod voice;
 
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
@@ -34,13 +37,14 @@ use crate::model_file::ModelFile;
 use crate::sampling::{Choice, Sampler};
 use crate::spec::ModelSpec;
 use crate::task::Task;
-use crate::tts::{SpeechInput, SpeechOptions, Synthesizer};
+use crate::tts::{SpeechInput, SpeechOptions, Synthesizer, VoiceSample};
 use crate::weights::{WeightStore, WeightTensor};
 
-use decode::{Decoding, Layout, Text};
+use decode::{Codec, Decoding, Layout, SpeakerRow, Text};
 use hparams::HParams;
 use talker::{PredictorInput, Talker};
 use tokenizer::TextTokenizer;
+use voice::ClonePrompt;
 
 /// What the family is.
 pub const INFO: LoaderInfo = LoaderInfo {
@@ -75,7 +79,16 @@ const OPTIONS: &[&str] = &[
     "temperature",
     "seed",
     "max_frames",
+    "cloned_voice",
 ];
+
+/// The shortest reference recording a voice is cloned from: the speaker encoder's
+/// statistics and the in-context prompt need some speech.
+pub const MIN_REFERENCE_S: f64 = 1.0;
+/// The longest: each second is 12.5 prompt rows the talker attends over for every
+/// frame it makes, and the codec encoder's first convolutions hold about 30 MB of
+/// activations per second on the CPU; the official guidance is a few seconds.
+pub const MAX_REFERENCE_S: f64 = 30.0;
 
 /// The registry's TTS loader.
 fn load(file: ModelFile, spec: &ModelSpec, runtime: Runtime) -> Result<Box<dyn Synthesizer>> {
@@ -87,6 +100,8 @@ pub struct Qwen3Tts {
     hp: HParams,
     talker: Talker,
     codec: codec::Codec,
+    /// The speaker encoder and codec encoder of a Base model, with their schedulers.
+    encoders: Option<Encoders>,
     tokenizer: TextTokenizer,
     /// Speakers in the order listed (the spec's default first).
     voices: Vec<String>,
@@ -98,6 +113,14 @@ pub struct Qwen3Tts {
     codec_sched: Scheduler,
     weights: WeightStore,
     runtime: Runtime,
+}
+
+/// A Base model's encoders of reference audio.
+struct Encoders {
+    speaker: speaker::Speaker,
+    mimi: mimi::Mimi,
+    speaker_sched: Scheduler,
+    mimi_sched: Scheduler,
 }
 
 /// What one generation made: each frame's codes and what the numeric checks compare.
@@ -113,13 +136,24 @@ pub struct Generation {
     pub stopped_by_eos: bool,
 }
 
+/// Who speaks a request.
+#[derive(Debug, Clone, Copy)]
+pub enum Speaker<'a> {
+    /// A preset speaker of a CustomVoice model, by name.
+    Preset(&'a str),
+    /// A voice a Base model cloned.
+    Clone(&'a ClonePrompt),
+    /// The voice a VoiceDesign model's instruction describes.
+    Design,
+}
+
 /// A request as the pipeline takes it.
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
     /// The text to speak.
     pub text: &'a str,
-    /// The preset speaker.
-    pub speaker: &'a str,
+    /// Who speaks.
+    pub speaker: Speaker<'a>,
     /// The language (`auto` or one of the model's).
     pub language: &'a str,
     /// An instruction, for models that take them.
@@ -164,12 +198,25 @@ impl Qwen3Tts {
         })?;
         let talker = Talker::load(&file, &hp)?;
         let codec = codec::Codec::load(&file, &hp.codec)?;
+        let encoders = match &hp.clone {
+            Some((s, m)) => Some((
+                speaker::Speaker::load(&file, s)?,
+                mimi::Mimi::load(&file, m)?,
+            )),
+            None => None,
+        };
         let layers = Layers::new(&runtime);
         let (codec_host, model_host): (Vec<HostTensor>, Vec<HostTensor>) =
             std::mem::take(&mut file.tensors)
                 .into_iter()
                 .partition(|t| t.name.starts_with("codec."));
-        let codec_tensors = codec::prepare(codec_host, &hp.codec)?;
+        let (codebooks, model_host): (Vec<HostTensor>, Vec<HostTensor>) = model_host
+            .into_iter()
+            .partition(|t| mimi::is_codebook(&t.name));
+        let mut codec_tensors = codec::prepare(codec_host, &hp.codec)?;
+        if let Some((_, m)) = &hp.clone {
+            codec_tensors.extend(mimi::prepare(codebooks, m)?);
+        }
         let tensors = model_host
             .into_iter()
             .map(|t| {
@@ -189,10 +236,20 @@ impl Qwen3Tts {
                 voices.insert(0, v);
             }
         }
-        if voices.is_empty() {
-            return Err(file.invalid("the model has no preset speakers (a Base or VoiceDesign model needs a voice to clone or a description)".into()));
+        if voices.is_empty() && hp.model_type == "custom_voice" {
+            return Err(file.invalid("the CustomVoice model has no preset speakers".into()));
         }
+        let encoders = match encoders {
+            Some((speaker, mimi)) => Some(Encoders {
+                speaker_sched: runtime.scheduler(speaker.nodes())?,
+                mimi_sched: runtime.scheduler(mimi.nodes())?,
+                speaker,
+                mimi,
+            }),
+            None => None,
+        };
         Ok(Qwen3Tts {
+            encoders,
             talker_sched: runtime.scheduler(talker.talker_nodes() + 4 * hp.code_groups)?,
             predictor_sched: runtime.scheduler(talker.predictor_nodes())?,
             codec_sched: runtime.scheduler(codec.nodes() + 8 * hp.codec.quantizers)?,
@@ -220,19 +277,59 @@ impl Qwen3Tts {
     /// The prompt layout of a request: the tokenized turns and the codec prefix.
     pub fn layout(&self, req: &Request<'_>) -> Result<Layout> {
         let hp = &self.hp;
-        let speaker = hp.speaker(req.speaker).ok_or_else(|| {
-            EngineError::Usage(format!(
-                "parameter 'voice' '{}' is not a speaker of this model (voices: {})",
-                req.speaker,
-                self.voices.join(", ")
-            ))
-        })?;
-        let language =
-            decode::language_id(hp, req.language, Some(req.speaker)).map_err(EngineError::Usage)?;
-        let prefix = decode::codec_prefix(hp, language, Some(speaker.id));
+        let (language, row) = match req.speaker {
+            Speaker::Preset(name) => {
+                let speaker = hp.speaker(name).ok_or_else(|| {
+                    EngineError::Usage(format!(
+                        "parameter 'voice' '{name}' is not a speaker of this model (voices: {})",
+                        if self.voices.is_empty() {
+                            "none".to_string()
+                        } else {
+                            self.voices.join(", ")
+                        }
+                    ))
+                })?;
+                let language = decode::language_id(hp, req.language, Some(name))
+                    .map_err(EngineError::Usage)?;
+                (language, SpeakerRow::Preset(speaker.id))
+            }
+            Speaker::Clone(_) => {
+                if hp.clone.is_none() {
+                    return Err(EngineError::Usage(format!(
+                        "this model (type '{}') does not clone voices; a Base model does",
+                        hp.model_type
+                    )));
+                }
+                let language =
+                    decode::language_id(hp, req.language, None).map_err(EngineError::Usage)?;
+                (language, SpeakerRow::XVector)
+            }
+            Speaker::Design => {
+                let language =
+                    decode::language_id(hp, req.language, None).map_err(EngineError::Usage)?;
+                (language, SpeakerRow::None)
+            }
+        };
+        let prefix = decode::codec_prefix(hp, language, row);
         let text_ids = self.tokenize(&decode::assistant_turn(req.text))?;
+        if let Speaker::Clone(ClonePrompt {
+            codes: Some(codes),
+            ref_text: Some(ref_text),
+            ..
+        }) = req.speaker
+        {
+            let ref_ids = self.tokenize(&decode::reference_turn(ref_text))?;
+            return decode::icl_layout(
+                hp,
+                &text_ids,
+                &ref_ids,
+                &prefix,
+                codes.len(),
+                req.streaming_text,
+            );
+        }
         let instruction_ids = match req.instructions.filter(|i| !i.is_empty()) {
-            Some(i) if hp.takes_instructions() => {
+            Some(i) if hp.takes_instructions() && !matches!(req.speaker, Speaker::Clone(_)) => {
                 Some(self.tokenize(&decode::instruction_turn(i))?)
             }
             _ => None,
@@ -246,9 +343,14 @@ impl Qwen3Tts {
         )
     }
 
-    /// The talker's input rows of `layout`'s prompt, its trailing text rows, and the
-    /// `tts_pad` row added once those are exhausted.
-    pub fn prompt_rows(&mut self, layout: &Layout) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+    /// The talker's input rows of `layout`'s prompt (with `clone`'s x-vector and
+    /// reference frames where it has them), its trailing text rows, and the `tts_pad`
+    /// row added once those are exhausted.
+    pub fn prompt_rows(
+        &mut self,
+        layout: &Layout,
+        clone: Option<&ClonePrompt>,
+    ) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
         let hidden = self.hp.talker.hidden;
         let texts: Vec<u32> = layout
             .rows
@@ -263,12 +365,31 @@ impl Qwen3Tts {
         let text_rows =
             self.talker
                 .text_rows(&self.weights, &self.layers, &mut self.talker_sched, &texts)?;
-        let codecs: Vec<u32> = layout.rows.iter().filter_map(|(_, c)| *c).collect();
-        let codec_rows = if codecs.is_empty() {
+        let ids: Vec<u32> = layout
+            .rows
+            .iter()
+            .filter_map(|(_, c)| match c {
+                Codec::Id(i) => Some(*i),
+                _ => None,
+            })
+            .collect();
+        let id_rows = if ids.is_empty() {
             Vec::new()
         } else {
             self.talker
-                .codec_rows(&self.weights, &mut self.talker_sched, &codecs)?
+                .codec_rows(&self.weights, &mut self.talker_sched, &ids)?
+        };
+        let reference = match clone.and_then(|c| c.codes.as_ref()) {
+            Some(codes)
+                if layout
+                    .rows
+                    .iter()
+                    .any(|(_, c)| matches!(c, Codec::Frame(_))) =>
+            {
+                self.talker
+                    .frame_rows(&self.weights, &mut self.talker_sched, codes)?
+            }
+            _ => Vec::new(),
         };
         let (mut ti, mut ci) = (0, 0);
         let mut rows = vec![0f32; layout.rows.len() * hidden];
@@ -278,14 +399,30 @@ impl Qwen3Tts {
                 row.copy_from_slice(&text_rows[ti * hidden..(ti + 1) * hidden]);
                 ti += 1;
             }
-            if c.is_some() {
-                for (x, y) in row
-                    .iter_mut()
-                    .zip(&codec_rows[ci * hidden..(ci + 1) * hidden])
-                {
-                    *x += y;
+            let codec: &[f32] = match *c {
+                Codec::None => continue,
+                Codec::Id(_) => {
+                    ci += 1;
+                    &id_rows[(ci - 1) * hidden..ci * hidden]
                 }
-                ci += 1;
+                Codec::Frame(k) => {
+                    reference.get(k * hidden..(k + 1) * hidden).ok_or_else(|| {
+                        EngineError::Usage(
+                            "the prompt refers to reference frames the voice lacks".into(),
+                        )
+                    })?
+                }
+                Codec::XVector => match clone {
+                    Some(v) if v.x_vector.len() == hidden => &v.x_vector,
+                    _ => {
+                        return Err(EngineError::Usage(format!(
+                            "the cloned voice's x-vector is not {hidden} values wide"
+                        )))
+                    }
+                },
+            };
+            for (x, y) in row.iter_mut().zip(codec) {
+                *x += y;
             }
         }
         let pad = text_rows[text_rows.len() - hidden..].to_vec();
@@ -303,7 +440,11 @@ impl Qwen3Tts {
         let hp = self.hp.clone();
         let hidden = hp.talker.hidden;
         let layout = self.layout(req)?;
-        let (prompt, trailing, pad) = self.prompt_rows(&layout)?;
+        let clone = match req.speaker {
+            Speaker::Clone(c) => Some(c),
+            _ => None,
+        };
+        let (prompt, trailing, pad) = self.prompt_rows(&layout, clone)?;
         let prompt_len = prompt.len() / hidden;
         let cache = self
             .talker
@@ -419,6 +560,81 @@ impl Qwen3Tts {
         )
     }
 
+    /// The shape a voice file must have for this model.
+    pub fn voice_shape(&self) -> voice::Shape {
+        voice::Shape {
+            x_vector: self.hp.talker.hidden,
+            code_groups: self.hp.code_groups,
+            codebook_size: self.hp.codec.codebook_size,
+        }
+    }
+
+    /// The voice of a reference recording (`samples`, mono at the codec's rate): its
+    /// x-vector, and unless `x_vector_only` its codes and `transcript`.
+    pub fn clone_prompt(
+        &mut self,
+        samples: &[f32],
+        transcript: Option<&str>,
+        x_vector_only: bool,
+    ) -> Result<ClonePrompt> {
+        let rate = self.hp.codec.sample_rate as f64;
+        let Some(enc) = self.encoders.as_mut() else {
+            return Err(EngineError::Usage(format!(
+                "this model (type '{}') does not clone voices; a Qwen3-TTS Base model does",
+                self.hp.model_type
+            )));
+        };
+        let seconds = samples.len() as f64 / rate;
+        if !(MIN_REFERENCE_S..=MAX_REFERENCE_S).contains(&seconds) {
+            return Err(EngineError::Usage(format!(
+                "the reference audio is {seconds:.2} s; give a clip of {MIN_REFERENCE_S} to {MAX_REFERENCE_S} s of the voice (a few seconds of clear speech clone best)"
+            )));
+        }
+        let transcript = transcript.map(str::trim).filter(|t| !t.is_empty());
+        if transcript.is_none() && !x_vector_only {
+            return Err(EngineError::Usage(
+                "parameter 'ref_text' is missing: give what the reference clip says, or clone from the speaker embedding alone (x_vector_only)".into(),
+            ));
+        }
+        let x_vector = enc
+            .speaker
+            .x_vector(&self.weights, &mut enc.speaker_sched, samples)?;
+        let codes = if x_vector_only {
+            None
+        } else {
+            Some(enc.mimi.encode(
+                &self.weights,
+                &self.layers,
+                &self.runtime,
+                &mut enc.mimi_sched,
+                samples,
+            )?)
+        };
+        Ok(ClonePrompt {
+            x_vector,
+            codes,
+            ref_text: transcript.map(str::to_string),
+        })
+    }
+
+    /// The samples of a generation for `speaker`: for an in-context clone, the decoding
+    /// of the reference frames and the new ones together, less the reference's part.
+    pub fn speech(&mut self, speaker: Speaker<'_>, frames: &[Vec<u32>]) -> Result<Vec<f32>> {
+        let reference = match speaker {
+            Speaker::Clone(ClonePrompt { codes: Some(c), .. }) => c.as_slice(),
+            _ => &[],
+        };
+        let all: Vec<Vec<u32>> = reference.iter().chain(frames).cloned().collect();
+        let mut samples = Vec::with_capacity(all.len() * self.hp.codec.samples_per_frame());
+        self.decode_frames(&all, &mut |chunk| {
+            samples.extend_from_slice(chunk);
+            Ok(())
+        })?;
+        let cut = decode::reference_cut(reference.len(), frames.len(), samples.len());
+        samples.drain(..cut);
+        Ok(samples)
+    }
+
     /// The decoding the options and the model's defaults ask for.
     fn decoding(&self, options: &SpeechOptions) -> Decoding {
         let s = self.hp.sampling;
@@ -468,9 +684,44 @@ impl Synthesizer for Qwen3Tts {
         OPTIONS
     }
 
+    fn default_voice(&self, options: &SpeechOptions) -> Result<String> {
+        match self.hp.model_type.as_str() {
+            _ if options.cloned_voice.is_some() => Ok("cloned".into()),
+            "voice_design" => Ok("designed".into()),
+            "base" => Err(EngineError::Usage(
+                "parameter 'voice': a Base model speaks in a cloned voice; give a reference clip and its transcript (ref_audio, ref_text) or a saved voice".into(),
+            )),
+            _ => self.voices.first().cloned().ok_or_else(|| {
+                EngineError::Usage("parameter 'voice': this model has no voices".into())
+            }),
+        }
+    }
+
+    fn clone_voice(&mut self, sample: &VoiceSample<'_>) -> Result<Vec<u8>> {
+        let prompt = self.clone_prompt(sample.samples, sample.transcript, sample.x_vector_only)?;
+        Ok(prompt.to_bytes(self.voice_shape()))
+    }
+
     fn check_options(&self, o: &SpeechOptions) -> Result<()> {
         if let Some(l) = &o.language {
             self.hp.language_id(l).map_err(EngineError::Usage)?;
+        }
+        if let Some(bytes) = &o.cloned_voice {
+            if self.hp.clone.is_none() {
+                return Err(EngineError::Usage(format!(
+                    "parameter 'cloned_voice': this model (type '{}') does not clone voices; a Qwen3-TTS Base model does",
+                    self.hp.model_type
+                )));
+            }
+            ClonePrompt::from_bytes(bytes, self.voice_shape())?;
+            if o.instructions
+                .as_deref()
+                .is_some_and(|i| !i.trim().is_empty())
+            {
+                return Err(EngineError::Usage(
+                    "parameter 'instructions': a cloned voice speaks as its recording; leave the instructions out".into(),
+                ));
+            }
         }
         if o.instructions
             .as_deref()
@@ -517,12 +768,22 @@ impl Synthesizer for Qwen3Tts {
         }
         let spf = self.hp.codec.samples_per_frame();
         let limit = max_samples / spf;
+        let clone = match &options.cloned_voice {
+            Some(bytes) => Some(ClonePrompt::from_bytes(bytes, self.voice_shape())?),
+            None => None,
+        };
+        let speaker = match (&clone, self.hp.model_type.as_str()) {
+            (Some(c), _) => Speaker::Clone(c),
+            (None, "voice_design") => Speaker::Design,
+            (None, _) => Speaker::Preset(voice),
+        };
         let req = Request {
             text,
-            speaker: voice,
+            speaker,
             language: options.language.as_deref().unwrap_or("auto"),
             instructions: options.instructions.as_deref(),
-            streaming_text: false,
+            // As the official entry points: a clone feeds the text frame by frame.
+            streaming_text: matches!(speaker, Speaker::Clone(_)),
             decoding: self.decoding(options),
             seed: options.seed.unwrap_or(0),
             max_frames: options
@@ -538,11 +799,6 @@ impl Synthesizer for Qwen3Tts {
         if over {
             return Ok(None);
         }
-        let mut samples = Vec::with_capacity(generation.frames.len() * spf);
-        self.decode_frames(&generation.frames, &mut |chunk| {
-            samples.extend_from_slice(chunk);
-            Ok(())
-        })?;
-        Ok(Some(samples))
+        Ok(Some(self.speech(speaker, &generation.frames)?))
     }
 }

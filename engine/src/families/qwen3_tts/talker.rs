@@ -147,23 +147,59 @@ impl Talker {
         Ok(y.read_f32()?)
     }
 
-    /// Rows of the talker's codec embedding for `ids` (control ids, speakers, codes).
+    /// Rows of the talker's codec embedding for `ids` (control ids, speakers).
     pub fn codec_rows(
         &self,
         w: &WeightStore,
         sched: &mut Scheduler,
         ids: &[u32],
     ) -> Result<Vec<f32>> {
-        let ctx = Context::new(16, 16)?;
-        let idx = ctx.new_i32_tensor(&[ids.len() as i64], "ids");
-        idx.mark_input();
-        let y = ctx.get_rows(weight(w, &format!("{TALKER}.codec_embedding.weight")), idx);
-        let y = ctx.to_f32(y);
+        let frames: Vec<Vec<u32>> = ids.iter().map(|&i| vec![i]).collect();
+        self.frame_rows(w, sched, &frames)
+    }
+
+    /// One row per frame: the sum of its codes' embeddings, group 0 from the talker's
+    /// codec embedding and group `g` from the code predictor's table `g - 1`, as the
+    /// talker reads each frame it made (a frame of one code is a plain codec row).
+    ///
+    /// Upstream: modeling_qwen3_tts.py L1669-L1692 and L1990-L1999.
+    pub fn frame_rows(
+        &self,
+        w: &WeightStore,
+        sched: &mut Scheduler,
+        frames: &[Vec<u32>],
+    ) -> Result<Vec<f32>> {
+        let groups = frames.first().map_or(0, Vec::len);
+        assert!(
+            groups > 0 && groups <= self.hp.code_groups && frames.iter().all(|f| f.len() == groups),
+            "frames of one to code_groups codes each"
+        );
+        let nodes = 8 * groups + 8;
+        let ctx = Context::new(nodes, nodes)?;
+        let mut columns = Vec::new();
+        let mut sum: Option<Tensor<'_>> = None;
+        for g in 0..groups {
+            let table = if g == 0 {
+                format!("{TALKER}.codec_embedding.weight")
+            } else {
+                format!("{PREDICTOR}.codec_embedding.{}.weight", g - 1)
+            };
+            let idx = ctx.new_i32_tensor(&[frames.len() as i64], &format!("codes{g}"));
+            idx.mark_input();
+            let rows = ctx.to_f32(ctx.get_rows(weight(w, &table), idx));
+            sum = Some(match sum {
+                Some(s) => ctx.add(s, rows),
+                None => rows,
+            });
+            columns.push((idx, frames.iter().map(|f| f[g] as i32).collect::<Vec<_>>()));
+        }
+        let y = sum.expect("at least one group");
         y.mark_output();
-        let mut graph = ctx.new_graph(16);
+        let mut graph = ctx.new_graph(nodes);
         graph.expand(y);
-        let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-        sched.compute_with(&mut graph, &[], &[(idx, &ids)])?;
+        let ints: Vec<(Tensor<'_>, &[i32])> =
+            columns.iter().map(|(t, v)| (*t, v.as_slice())).collect();
+        sched.compute_with(&mut graph, &[], &ints)?;
         Ok(y.read_f32()?)
     }
 

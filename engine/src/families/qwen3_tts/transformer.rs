@@ -30,8 +30,11 @@ use super::hparams::Decoder;
 pub enum Variant {
     /// Query and key heads RMS-normalised (the talker, the code predictor).
     HeadNorms,
-    /// Attention and MLP outputs scaled per channel (the codec's transformer).
+    /// Attention and MLP outputs scaled per channel (the codec decoder's transformer).
     LayerScales,
+    /// Layer scales, LayerNorm with a bias instead of RMSNorm and a GELU MLP (`fc1`,
+    /// `fc2`) instead of SwiGLU (the codec encoder's, Mimi's, transformer).
+    Mimi,
 }
 
 /// One layer's weights, checked by name and shape at load; kept by name.
@@ -57,16 +60,26 @@ impl DecoderLayer {
             ("self_attn.k_proj.weight", vec![h, kv]),
             ("self_attn.v_proj.weight", vec![h, kv]),
             ("self_attn.o_proj.weight", vec![q, h]),
-            ("mlp.gate_proj.weight", vec![h, i]),
-            ("mlp.up_proj.weight", vec![h, i]),
-            ("mlp.down_proj.weight", vec![i, h]),
         ];
+        match variant {
+            Variant::HeadNorms | Variant::LayerScales => {
+                shapes.push(("mlp.gate_proj.weight", vec![h, i]));
+                shapes.push(("mlp.up_proj.weight", vec![h, i]));
+                shapes.push(("mlp.down_proj.weight", vec![i, h]));
+            }
+            Variant::Mimi => {
+                shapes.push(("input_layernorm.bias", vec![h]));
+                shapes.push(("post_attention_layernorm.bias", vec![h]));
+                shapes.push(("mlp.fc1.weight", vec![h, i]));
+                shapes.push(("mlp.fc2.weight", vec![i, h]));
+            }
+        }
         match variant {
             Variant::HeadNorms => {
                 shapes.push(("self_attn.q_norm.weight", vec![d.head_dim as i64]));
                 shapes.push(("self_attn.k_norm.weight", vec![d.head_dim as i64]));
             }
-            Variant::LayerScales => {
+            Variant::LayerScales | Variant::Mimi => {
                 shapes.push(("self_attn_layer_scale.scale", vec![h]));
                 shapes.push(("mlp_layer_scale.scale", vec![h]));
             }
@@ -100,13 +113,13 @@ impl DecoderLayer {
     ) -> Result<Tensor<'a>> {
         let d = self.d;
         let t = x.ne()[1];
-        let n = rms_norm(ctx, w, x, &self.name("input_layernorm.weight"), d.rms_eps);
+        let n = self.norm(ctx, w, x, "input_layernorm");
         let heads = |proj: &str, norm: &str, count: usize| -> Result<Tensor<'a>> {
             let y = layers.linear(ctx, w.tensor(&self.name(proj)).expect("checked"), None, n)?;
             let y = ctx.reshape(y, &[d.head_dim as i64, count as i64, t]);
             Ok(match self.variant {
                 Variant::HeadNorms => rms_norm(ctx, w, y, &self.name(norm), d.rms_eps),
-                Variant::LayerScales => y,
+                Variant::LayerScales | Variant::Mimi => y,
             })
         };
         let q = ctx.rope_neox(
@@ -166,26 +179,52 @@ impl DecoderLayer {
             o,
         )?;
         let h = ctx.add(x, self.scaled(ctx, w, o, "self_attn_layer_scale.scale"));
-        let z = rms_norm(
-            ctx,
-            w,
-            h,
-            &self.name("post_attention_layernorm.weight"),
-            d.rms_eps,
-        );
+        let z = self.norm(ctx, w, h, "post_attention_layernorm");
         let lin = |name: &str, x: Tensor<'a>| {
             layers.linear(ctx, w.tensor(&self.name(name)).expect("checked"), None, x)
         };
-        let gate = ctx.silu(lin("mlp.gate_proj.weight", z)?);
-        let m = lin(
-            "mlp.down_proj.weight",
-            ctx.mul(gate, lin("mlp.up_proj.weight", z)?),
-        )?;
+        let m = match self.variant {
+            Variant::HeadNorms | Variant::LayerScales => {
+                let gate = ctx.silu(lin("mlp.gate_proj.weight", z)?);
+                lin(
+                    "mlp.down_proj.weight",
+                    ctx.mul(gate, lin("mlp.up_proj.weight", z)?),
+                )?
+            }
+            // Upstream: transformers==4.57.3 models/mimi/modeling_mimi.py L577-L590
+            // (`MimiMLP`, exact GELU).
+            Variant::Mimi => lin("mlp.fc2.weight", ctx.gelu_erf(lin("mlp.fc1.weight", z)?))?,
+        };
         Ok(ctx.add(h, self.scaled(ctx, w, m, "mlp_layer_scale.scale")))
     }
 
     fn name(&self, tail: &str) -> String {
         format!("{}.{tail}", self.prefix)
+    }
+
+    /// The norm `{name}` of each column of `x`: RMSNorm, or LayerNorm with its bias in
+    /// the Mimi variant.
+    fn norm<'a>(
+        &self,
+        ctx: &'a Context,
+        w: &'a WeightStore,
+        x: Tensor<'a>,
+        name: &str,
+    ) -> Tensor<'a> {
+        let weight = self.name(&format!("{name}.weight"));
+        match self.variant {
+            Variant::HeadNorms | Variant::LayerScales => {
+                rms_norm(ctx, w, x, &weight, self.d.rms_eps)
+            }
+            Variant::Mimi => ctx.add(
+                ctx.mul(
+                    ctx.norm(x, self.d.rms_eps),
+                    w.tensor(&weight).expect("checked"),
+                ),
+                w.tensor(&self.name(&format!("{name}.bias")))
+                    .expect("checked"),
+            ),
+        }
     }
 
     /// `y` times the per-channel scale `scale` in the layer-scale variant, else `y`.
@@ -197,7 +236,9 @@ impl DecoderLayer {
         scale: &str,
     ) -> Tensor<'a> {
         match self.variant {
-            Variant::LayerScales => ctx.mul(y, w.tensor(&self.name(scale)).expect("checked")),
+            Variant::LayerScales | Variant::Mimi => {
+                ctx.mul(y, w.tensor(&self.name(scale)).expect("checked"))
+            }
             Variant::HeadNorms => y,
         }
     }

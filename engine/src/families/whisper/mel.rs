@@ -68,45 +68,7 @@ impl MelParams {
 /// `filters.mel` saved as arrays), computed as `SYSTRAN/faster-whisper@v1.2.1`
 /// faster_whisper/feature_extractor.py L24-L65 (`FeatureExtractor.get_mel_filters`).
 pub fn filterbank(p: &MelParams) -> Vec<f32> {
-    let n_bins = p.n_fft / 2 + 1;
-    let sr = p.sample_rate as f64;
-    let fft_freqs: Vec<f64> = (0..n_bins)
-        .map(|i| i as f64 * sr / p.n_fft as f64)
-        .collect();
-    // Slaney scale: linear below 1 kHz (200/3 Hz per mel), logarithmic above.
-    let f_sp = 200.0 / 3.0;
-    let min_log_hz = 1000.0;
-    let min_log_mel = min_log_hz / f_sp;
-    let logstep = 6.4f64.ln() / 27.0;
-    let hz_to_mel = |f: f64| {
-        if f >= min_log_hz {
-            min_log_mel + (f / min_log_hz).ln() / logstep
-        } else {
-            f / f_sp
-        }
-    };
-    let mel_to_hz = |m: f64| {
-        if m >= min_log_mel {
-            min_log_hz * (logstep * (m - min_log_mel)).exp()
-        } else {
-            f_sp * m
-        }
-    };
-    let max_mel = hz_to_mel(sr / 2.0);
-    let freqs: Vec<f64> = (0..p.n_mels + 2)
-        .map(|i| mel_to_hz(max_mel * i as f64 / (p.n_mels + 1) as f64))
-        .collect();
-    let mut w = vec![0f32; p.n_mels * n_bins];
-    for m in 0..p.n_mels {
-        let (lo, mid, hi) = (freqs[m], freqs[m + 1], freqs[m + 2]);
-        let enorm = 2.0 / (hi - lo);
-        for (b, &f) in fft_freqs.iter().enumerate() {
-            let lower = (f - lo) / (mid - lo);
-            let upper = (hi - f) / (hi - mid);
-            w[m * n_bins + b] = (lower.min(upper).max(0.0) * enorm) as f32;
-        }
-    }
-    w
+    crate::dsp::mel_filterbank(p.sample_rate, p.n_fft, p.n_mels)
 }
 
 /// Log-mel features of mono audio: `n_mels` rows of `n_frames` values (row-major) with

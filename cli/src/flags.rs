@@ -18,7 +18,7 @@ use crate::{usage, Failure};
     name = "audiocpp_cli",
     version = audiocpp_engine::VERSION,
     about = "Run audio models (VAD, ASR, TTS) on CPU, CUDA or HIP/ROCm through ggml",
-    after_help = "Examples:\n  audiocpp_cli --task vad --family silero_vad --model ggml-silero-v6.2.0.bin --audio in.wav\n  audiocpp_cli --task convert --family silero_vad --model ggml-silero-v6.2.0.bin --out silero.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --out whisper-tiny.en.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --quantize q8_0 --out whisper-tiny.en-q8_0.gguf\n  audiocpp_cli --task convert --family kokoro --model kokoro.onnx --source voices=voices/ --out kokoro.gguf\n  audiocpp_cli --task asr --family whisper --model whisper-tiny.en.gguf --audio in.wav --text-out in.txt\n  audiocpp_cli --task tts --family kokoro --model kokoro.gguf --text \"Hello there.\" --voice af_heart --out hello.wav\n  audiocpp_cli --list-voices --family kokoro --model kokoro.gguf\n  audiocpp_cli --list-devices --json"
+    after_help = "Examples:\n  audiocpp_cli --task vad --family silero_vad --model ggml-silero-v6.2.0.bin --audio in.wav\n  audiocpp_cli --task convert --family silero_vad --model ggml-silero-v6.2.0.bin --out silero.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --out whisper-tiny.en.gguf\n  audiocpp_cli --task convert --family whisper --model faster-whisper-tiny.en/ --quantize q8_0 --out whisper-tiny.en-q8_0.gguf\n  audiocpp_cli --task convert --family kokoro --model kokoro.onnx --source voices=voices/ --out kokoro.gguf\n  audiocpp_cli --task asr --family whisper --model whisper-tiny.en.gguf --audio in.wav --text-out in.txt\n  audiocpp_cli --task tts --family kokoro --model kokoro.gguf --text \"Hello there.\" --voice af_heart --out hello.wav\n  audiocpp_cli --task tts --family qwen3_tts --model qwen3-tts-base.gguf --ref-audio me.wav --ref-text \"What I say in it.\" --voice-out me.json\n  audiocpp_cli --task tts --family qwen3_tts --model qwen3-tts-base.gguf --voice me.json --text \"Hello there.\" --out hello.wav\n  audiocpp_cli --list-voices --family kokoro --model kokoro.gguf\n  audiocpp_cli --list-devices --json"
 )]
 pub struct Flags {
     /// Task to run: vad, asr, tts, convert, info (load the model and describe it).
@@ -243,9 +243,25 @@ pub struct TtsFlags {
     /// instead of text, skipping the text front end.
     #[arg(long)]
     pub phonemes: Option<String>,
-    /// TTS: the voice (see --list-voices; default: the model's first).
+    /// TTS: the voice (see --list-voices; default: the model's first), or a voice file
+    /// --voice-out saved (a value ending in .json or holding a / is a file's path).
     #[arg(long)]
     pub voice: Option<String>,
+    /// TTS (qwen3_tts Base): clone the voice of this recording (1 to 30 s of clear
+    /// speech, any format and rate the CLI reads).
+    #[arg(long, value_name = "FILE")]
+    pub ref_audio: Option<PathBuf>,
+    /// TTS: what --ref-audio says, word for word (in-context cloning, the closest).
+    #[arg(long, value_name = "TEXT")]
+    pub ref_text: Option<String>,
+    /// TTS: clone from --ref-audio's speaker embedding alone (no --ref-text needed;
+    /// less close to the recording).
+    #[arg(long)]
+    pub x_vector_only: bool,
+    /// TTS: save the voice cloned from --ref-audio to this file (reuse it with --voice
+    /// FILE.json; the encoders do not run again). Without --text, only the voice is made.
+    #[arg(long, value_name = "FILE.json")]
+    pub voice_out: Option<PathBuf>,
     /// TTS: speaking rate, from 0.25 to 4 (1: the voice's own).
     #[arg(long, default_value_t = 1.0)]
     pub speed: f32,

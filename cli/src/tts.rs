@@ -41,6 +41,24 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         return list_voices(&tts, family, flags.json);
     }
     let t = &flags.tts;
+    let clone = clone_flags(flags)?;
+    if let Some(c) = clone.as_ref().filter(|_| no_speech_input(flags)) {
+        // Only a voice file is made: --voice-out and no text.
+        let Some(voice_out) = &c.voice_out else {
+            return Err(usage(
+                "--ref-audio without --text makes only a voice: give --voice-out FILE.json, or --text to speak",
+            ));
+        };
+        if flags.out.is_some() {
+            return Err(usage(
+                "--out: nothing to speak; give --text (or leave --out out to only save the voice)",
+            ));
+        }
+        output::plan(voice_out)?;
+        let mut tts = TtsModel::load(family, model, spec, &opts)?;
+        let made = make_voice(&mut tts, c)?;
+        return report_voice_only(voice_out, flags.json, &made);
+    }
     let input = speech_input(flags)?;
     tts::check_speed(t.speed)?;
     let max_speech_s = t.max_speech_s.unwrap_or(tts::DEFAULT_MAX_SPEECH_S);
@@ -51,7 +69,25 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         .ok_or_else(|| usage("--task tts needs --out FILE.wav (or --out - for standard output)"))?;
     // Refuse an output that cannot be written (a directory) before synthesizing.
     output::plan(out_path)?;
+    if let Some(voice_out) = clone.as_ref().and_then(|c| c.voice_out.as_deref()) {
+        output::plan(voice_out)?;
+    }
+    let saved_voice = match (&t.voice, &clone) {
+        (Some(v), None) if is_voice_file(v) => Some(tts::read_voice_file(Path::new(v))?),
+        _ => None,
+    };
     let mut tts = TtsModel::load(family, model, spec, &opts)?;
+    let (voice, cloned_voice) = match (&clone, saved_voice) {
+        (Some(c), _) => {
+            let made = make_voice(&mut tts, c)?;
+            (Some(made.label), Some(std::sync::Arc::new(made.bytes)))
+        }
+        (None, Some(bytes)) => {
+            let label = t.voice.as_deref().map(voice_label);
+            (label, Some(std::sync::Arc::new(bytes)))
+        }
+        (None, None) => (t.voice.clone(), None),
+    };
     if matches!(input, SpeechInput::Phonemes(_)) && !tts.takes_phonemes() {
         return Err(usage(format!(
             "--phonemes: family '{family}' takes text, not phonemes (use --text)"
@@ -59,7 +95,7 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     }
     let req = SpeechRequest {
         input,
-        voice: t.voice.clone(),
+        voice,
         speed: t.speed,
         options: SpeechOptions {
             language: flags.asr.language.clone(),
@@ -67,6 +103,7 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             temperature: t.temperature,
             seed: t.seed,
             max_frames: t.max_frames,
+            cloned_voice,
         },
     };
     tts.check(&req)?;
@@ -185,4 +222,108 @@ fn read_text_file(path: &Path) -> Result<String, Failure> {
         )));
     }
     String::from_utf8(bytes).map_err(|e| cannot(format!("it is not UTF-8 text ({e})")))
+}
+
+/// `--ref-audio` and what goes with it, checked before a model is loaded.
+struct CloneFlags {
+    ref_audio: std::path::PathBuf,
+    ref_text: Option<String>,
+    x_vector_only: bool,
+    voice_out: Option<std::path::PathBuf>,
+}
+
+/// A voice made from `--ref-audio`: the voice file, saved to `--voice-out` when given.
+struct MadeVoice {
+    bytes: Vec<u8>,
+    label: String,
+}
+
+/// The cloning flags, or `None` without `--ref-audio`; the flags that need it, or that
+/// contradict it, are refused naming themselves.
+fn clone_flags(flags: &Flags) -> Result<Option<CloneFlags>, Failure> {
+    let t = &flags.tts;
+    let Some(ref_audio) = &t.ref_audio else {
+        for (flag, given) in [
+            ("--ref-text", t.ref_text.is_some()),
+            ("--x-vector-only", t.x_vector_only),
+            ("--voice-out", t.voice_out.is_some()),
+        ] {
+            if given {
+                return Err(usage(format!(
+                    "{flag} goes with --ref-audio FILE (the recording to clone the voice of)"
+                )));
+            }
+        }
+        return Ok(None);
+    };
+    if let Some(v) = &t.voice {
+        return Err(usage(format!(
+            "--voice '{v}' and --ref-audio were both given: speak in one voice (a cloned voice saved with --voice-out is --voice FILE.json)"
+        )));
+    }
+    if t.x_vector_only && t.ref_text.is_some() {
+        return Err(usage(
+            "--x-vector-only clones from the speaker embedding alone and takes no --ref-text; give one of them",
+        ));
+    }
+    if !t.x_vector_only && t.ref_text.as_deref().is_none_or(|r| r.trim().is_empty()) {
+        return Err(usage(
+            "--ref-audio needs --ref-text \"what the recording says\" (in-context cloning), or --x-vector-only",
+        ));
+    }
+    Ok(Some(CloneFlags {
+        ref_audio: ref_audio.clone(),
+        ref_text: t.ref_text.clone(),
+        x_vector_only: t.x_vector_only,
+        voice_out: t.voice_out.clone(),
+    }))
+}
+
+/// True when none of --text, --text-file, --phonemes was given.
+fn no_speech_input(flags: &Flags) -> bool {
+    let t = &flags.tts;
+    t.text.is_none() && t.text_file.is_none() && t.phonemes.is_none()
+}
+
+/// A `--voice` value that names a voice file rather than one of the model's voices.
+fn is_voice_file(voice: &str) -> bool {
+    voice.to_ascii_lowercase().ends_with(".json") || voice.contains('/') || voice.contains('\\')
+}
+
+/// The name a voice file is reported under: its file name without `.json`.
+fn voice_label(path: &str) -> String {
+    let p = Path::new(path);
+    p.file_stem()
+        .unwrap_or(p.as_os_str())
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Clones the voice of `--ref-audio` and saves it to `--voice-out` when given.
+fn make_voice(tts: &mut TtsModel, c: &CloneFlags) -> Result<MadeVoice, Failure> {
+    let audio = audiocpp_engine::audio::load(&c.ref_audio, tts.sample_rate())?;
+    let bytes = tts.clone_voice(audio, c.ref_text.as_deref(), c.x_vector_only)?;
+    if let Some(out) = &c.voice_out {
+        output::write_bytes(out, &bytes)?;
+    }
+    let label = match &c.voice_out {
+        Some(out) => voice_label(&out.to_string_lossy()),
+        None => "cloned".into(),
+    };
+    Ok(MadeVoice { bytes, label })
+}
+
+/// The report of a run that only made a voice file.
+fn report_voice_only(out_path: &Path, json: bool, made: &MadeVoice) -> Result<(), Failure> {
+    if json {
+        return print::json(&serde_json::json!({
+            "task": "tts", "voice": made.label, "voice_out": out_path.display().to_string(),
+            "voice_bytes": made.bytes.len(),
+        }));
+    }
+    out!("task=tts");
+    out!("voice={}", made.label);
+    out!("voice_out={}", out_path.display());
+    out!("voice_bytes={}", made.bytes.len());
+    Ok(())
 }

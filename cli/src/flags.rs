@@ -75,7 +75,8 @@ pub struct RuntimeFlags {
     /// Device index among the backend's devices (see --list-devices).
     #[arg(long)]
     pub device: Option<usize>,
-    /// CPU threads (default: all cores).
+    /// The most CPU threads (default: all cores); on Linux each graph runs with only
+    /// those that have a free core.
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
     /// A model spec file, or a folder holding <family>.json, to use instead of any other.

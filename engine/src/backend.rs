@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use crate::error::{EngineError, Result};
 use crate::ggml::{self, Backend, DeviceInfo, DeviceType, Scheduler};
@@ -251,7 +252,8 @@ pub struct RuntimeOptions {
     pub backend: BackendKind,
     /// Device index among that backend's devices.
     pub device: Option<usize>,
-    /// CPU threads (0 = all cores).
+    /// The most CPU threads a graph runs with (0 = all cores); each graph runs with
+    /// those of them that have a free core at the time ([`threads_free_now`]).
     pub threads: usize,
 }
 
@@ -281,6 +283,77 @@ pub fn clamp_threads(requested: usize, cores: usize) -> (usize, Option<String>) 
         ),
         n => (n, None),
     }
+}
+
+/// How many of `wanted` worker threads run the next graph: on Linux, as many as the
+/// machine has cores not taken by other running threads now ([`fit_threads`] of the
+/// online CPUs and `/proc/loadavg`'s count of runnable threads), at least 1; elsewhere,
+/// or when those files cannot be read, `wanted`.
+///
+/// Why: ggml's workers wait for each other at every node of a graph by spinning. With
+/// more workers than free cores, a worker spins through whole time slices while the one
+/// it waits for is off the CPU: two `nice -n 10` busy loops made a 9 s clip's 0.4 s
+/// transcription take 10 s, and one of 4 s take 800 s (1 thread: 15 s). Fewer threads
+/// than asked for cost at most the parallel speed-up; more than the free cores cost that
+/// much.
+pub fn threads_free_now(wanted: usize) -> usize {
+    if wanted <= 1 {
+        return 1;
+    }
+    match (host_cpus(), runnable_threads()) {
+        (Some(cpus), Some(runnable)) => fit_threads(wanted, cpus, runnable),
+        _ => wanted,
+    }
+}
+
+/// [`threads_free_now`]'s arithmetic: of `cpus` cores, those not taken by the
+/// `runnable` threads other than the caller's own (which is one of them, and runs the
+/// graph), at least 1 and at most `wanted`.
+pub fn fit_threads(wanted: usize, cpus: usize, runnable: usize) -> usize {
+    let others = runnable.saturating_sub(1);
+    cpus.saturating_sub(others).clamp(1, wanted.max(1))
+}
+
+/// The machine's online CPUs (`/sys/devices/system/cpu/online`, the same machine-wide
+/// count `/proc/loadavg` is counted against, also in a container), read once.
+fn host_cpus() -> Option<usize> {
+    static CPUS: OnceLock<Option<usize>> = OnceLock::new();
+    *CPUS.get_or_init(|| {
+        let list = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+        cpu_list_len(&list)
+    })
+}
+
+/// The number of CPUs in a Linux CPU list (`0-3,8,10-11`).
+fn cpu_list_len(list: &str) -> Option<usize> {
+    let mut n = 0;
+    for part in list.trim().split(',') {
+        n += match part.split_once('-') {
+            Some((a, b)) => {
+                b.parse::<usize>()
+                    .ok()?
+                    .checked_sub(a.parse::<usize>().ok()?)?
+                    + 1
+            }
+            None => {
+                part.parse::<usize>().ok()?;
+                1
+            }
+        };
+    }
+    (n > 0).then_some(n)
+}
+
+/// The threads running or waiting to run on the whole machine now, the caller
+/// included (the numerator of `/proc/loadavg`'s fourth field).
+fn runnable_threads() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace()
+        .nth(3)?
+        .split_once('/')?
+        .0
+        .parse()
+        .ok()
 }
 
 /// What the start-up kernel guard's verdict means for the run.
@@ -420,6 +493,7 @@ impl Runtime {
             crate::error::warn(&w);
         }
         main.set_threads(threads);
+        main.set_thread_limit(threads_free_now);
         let cpu = if wanted == BackendKind::Cpu {
             None
         } else {
@@ -432,6 +506,7 @@ impl Runtime {
                 })?;
             let cpu = Backend::new(cpu_dev)?;
             cpu.set_threads(threads);
+            cpu.set_thread_limit(threads_free_now);
             Some(cpu)
         };
         Ok(Runtime { main, cpu, threads })
@@ -447,7 +522,7 @@ impl Runtime {
         self.main.device()
     }
 
-    /// Changes the CPU worker threads for the next computations (both backends).
+    /// Changes the most CPU worker threads of the next computations (both backends).
     pub fn set_threads(&self, n: usize) {
         self.main.set_threads(n);
         if let Some(cpu) = &self.cpu {
@@ -461,9 +536,15 @@ impl Runtime {
         self.cpu.is_none() && !crate::cpu_kernels::kernels_switched_off()
     }
 
-    /// Worker threads for CPU work.
+    /// The most worker threads for CPU work (what was asked for, capped at the cores).
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// The CPU backend's worker threads (the main backend's when it is the CPU), to
+    /// see how they are made and how many ran the last graph.
+    pub fn cpu_threads(&self) -> Option<&std::sync::Arc<crate::ggml::CpuThreads>> {
+        self.cpu.as_ref().unwrap_or(&self.main).cpu_threads()
     }
 
     /// A scheduler over the device (and the CPU as fallback) for graphs up to `graph_size`.
@@ -499,6 +580,136 @@ mod tests {
             .unwrap()
             .contains("parameter 'threads' 100000 is more than the 8 cores"));
         assert_eq!(clamp_threads(usize::MAX, 0).0, 1);
+    }
+
+    #[test]
+    fn threads_fit_the_cores_other_threads_leave() {
+        // 2 cores, 2 busy loops and the caller: 1 thread.
+        assert_eq!(fit_threads(2, 2, 3), 1);
+        // An idle machine: all that were asked for.
+        assert_eq!(fit_threads(2, 2, 1), 2);
+        assert_eq!(fit_threads(8, 16, 5), 8);
+        assert_eq!(fit_threads(8, 8, 5), 4);
+        assert_eq!(fit_threads(4, 2, 40), 1);
+        assert_eq!(fit_threads(1, 64, 1), 1);
+        assert_eq!(fit_threads(0, 4, 0), 1);
+        assert_eq!(cpu_list_len("0-15\n"), Some(16));
+        assert_eq!(cpu_list_len("0-3,8,10-11"), Some(7));
+        assert_eq!(cpu_list_len("0"), Some(1));
+        assert_eq!(cpu_list_len(""), None);
+        assert_eq!(cpu_list_len("3-1"), None);
+    }
+
+    /// Runs one product of two 64 x 64 matrices on `runtime`; returns the result.
+    fn one_product(runtime: &Runtime) -> Vec<f32> {
+        use crate::ggml::{Context, DType};
+        let a: Vec<f32> = (0..64 * 64).map(|i| (i % 7) as f32 - 3.0).collect();
+        let b: Vec<f32> = (0..64 * 64).map(|i| (i % 5) as f32 * 0.5).collect();
+        let ctx = Context::new(8, 16).unwrap();
+        let ta = ctx.new_tensor(DType::F32, &[64, 64], "a");
+        let tb = ctx.new_tensor(DType::F32, &[64, 64], "b");
+        ta.mark_input();
+        tb.mark_input();
+        let y = ctx.mul_mat(ta, tb);
+        y.mark_output();
+        let mut graph = ctx.new_graph(16);
+        graph.expand(y);
+        let mut sched = runtime.scheduler(16).unwrap();
+        sched.compute(&mut graph, &[(ta, &a), (tb, &b)]).unwrap();
+        y.read_f32().unwrap()
+    }
+
+    /// A runtime asking for every core (at least 2: the test cannot show a drop on one).
+    fn all_cores() -> Runtime {
+        let runtime = Runtime::new(&RuntimeOptions::default()).unwrap();
+        assert!(
+            runtime.threads() >= 2,
+            "this test needs a machine of 2 cores or more, this one has {}",
+            runtime.threads()
+        );
+        runtime
+    }
+
+    #[test]
+    fn each_graph_runs_with_the_threads_the_limit_leaves() {
+        let runtime = all_cores();
+        let threads = runtime.cpu_threads().unwrap();
+        assert_eq!(threads.last(), 0);
+        runtime.main.set_thread_limit(|wanted| wanted);
+        let all = one_product(&runtime);
+        assert_eq!(threads.last(), runtime.threads());
+        let pool = threads.pool().unwrap();
+        assert_eq!(pool.threads, runtime.threads());
+        assert_eq!(pool.poll, ggml::THREADPOOL_POLL);
+        runtime.main.set_thread_limit(|_| 1);
+        assert_eq!(one_product(&runtime), all);
+        assert_eq!(threads.last(), 1);
+        // Back to the pool after a graph without it; a limit above the asked-for count
+        // is cut to that count.
+        runtime.main.set_thread_limit(|wanted| wanted * 4);
+        assert_eq!(one_product(&runtime), all);
+        assert_eq!(threads.last(), runtime.threads());
+        runtime.set_threads(1);
+        assert_eq!(one_product(&runtime), all);
+        assert_eq!(threads.last(), 1);
+    }
+
+    /// Busy loops started here, killed on drop (also when an assert fails).
+    struct Hogs(Vec<std::process::Child>);
+
+    impl Drop for Hogs {
+        fn drop(&mut self) {
+            for child in &mut self.0 {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    #[test]
+    fn a_graph_runs_on_one_thread_when_busy_loops_take_every_core() {
+        let runtime = all_cores();
+        let cpus = host_cpus().expect("this Linux lists its online CPUs");
+        assert!(runnable_threads().is_some(), "/proc/loadavg cannot be read");
+        // As many `nice -n 10 yes` loops as the machine has cores (the hog, on
+        // each core): with the thread computing, more runnable threads than cores.
+        let mut hogs = Hogs(Vec::new());
+        for _ in 0..cpus {
+            let child = std::process::Command::new("nice")
+                .args(["-n", "10", "yes"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("cannot start `nice -n 10 yes`");
+            hogs.0.push(child);
+        }
+        // Wait until the kernel has run each of them (its state is R when it runs or
+        // waits for a core); a loop that never blocks stays R.
+        for child in &hogs.0 {
+            let stat = format!("/proc/{}/stat", child.id());
+            let mut tries = 0;
+            while !std::fs::read_to_string(&stat).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('R')
+            }) {
+                tries += 1;
+                assert!(tries < 500, "busy loop {} never ran", child.id());
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        assert_eq!(threads_free_now(runtime.threads()), 1);
+        one_product(&runtime);
+        let threads = runtime.cpu_threads().unwrap();
+        assert_eq!(
+            threads.last(),
+            1,
+            "{cpus} busy loops, yet the graph ran on {} of {} threads",
+            threads.last(),
+            runtime.threads()
+        );
+        drop(hogs);
     }
 
     #[test]

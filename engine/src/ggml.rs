@@ -56,7 +56,10 @@ mod transformer;
 
 use checks::{require, require_view_inside, GraphRoom};
 use custom_op::{OpState, Operand};
-pub use device::{backend_library_error, devices, registry_names, Backend, DeviceInfo, DeviceType};
+pub use device::{
+    backend_library_error, devices, registry_names, Backend, CpuThreads, DeviceInfo, DeviceType,
+    PoolParams, THREADPOOL_POLL,
+};
 pub use gguf::{
     read_gguf, read_gguf_file, read_gguf_metadata_file, write_gguf, GgufContents, GgufValue,
     HostTensor,
@@ -1105,6 +1108,8 @@ pub struct Scheduler {
     raw: NonNull<sys::ggml_backend_sched>,
     /// The nodes and leaves together that one graph may hold (ggml asserts it).
     graph_size: usize,
+    /// The worker threads of its CPU backends, fitted before each graph.
+    cpu_threads: Vec<std::sync::Arc<CpuThreads>>,
 }
 
 impl Scheduler {
@@ -1133,7 +1138,15 @@ impl Scheduler {
         };
         let raw = NonNull::new(raw)
             .ok_or_else(|| GgmlError::Failed("could not create the scheduler".into()))?;
-        Ok(Scheduler { raw, graph_size })
+        let cpu_threads = backends
+            .iter()
+            .filter_map(|b| b.cpu_threads().cloned())
+            .collect();
+        Ok(Scheduler {
+            raw,
+            graph_size,
+            cpu_threads,
+        })
     }
 
     /// Allocates the graph's intermediate tensors, writes the inputs, then computes.
@@ -1179,6 +1192,9 @@ impl Scheduler {
             t.write_i32(data)?;
         }
         graph.check_row_indices()?;
+        for threads in &self.cpu_threads {
+            threads.fit();
+        }
         let status = if profile::recording() {
             let alloc_s = (allocated - started).as_secs_f64();
             self.compute_recorded(

@@ -21,7 +21,8 @@ pub struct Config {
     /// Device index among the backend's devices.
     #[serde(default)]
     pub device: Option<usize>,
-    /// CPU threads per inference (0: all cores).
+    /// The most CPU threads per inference (0: all cores); on Linux each graph runs with
+    /// only those that have a free core.
     #[serde(default)]
     pub threads: usize,
     /// The models served.

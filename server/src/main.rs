@@ -57,7 +57,7 @@ struct Flags {
     /// Device index among the backend's devices.
     #[arg(long)]
     device: Option<usize>,
-    /// CPU threads per inference.
+    /// The most CPU threads per inference (fewer while other programs take the cores).
     #[arg(long)]
     threads: Option<usize>,
 }

@@ -1,10 +1,11 @@
-//! ggml's devices and backends: what the registry lists ([`devices`]) and a started
-//! [`Backend`] on one of them.
+//! ggml's devices and backends: what the registry lists ([`devices`]), a started
+//! [`Backend`] on one of them, and a CPU backend's worker threads ([`CpuThreads`]).
 
 use std::ffi::{CStr, CString};
+use std::os::raw::c_int;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use llama_cpp_sys_2 as sys;
 
@@ -166,6 +167,9 @@ pub fn devices() -> Vec<DeviceInfo> {
 pub struct Backend {
     pub(super) raw: NonNull<sys::ggml_backend>,
     device: DeviceInfo,
+    /// The worker threads, for a backend that has them (the CPU backend); shared with
+    /// the schedulers that run it, which size them before each graph.
+    threads: Option<Arc<CpuThreads>>,
 }
 
 impl Backend {
@@ -179,9 +183,23 @@ impl Backend {
         };
         let raw = NonNull::new(raw)
             .ok_or_else(|| GgmlError::Failed(format!("could not start device {}", device.name)))?;
+        let threads = CpuProcs::of(raw).map(|procs| {
+            Arc::new(CpuThreads {
+                backend: raw,
+                procs,
+                state: Mutex::new(ThreadsState {
+                    wanted: 1,
+                    limit: |wanted| wanted,
+                    pool: None,
+                    attached: false,
+                    last: 0,
+                }),
+            })
+        });
         Ok(Backend {
             raw,
             device: device.clone(),
+            threads,
         })
     }
 
@@ -190,27 +208,230 @@ impl Backend {
         &self.device
     }
 
-    /// Sets the worker thread count, for backends that have one (the CPU backend).
+    /// Sets the most worker threads a graph runs with, for backends that have them
+    /// (the CPU backend): a pool of that many is made now (when more than one, and more
+    /// than the pool has), and each graph runs with as many of them as
+    /// [`Backend::set_thread_limit`]'s function allows at the time ([`CpuThreads::fit`]).
     pub fn set_threads(&self, n: usize) {
-        // SAFETY: the proc address, when present, has the documented signature
-        // ggml_backend_set_n_threads_t; the backend pointer is live.
+        if let Some(t) = &self.threads {
+            t.set_wanted(n.clamp(1, MAX_THREADS));
+        }
+    }
+
+    /// Sets the function that decides, before each graph, how many of the threads
+    /// asked for run it (given that number, it returns 1 to that number); by default,
+    /// all of them.
+    pub fn set_thread_limit(&self, limit: fn(usize) -> usize) {
+        if let Some(t) = &self.threads {
+            t.state().limit = limit;
+        }
+    }
+
+    /// The worker threads of a CPU backend; `None` for other backends.
+    pub fn cpu_threads(&self) -> Option<&Arc<CpuThreads>> {
+        self.threads.as_ref()
+    }
+}
+
+/// The most worker threads a CPU thread pool is made with (ggml's `GGML_MAX_N_THREADS`).
+const MAX_THREADS: usize = 512;
+
+/// The polling level the engine's CPU thread pools are made with: none. Between graphs
+/// ggml's workers then sleep on a condition variable until the next graph is handed out,
+/// instead of spinning for it (ggml's default level, 50, spins each idle worker for
+/// 1024 x 128 x 50 pause instructions, about a tenth of a second, after every graph: CPU
+/// taken from the programs beside it, and on a busy machine from its own next graph).
+pub const THREADPOOL_POLL: u32 = 0;
+
+type SetNThreads = unsafe extern "C" fn(sys::ggml_backend_t, c_int);
+type ThreadpoolNew =
+    unsafe extern "C" fn(*mut sys::ggml_threadpool_params) -> sys::ggml_threadpool_t;
+type ThreadpoolFree = unsafe extern "C" fn(sys::ggml_threadpool_t);
+type SetThreadpool = unsafe extern "C" fn(sys::ggml_backend_t, sys::ggml_threadpool_t);
+
+/// The CPU backend's thread functions, from its registry (in builds with dynamic
+/// backends the CPU backend is a library loaded at run time, so they are not linked).
+struct CpuProcs {
+    set_n_threads: SetNThreads,
+    threadpool_new: ThreadpoolNew,
+    threadpool_free: ThreadpoolFree,
+    set_threadpool: SetThreadpool,
+}
+
+impl CpuProcs {
+    /// The functions of `backend`'s registry; `None` unless it has all four (only the
+    /// CPU backend does).
+    fn of(backend: NonNull<sys::ggml_backend>) -> Option<CpuProcs> {
+        // SAFETY: the backend is live; registry lookups return null or a function of
+        // the documented ggml-cpu.h signature for each name, which the transmutes give.
         unsafe {
-            let dev = sys::ggml_backend_get_device(self.raw.as_ptr());
-            if dev.is_null() {
-                return;
+            let dev = sys::ggml_backend_get_device(backend.as_ptr());
+            if dev.is_null() || sys::ggml_backend_dev_type(dev) != sys::GGML_BACKEND_DEVICE_TYPE_CPU
+            {
+                return None;
             }
             let reg = sys::ggml_backend_dev_backend_reg(dev);
             if reg.is_null() {
-                return;
+                return None;
             }
-            let name = c"ggml_backend_set_n_threads";
-            let f = sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
-            if !f.is_null() {
-                let f: unsafe extern "C" fn(sys::ggml_backend_t, std::os::raw::c_int) =
-                    std::mem::transmute(f);
-                f(self.raw.as_ptr(), n.max(1) as std::os::raw::c_int);
-            }
+            let proc = |name: &CStr| {
+                let f = sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
+                (!f.is_null()).then_some(f)
+            };
+            type Raw = *mut std::ffi::c_void;
+            Some(CpuProcs {
+                set_n_threads: std::mem::transmute::<Raw, SetNThreads>(proc(
+                    c"ggml_backend_set_n_threads",
+                )?),
+                threadpool_new: std::mem::transmute::<Raw, ThreadpoolNew>(proc(
+                    c"ggml_threadpool_new",
+                )?),
+                threadpool_free: std::mem::transmute::<Raw, ThreadpoolFree>(proc(
+                    c"ggml_threadpool_free",
+                )?),
+                set_threadpool: std::mem::transmute::<Raw, SetThreadpool>(proc(
+                    c"ggml_backend_cpu_set_threadpool",
+                )?),
+            })
         }
+    }
+}
+
+/// How a CPU thread pool was made, as [`CpuThreads::pool`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolParams {
+    /// Worker threads, the calling thread included.
+    pub threads: usize,
+    /// ggml's polling level (0: no polling, workers sleep between graphs).
+    pub poll: u32,
+}
+
+/// A ggml thread pool, made with no polling ([`THREADPOOL_POLL`]). Freed on drop.
+struct ThreadPool {
+    raw: NonNull<sys::ggml_threadpool>,
+    free: ThreadpoolFree,
+    params: PoolParams,
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        // SAFETY: we own the pool, and no backend holds it any more (CpuThreads
+        // detaches it first, or its backend is gone).
+        unsafe { (self.free)(self.raw.as_ptr()) }
+    }
+}
+
+/// What [`CpuThreads`] holds behind its lock.
+struct ThreadsState {
+    /// The most threads a graph runs with ([`Backend::set_threads`]).
+    wanted: usize,
+    /// How many of them run the next graph ([`Backend::set_thread_limit`]).
+    limit: fn(usize) -> usize,
+    /// The pool, made when more than one thread is first wanted, with that many
+    /// threads (made again when more are wanted).
+    pool: Option<ThreadPool>,
+    /// True while the backend holds the pool.
+    attached: bool,
+    /// The threads the last graph ran with (0 before the first).
+    last: usize,
+}
+
+/// A CPU backend's worker threads: a persistent ggml thread pool made with no polling
+/// ([`THREADPOOL_POLL`]), so idle workers sleep rather than spin, and a count fitted to
+/// each graph by a limit function ([`Backend::set_thread_limit`]). ggml's own default is
+/// a pool made and joined for every graph, whose workers wait for each other at every
+/// node by spinning: with more threads than free cores, a worker spins through whole
+/// time slices while the one it waits for is descheduled, which is how a busy machine
+/// made a 4 s transcription take 800 s.
+pub struct CpuThreads {
+    backend: NonNull<sys::ggml_backend>,
+    procs: CpuProcs,
+    state: Mutex<ThreadsState>,
+}
+
+// SAFETY: the backend pointer and the pool are used only under the mutex, and only by
+// the thread that runs the backend's graphs (a Backend and a Scheduler are not Sync, so
+// one thread at a time computes on a backend).
+unsafe impl Send for CpuThreads {}
+// SAFETY: as above; every method takes the lock.
+unsafe impl Sync for CpuThreads {}
+
+impl CpuThreads {
+    fn state(&self) -> std::sync::MutexGuard<'_, ThreadsState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the most threads a graph runs with, making a pool of that many when more
+    /// than one are wanted and the pool has fewer (the old pool detached first).
+    fn set_wanted(&self, wanted: usize) {
+        let mut st = self.state();
+        st.wanted = wanted;
+        if wanted > 1 && st.pool.as_ref().is_none_or(|p| p.params.threads < wanted) {
+            if st.attached {
+                // SAFETY: the backend is live; null detaches (and pauses) the old pool,
+                // which is dropped below only once detached.
+                unsafe { (self.procs.set_threadpool)(self.backend.as_ptr(), std::ptr::null_mut()) };
+                st.attached = false;
+            }
+            st.pool = self.new_pool(wanted);
+        }
+    }
+
+    /// Sets the backend up for its next graph: as many threads as the limit allows now
+    /// (1 to the number asked for), on the persistent pool when more than one, on ggml's
+    /// calling thread alone otherwise (the pool is then detached, which pauses its
+    /// sleeping workers until it is attached again). Returns the count.
+    pub fn fit(&self) -> usize {
+        let mut st = self.state();
+        let wanted = st.wanted;
+        let n = (st.limit)(wanted).clamp(1, wanted);
+        let pool = st.pool.as_ref().filter(|_| n > 1).map(|p| p.raw.as_ptr());
+        // SAFETY: the backend is live; the pool (or null) outlives its attachment: it is
+        // detached before it is dropped, or its backend is freed first.
+        unsafe {
+            match pool {
+                Some(p) if !st.attached => (self.procs.set_threadpool)(self.backend.as_ptr(), p),
+                None if st.attached => {
+                    (self.procs.set_threadpool)(self.backend.as_ptr(), std::ptr::null_mut())
+                }
+                _ => {}
+            }
+            (self.procs.set_n_threads)(self.backend.as_ptr(), n as c_int);
+        }
+        st.attached = pool.is_some();
+        st.last = n;
+        n
+    }
+
+    /// A pool of `threads` threads with no polling, or `None` when ggml cannot make one
+    /// (then graphs run on ggml's per-graph pools, as without this).
+    fn new_pool(&self, threads: usize) -> Option<ThreadPool> {
+        // SAFETY: params is initialised by ggml's own initialiser before it is changed
+        // and passed; the returned pool is owned by the ThreadPool made of it.
+        unsafe {
+            let mut params = std::mem::zeroed::<sys::ggml_threadpool_params>();
+            sys::ggml_threadpool_params_init(&mut params, threads as c_int);
+            params.poll = THREADPOOL_POLL;
+            let raw = NonNull::new((self.procs.threadpool_new)(&mut params))?;
+            Some(ThreadPool {
+                raw,
+                free: self.procs.threadpool_free,
+                params: PoolParams {
+                    threads,
+                    poll: params.poll,
+                },
+            })
+        }
+    }
+
+    /// How the pool was made (`None` while no more than one thread was asked for).
+    pub fn pool(&self) -> Option<PoolParams> {
+        self.state().pool.as_ref().map(|p| p.params)
+    }
+
+    /// The threads the last graph ran with (0 before the first).
+    pub fn last(&self) -> usize {
+        self.state().last
     }
 }
 
@@ -220,7 +441,8 @@ unsafe impl Send for Backend {}
 
 impl Drop for Backend {
     fn drop(&mut self) {
-        // SAFETY: we own the backend.
+        // SAFETY: we own the backend. Its pool (in `threads`) is freed after it, when
+        // the last scheduler holding the threads lets go.
         unsafe { sys::ggml_backend_free(self.raw.as_ptr()) }
     }
 }

@@ -79,6 +79,13 @@ pub struct DecodeOptions {
     pub best_of: usize,
     /// Seed of the sampler, so sampled results are reproducible.
     pub seed: u64,
+    /// A window whose every 0.1 s frame has an RMS level below this (dBFS) holds no
+    /// speech and is skipped before it is encoded (no text, no decoder pass);
+    /// `None` reads every window. Whisper, faster-whisper and whisper.cpp without a
+    /// VAD transcribe digital silence as " you", one word per window, at a log
+    /// probability their no-speech rule keeps: the floor (-60 dBFS by default)
+    /// does what their VAD filter does for such windows, for the cost of a sum.
+    pub silence_floor_db: Option<f32>,
 }
 
 /// A speech-recognition family's model as [`AsrModel`] runs it: a family implements it

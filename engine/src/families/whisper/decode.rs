@@ -133,12 +133,20 @@ impl Whisper {
         let max_initial = (!opts.without_timestamps)
             .then(|| (opts.max_initial_timestamp as f64 / step_seconds).round() as usize);
         let tb = self.tok.specials().timestamp_begin;
+        let (hop, rate) = (self.mel.hop, self.mel.sample_rate as usize);
+        let floor = opts.silence_floor_db.map(|db| 10f32.powf(db / 20.0));
         let mut sampler = Sampler::new(opts.seed);
         let mut segments = Vec::new();
         let mut decode_passes = 0;
         let mut seek = 0;
         while seek < content {
             let size = window.min(content - seek);
+            let audio =
+                &samples[(seek * hop).min(samples.len())..((seek + size) * hop).min(samples.len())];
+            if floor.is_some_and(|f| below_floor(audio, rate / 10, f)) {
+                seek += size;
+                continue;
+            }
             let input = mel::window(&mel, self.hp.n_mels, n_frames, seek, window);
             self.net.encode(&mut self.sched, &input)?;
             let kept = self.decode_with_fallback(&prompt, max_initial, opts, &mut sampler)?;
@@ -345,6 +353,17 @@ impl Whisper {
     }
 }
 
+/// True when every `frame`-sample stretch of `samples` (the last one may be shorter)
+/// has an RMS level below `floor` (linear, 1.0 = full scale): a window of digital
+/// silence or of noise far below any speech.
+pub fn below_floor(samples: &[f32], frame: usize, floor: f32) -> bool {
+    let limit = f64::from(floor) * f64::from(floor);
+    samples.chunks(frame.max(1)).all(|c| {
+        let energy: f64 = c.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+        energy / (c.len() as f64) < limit
+    })
+}
+
 pub(super) fn softmax_at(logits: &[f32], i: usize) -> f32 {
     let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
@@ -405,7 +424,26 @@ mod tests {
             compression_ratio_threshold: Some(2.4),
             best_of: 5,
             seed: 0,
+            silence_floor_db: Some(-60.0),
         }
+    }
+
+    #[test]
+    fn only_a_window_below_the_floor_in_every_frame_is_silent() {
+        let floor = 10f32.powf(-60.0 / 20.0);
+        assert!(below_floor(&[0.0; 16000], 1600, floor));
+        // -70 dBFS noise-like samples: silent; one frame at -40 dBFS: not.
+        let quiet: Vec<f32> = (0..16000)
+            .map(|i| if i % 2 == 0 { 3e-4 } else { -3e-4 })
+            .collect();
+        assert!(below_floor(&quiet, 1600, floor));
+        let mut speech = quiet.clone();
+        speech[8000..9600]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = if i % 2 == 0 { 0.01 } else { -0.01 });
+        assert!(!below_floor(&speech, 1600, floor));
+        assert!(below_floor(&[], 1600, floor), "nothing is silence");
     }
 
     #[test]

@@ -100,6 +100,7 @@ pub fn default_options(spec: &ModelSpec) -> DecodeOptions {
         ),
         best_of: spec.default_f64("best_of").unwrap_or(5.0) as usize,
         seed: 0,
+        silence_floor_db: Some(spec.default_f64("silence_floor_db").unwrap_or(-60.0) as f32),
     }
 }
 

@@ -10,8 +10,11 @@ use crate::error::Result;
 pub use crate::sampling::Sampler;
 
 use super::mel;
+use super::model::{DecoderStep, WhisperNet};
 use super::timestamps::{apply_timestamp_rules, split_at_timestamps, WindowSplit};
+use super::tokenizer::Tokenizer;
 use super::Whisper;
+use crate::ggml::{Prepared, Scheduler};
 
 /// The decode [`Whisper::decode_with_fallback`] kept for one window, with the numbers
 /// the fallback judged it by (each of the window's segments reports them, as OpenAI's
@@ -125,16 +128,44 @@ impl Whisper {
         let prompt = self.prompt(opts)?;
         let (mel, n_frames) = self.log_mel(samples);
         let content = n_frames.saturating_sub(1);
-        let window = 2 * self.hp.n_audio_ctx;
+        let hp = self.hp;
+        let window = 2 * hp.n_audio_ctx;
         let per_second = self.mel.sample_rate as f64 / self.mel.hop as f64;
         // A timestamp step is one encoder position: window / n_audio_ctx mel frames.
-        let frames_per_step = window / self.hp.n_audio_ctx;
+        let frames_per_step = window / hp.n_audio_ctx;
         let step_seconds = frames_per_step as f64 / per_second;
         let max_initial = (!opts.without_timestamps)
             .then(|| (opts.max_initial_timestamp as f64 / step_seconds).round() as usize);
         let tb = self.tok.specials().timestamp_begin;
+        let max_new = hp
+            .n_text_ctx
+            .saturating_sub(prompt.len())
+            .min(hp.n_text_ctx / 2);
         let (hop, rate) = (self.mel.hop, self.mel.sample_rate as usize);
         let floor = opts.silence_floor_db.map(|db| 10f32.powf(db / 20.0));
+        let Whisper {
+            net,
+            sched,
+            step_sched,
+            tok,
+            suppress,
+            suppress_begin,
+            ..
+        } = self;
+        // One decoder step graph for the whole call: every token of every window runs it.
+        let ctx = net.step_context()?;
+        let (mut graph, step) = net.build_step(&ctx, prompt.len() + max_new)?;
+        let mut dec = WindowDecoder {
+            net,
+            sched,
+            step: &step,
+            graph: step_sched.prepare(&mut graph)?,
+            tok,
+            suppress,
+            suppress_begin,
+            n_vocab: hp.n_vocab,
+            max_new,
+        };
         let mut sampler = Sampler::new(opts.seed);
         let mut segments = Vec::new();
         let mut decode_passes = 0;
@@ -147,9 +178,9 @@ impl Whisper {
                 seek += size;
                 continue;
             }
-            let input = mel::window(&mel, self.hp.n_mels, n_frames, seek, window);
-            self.net.encode(&mut self.sched, &input)?;
-            let kept = self.decode_with_fallback(&prompt, max_initial, opts, &mut sampler)?;
+            let input = mel::window(&mel, hp.n_mels, n_frames, seek, window);
+            dec.net.encode(dec.sched, &input)?;
+            let kept = dec.decode_with_fallback(&prompt, max_initial, opts, &mut sampler)?;
             decode_passes += kept.passes;
             let stats = kept.attempt;
             let silent = stats.no_speech > opts.no_speech_threshold
@@ -172,7 +203,7 @@ impl Whisper {
                 for (start, end, tokens) in split.pieces {
                     let text_tokens: Vec<u32> =
                         tokens.iter().copied().filter(|&t| t < tb).collect();
-                    let text = self.tok.decode(&text_tokens);
+                    let text = dec.tok.decode(&text_tokens);
                     // faster-whisper drops a piece of no duration or no words.
                     if start == end || text.trim().is_empty() {
                         continue;
@@ -197,7 +228,25 @@ impl Whisper {
             decode_passes,
         })
     }
+}
 
+/// What decoding a window needs, borrowed from [`Whisper`] for one
+/// [`Whisper::transcribe`] call: the network, the scheduler of the encoder and the
+/// prompt, and the decoder step graph, prepared once and run for every token.
+struct WindowDecoder<'w, 's, 'g> {
+    net: &'w WhisperNet,
+    sched: &'w mut Scheduler,
+    step: &'g DecoderStep<'g>,
+    graph: Prepared<'s, 'g, 'g>,
+    tok: &'w Tokenizer,
+    suppress: &'w [u32],
+    suppress_begin: &'w [u32],
+    n_vocab: usize,
+    /// The most tokens a window's text may have (OpenAI's `sample_len`).
+    max_new: usize,
+}
+
+impl WindowDecoder<'_, '_, '_> {
     /// Decodes the current window at each of `opts.temperatures` until a result passes
     /// [`needs_fallback`]; when none does, the most likely one (among those not too
     /// repetitive, if any) is kept. Returns it with its temperature, the numbers it was
@@ -269,7 +318,8 @@ impl Whisper {
 
     /// Decodes the current window at one temperature (0: greedy): tokens, no-speech
     /// probability, mean log-probability (end-of-text included, divided by tokens + 1)
-    /// and the summed log-probability.
+    /// and the summed log-probability. The prompt runs as one graph, every later token
+    /// through the prepared step graph.
     /// With `max_initial` (in timestamp steps), timestamp tokens are predicted under
     /// Whisper's rules ([`apply_timestamp_rules`]); without it they are suppressed.
     fn sample_window(
@@ -280,7 +330,7 @@ impl Whisper {
         sampler: &mut Sampler,
     ) -> Result<(Vec<u32>, f32, f32, f64)> {
         let s = self.tok.specials().clone();
-        let n_vocab = self.hp.n_vocab;
+        let n_vocab = self.n_vocab;
         let mut banned = vec![false; n_vocab];
         let fixed = [
             s.transcribe,
@@ -301,7 +351,7 @@ impl Whisper {
                 *b = true;
             }
         }
-        let logits = self.net.decode(&mut self.sched, prompt, 0, prompt.len())?;
+        let logits = self.net.decode(self.sched, prompt, 0, prompt.len())?;
         let sot_pos = prompt.iter().position(|&t| t == s.sot).unwrap_or(0);
         let no_speech = softmax_at(
             &logits[sot_pos * n_vocab..(sot_pos + 1) * n_vocab],
@@ -312,10 +362,8 @@ impl Whisper {
         let mut tokens = Vec::new();
         let mut sum_logprob = 0f64;
         let max_new = self
-            .hp
-            .n_text_ctx
-            .saturating_sub(prompt.len())
-            .min(self.hp.n_text_ctx / 2);
+            .max_new
+            .min(self.step.positions().saturating_sub(prompt.len()));
         loop {
             for (i, l) in last.iter_mut().enumerate() {
                 let begin = tokens.is_empty() && self.suppress_begin.contains(&(i as u32));
@@ -343,9 +391,7 @@ impl Whisper {
                 break;
             }
             tokens.push(best as u32);
-            last = self
-                .net
-                .decode(&mut self.sched, &[best as u32], n_past, 1)?;
+            last = self.step.run(&mut self.graph, best as u32, n_past)?;
             n_past += 1;
         }
         let avg = sum_logprob / (tokens.len() + 1) as f64;

@@ -213,7 +213,11 @@ impl Recognizer for Whisper {
 /// A loaded Whisper model.
 pub struct Whisper {
     net: WhisperNet,
+    /// Runs the encoder and the prompt's decoder graphs.
     sched: Scheduler,
+    /// Runs the decoder step graph, which keeps its allocation from token to token
+    /// while the encoder and prompts run on `sched`.
+    step_sched: Scheduler,
     hp: HParams,
     mel: MelParams,
     filters: Vec<f32>,
@@ -336,9 +340,11 @@ impl Whisper {
         let tok = Tokenizer::new(vocab).map_err(bad)?;
         let net = WhisperNet::new(hp, tensors, runtime, &path)?;
         let sched = net.scheduler()?;
+        let step_sched = net.scheduler()?;
         Ok(Whisper {
             net,
             sched,
+            step_sched,
             hp,
             mel,
             filters: to_f32(filters_t).map_err(|e| bad(e.to_string()))?,

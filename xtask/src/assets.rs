@@ -899,6 +899,45 @@ fn ensure_asr_reference(
     Ok(())
 }
 
+/// Runs asr_word_reference.py (faster-whisper with `word_timestamps=True`) with the
+/// CTranslate2 model in `model_dir` on `clips` into `out_dir/word_reference.json`,
+/// unless its stamp says that is done.
+fn ensure_word_reference(
+    python: &Path,
+    dir: &Path,
+    model_dir: &str,
+    out_dir: &Path,
+    clips: &[PathBuf],
+) -> Result<()> {
+    std::fs::create_dir_all(out_dir)?;
+    let out = out_dir.join("word_reference.json");
+    let script = project_root().join("xtask/python/asr_word_reference.py");
+    let stamp = out_dir.join("word_reference.stamp");
+    let model = dir.join(model_dir);
+    let want = format!(
+        "{REAL_SPEECH_VERSION} {} {}",
+        sha256_file(&script)?,
+        sha256_file(&model.join("model.bin"))?
+    );
+    if out.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return Ok(());
+    }
+    eprintln!("assets: computing reference word timestamps with {model_dir} (faster-whisper, CPU)");
+    let mut cmd = Command::new(python);
+    cmd.arg(&script)
+        .arg("--model")
+        .arg(&model)
+        .arg("--out")
+        .arg(&out)
+        .args(clips);
+    run_cmd(
+        &mut cmd,
+        "the reference venv is broken; delete target/test-assets/venv",
+    )?;
+    std::fs::write(&stamp, want)?;
+    Ok(())
+}
+
 /// Where `cargo xtask test` puts Kokoro's int8 `kokoro.onnx` and `voices/` (and the
 /// reference's `kokoro-f32.onnx`); with [`KOKORO_VOCAB`] and [`MISAKI_DIR`], the
 /// converter's inputs.
@@ -1027,6 +1066,14 @@ pub fn ensure() -> Result<Assets> {
             &real,
         )
         .with_context(|| format!("computing Whisper {name} references on real speech"))?;
+        ensure_word_reference(
+            &python,
+            &dir,
+            model_dir,
+            &dir.join(REAL_SPEECH_REFERENCE).join(name),
+            &real,
+        )
+        .with_context(|| format!("computing Whisper {name} word timestamps on real speech"))?;
     }
     Ok(Assets { dir, python })
 }

@@ -5,10 +5,13 @@
 //! ([`super::timestamps`]); the next window starts at the last timestamp of one that ends
 //! inside speech.
 
-use crate::asr::{DecodeOptions, Segment, Transcript};
-use crate::error::Result;
+use crate::asr::{DecodeOptions, Segment, Transcript, Word};
+use crate::error::{EngineError, Result};
 pub use crate::sampling::Sampler;
 
+use super::alignment::{
+    add_word_timestamps, attention_matrix, negative_dtw, word_timings, TimedPiece, WordTiming,
+};
 use super::mel;
 use super::model::{DecoderStep, WhisperNet};
 use super::timestamps::{apply_timestamp_rules, split_at_timestamps, WindowSplit};
@@ -143,6 +146,16 @@ impl Whisper {
             .min(hp.n_text_ctx / 2);
         let (hop, rate) = (self.mel.hop, self.mel.sample_rate as usize);
         let floor = opts.silence_floor_db.map(|db| 10f32.powf(db / 20.0));
+        if opts.word_timestamps && self.alignment_heads.is_empty() {
+            return Err(EngineError::Usage(
+                "word timestamps need the model's alignment heads (GGUF metadata whisper.alignment_heads), which this file lacks: convert it again from a CTranslate2 model whose config.json lists alignment_heads".into(),
+            ));
+        }
+        // The start of the sequence the alignment pass reads: the prompt without
+        // <|notimestamps|> (faster-whisper's `sot_sequence`).
+        let no_ts = self.tok.specials().no_timestamps;
+        let sot_sequence: Vec<u32> = prompt.iter().copied().filter(|&t| t != no_ts).collect();
+        let mut last_speech = 0.0;
         let Whisper {
             net,
             sched,
@@ -150,8 +163,10 @@ impl Whisper {
             tok,
             suppress,
             suppress_begin,
+            alignment_heads,
             ..
         } = self;
+        let alignment_heads: &[(usize, usize)] = alignment_heads;
         // One decoder step graph for the whole call: every token of every window runs it.
         let ctx = net.step_context()?;
         let (mut graph, step) = net.build_step(&ctx, prompt.len() + max_new)?;
@@ -164,6 +179,8 @@ impl Whisper {
             suppress,
             suppress_begin,
             n_vocab: hp.n_vocab,
+            n_audio_ctx: hp.n_audio_ctx,
+            positions_per_second: 1.0 / step_seconds,
             max_new,
         };
         let mut sampler = Sampler::new(opts.seed);
@@ -191,37 +208,83 @@ impl Whisper {
                 split_at_timestamps(&tokens, tb, size / frames_per_step)
             } else {
                 WindowSplit {
-                    pieces: vec![(0, size / frames_per_step, tokens)],
+                    pieces: vec![(0, size / frames_per_step, tokens.clone())],
                     advance_steps: None,
                 }
             };
-            let advance = match split.advance_steps {
-                Some(steps) if !silent => (steps * frames_per_step).max(1),
-                _ => size,
-            };
+            let mut next = seek
+                + match split.advance_steps {
+                    Some(steps) if !silent => (steps * frames_per_step).max(1),
+                    _ => size,
+                };
             if !silent {
-                for (start, end, tokens) in split.pieces {
-                    let text_tokens: Vec<u32> =
-                        tokens.iter().copied().filter(|&t| t < tb).collect();
-                    let text = dec.tok.decode(&text_tokens);
+                let mut pieces: Vec<TimedPiece> = split
+                    .pieces
+                    .iter()
+                    .map(|(start, end, tokens)| TimedPiece {
+                        start: offset + *start as f64 * step_seconds,
+                        end: offset + *end as f64 * step_seconds,
+                        text_tokens: tokens.iter().copied().filter(|&t| t < tb).collect(),
+                        words: Vec::new(),
+                    })
+                    .collect();
+                if opts.word_timestamps {
+                    let text: Vec<u32> = pieces
+                        .iter()
+                        .flat_map(|p| p.text_tokens.iter().copied())
+                        .collect();
+                    if !text.is_empty() {
+                        let alignment = dec.align(&sot_sequence, &text, size, alignment_heads)?;
+                        add_word_timestamps(&mut pieces, alignment, offset, last_speech);
+                    }
+                    // faster-whisper seeks to the last word's end instead of the last
+                    // timestamp, unless the window ended on a lone timestamp.
+                    let single_ending = tokens.len() >= 2
+                        && tokens[tokens.len() - 2] < tb
+                        && tokens[tokens.len() - 1] >= tb;
+                    let last_end = pieces
+                        .iter()
+                        .rev()
+                        .find_map(|p| p.words.last().map(|w| w.2))
+                        .or(pieces.last().map(|p| p.end));
+                    if let Some(end) = last_end {
+                        if !single_ending && end > offset {
+                            next = (end * per_second).round() as usize;
+                        }
+                        last_speech = end;
+                    }
+                }
+                for (piece, (start, end, _)) in pieces.into_iter().zip(&split.pieces) {
+                    let text = dec.tok.decode(&piece.text_tokens);
                     // faster-whisper drops a piece of no duration or no words.
                     if start == end || text.trim().is_empty() {
                         continue;
                     }
                     segments.push(Segment {
-                        start: offset + start as f64 * step_seconds,
-                        end: offset + end as f64 * step_seconds,
+                        start: piece.start,
+                        end: piece.end,
                         text,
-                        tokens: text_tokens,
+                        tokens: piece.text_tokens,
                         seek,
                         temperature: kept.temperature,
                         avg_logprob: stats.avg_logprob,
                         compression_ratio: stats.compression_ratio,
                         no_speech_prob: stats.no_speech,
+                        words: piece
+                            .words
+                            .into_iter()
+                            .map(|(word, start, end, probability)| Word {
+                                word,
+                                start,
+                                end,
+                                probability: probability as f32,
+                            })
+                            .collect(),
                     });
                 }
             }
-            seek += advance;
+            // A window always moves on, even when its last word ends where it started.
+            seek = next.max(seek + 1);
         }
         Ok(Transcript {
             segments,
@@ -242,11 +305,75 @@ struct WindowDecoder<'w, 's, 'g> {
     suppress: &'w [u32],
     suppress_begin: &'w [u32],
     n_vocab: usize,
+    /// Encoder positions of a window.
+    n_audio_ctx: usize,
+    /// Encoder positions per second of audio (50: one per timestamp step).
+    positions_per_second: f64,
     /// The most tokens a window's text may have (OpenAI's `sample_len`).
     max_new: usize,
 }
 
 impl WindowDecoder<'_, '_, '_> {
+    /// The words of the current window's text `text` (its pieces' text tokens in
+    /// order) with their times from the window's start: the alignment pass over
+    /// `sot_sequence`, `<|notimestamps|>`, `text` and end-of-text, then the cost matrix
+    /// of the alignment `heads` over the window's `frames` mel frames (half as many
+    /// encoder positions), dynamic time warping and the words' probabilities.
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/timing.py L163-L240
+    /// (`find_alignment`), as CTranslate2's `Whisper.align` computes it for
+    /// faster-whisper.
+    fn align(
+        &mut self,
+        sot_sequence: &[u32],
+        text: &[u32],
+        frames: usize,
+        heads: &[(usize, usize)],
+    ) -> Result<Vec<WordTiming>> {
+        let s = self.tok.specials();
+        let mut input = sot_sequence.to_vec();
+        input.push(s.no_timestamps);
+        input.extend_from_slice(text);
+        input.push(s.eot);
+        let mut layers: Vec<usize> = heads.iter().map(|&(l, _)| l).collect();
+        layers.sort_unstable();
+        layers.dedup();
+        let (logits, scores) = self.net.align_pass(self.sched, &input, &layers)?;
+        let (n, total) = (input.len(), self.n_audio_ctx);
+        let per_head: Vec<Vec<f32>> = heads
+            .iter()
+            .map(|&(l, h)| {
+                let k = layers.iter().position(|&x| x == l).expect("listed above");
+                scores[k][h * n * total..(h + 1) * n * total].to_vec()
+            })
+            .collect();
+        let matrix = attention_matrix(&per_head, n, total, frames / 2);
+        let offset = sot_sequence.len();
+        let rows = text.len() + 1;
+        let width = matrix.len() / n;
+        let path = negative_dtw(
+            &matrix[offset * width..(offset + rows) * width],
+            rows,
+            width,
+        );
+        let eot = s.eot as usize;
+        let probs: Vec<f32> = text
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| {
+                let row = &logits[(offset + i) * self.n_vocab..(offset + i) * self.n_vocab + eot];
+                softmax_at(row, t as usize)
+            })
+            .collect();
+        Ok(word_timings(
+            self.tok,
+            text,
+            &probs,
+            &path,
+            self.positions_per_second,
+        ))
+    }
+
     /// Decodes the current window at each of `opts.temperatures` until a result passes
     /// [`needs_fallback`]; when none does, the most likely one (among those not too
     /// repetitive, if any) is kept. Returns it with its temperature, the numbers it was
@@ -471,6 +598,7 @@ mod tests {
             best_of: 5,
             seed: 0,
             silence_floor_db: Some(-60.0),
+            word_timestamps: false,
         }
     }
 

@@ -251,7 +251,8 @@ impl WhisperNet {
 
     /// The decoder's scaled dot-product attention over heads against a cache. `q` and
     /// `k` are [head_dim, heads, len] views, `vt` the values transposed per head,
-    /// [len, head_dim, heads] with `len` contiguous; returns [state, q_len]. Several
+    /// [len, head_dim, heads] with `len` contiguous; returns [state, q_len] and the
+    /// unscaled scores `q.k` ([kv_len, q_len, heads], what word alignment reads). Several
     /// queries (the prompt) are made contiguous so that they take ggml's blocked GEMM.
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L114-L139
@@ -263,7 +264,7 @@ impl WhisperNet {
         k: Tensor<'a>,
         vt: Tensor<'a>,
         mask: Mask<'a>,
-    ) -> Result<Tensor<'a>> {
+    ) -> Result<(Tensor<'a>, Tensor<'a>)> {
         let [dh, heads, t, _] = q.ne();
         let qp = ctx.permute(q, [0, 2, 1, 3]);
         let qp = if t > 1 { ctx.cont(qp) } else { qp };
@@ -277,7 +278,7 @@ impl WhisperNet {
         };
         let out = self.layers.mul_mat(ctx, vt, probs)?;
         let merged = ctx.cont(ctx.permute(out, [0, 2, 1, 3]));
-        Ok(ctx.reshape(merged, &[dh * heads, t]))
+        Ok((ctx.reshape(merged, &[dh * heads, t]), kq))
     }
 
     /// Splits a [width, len] tensor whose rows are `parts` stacked projections into the
@@ -425,7 +426,7 @@ impl WhisperNet {
     /// Decoder layer `l` for the new tokens `x`, writing their keys and values into
     /// the cache where `write` says: causal self-attention over the cache,
     /// cross-attention over the encoder output and the MLP, each pre-norm with its
-    /// residual.
+    /// residual. Returns the layer's output and its cross-attention scores.
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L160-L171
     /// (`ResidualAttentionBlock.forward` with cross-attention) and L92-L112
@@ -437,7 +438,7 @@ impl WhisperNet {
         x: Tensor<'a>,
         l: usize,
         write: &CacheWrite<'a>,
-    ) -> Result<Tensor<'a>> {
+    ) -> Result<(Tensor<'a>, Tensor<'a>)> {
         let hp = self.hp;
         let p = format!("decoder.layer_{l}");
         let (d, h) = (hp.n_text_state, hp.n_text_head);
@@ -481,7 +482,7 @@ impl WhisperNet {
             }
         };
         let split = |t: Tensor<'a>| self.heads(ctx, t, 0, 1, d, h);
-        let att = self.attention(
+        let (att, _) = self.attention(
             ctx,
             self.heads(ctx, qkv, 0, 3, d, h),
             split(ctx.view_2d_rows(cache_k, d as i64, n_kv as i64, 0)),
@@ -495,7 +496,7 @@ impl WhisperNet {
         // Cross-attention over the encoder output (keys/values cached by `encode`).
         let n = self.layer_norm(ctx, x, &format!("{p}.attention.layer_norm"));
         let q = self.linear(ctx, n, &format!("{p}.attention.linear_0"))?;
-        let att = self.attention(
+        let (att, cross_scores) = self.attention(
             ctx,
             split(q),
             split(self.c(&format!("cross_k.{l}"))),
@@ -506,7 +507,7 @@ impl WhisperNet {
             x,
             self.linear(ctx, att, &format!("{p}.attention.linear_2"))?,
         );
-        self.ffn(ctx, x, &p)
+        Ok((self.ffn(ctx, x, &p)?, cross_scores))
     }
 
     /// Feeds `tokens` after `n_past` cached positions; returns the logits of the last
@@ -556,13 +557,33 @@ impl WhisperNet {
         &'a self,
         ctx: &'a Context,
         graph: &mut crate::ggml::Graph<'a>,
-        mut x: Tensor<'a>,
+        x: Tensor<'a>,
         write: &CacheWrite<'a>,
         n_logits: usize,
     ) -> Result<Tensor<'a>> {
+        Ok(self.decoder_scores(ctx, graph, x, write, n_logits, &[])?.0)
+    }
+
+    /// [`WhisperNet::decoder`], also returning the cross-attention scores of the
+    /// `layers` listed (marked as outputs, in that order).
+    fn decoder_scores<'a>(
+        &'a self,
+        ctx: &'a Context,
+        graph: &mut crate::ggml::Graph<'a>,
+        mut x: Tensor<'a>,
+        write: &CacheWrite<'a>,
+        n_logits: usize,
+        layers: &[usize],
+    ) -> Result<(Tensor<'a>, Vec<Tensor<'a>>)> {
         let d = self.hp.n_text_state;
+        let mut scores = Vec::new();
         for l in 0..self.hp.n_text_layer {
-            x = self.decoder_layer(ctx, graph, x, l, write)?;
+            let (y, cross) = self.decoder_layer(ctx, graph, x, l, write)?;
+            if layers.contains(&l) {
+                cross.mark_output();
+                scores.push((l, cross));
+            }
+            x = y;
         }
         let x = self.layer_norm(ctx, x, "decoder.layer_norm");
         let n = x.ne()[1] as usize;
@@ -571,7 +592,63 @@ impl WhisperNet {
         let logits = self.layers.mul_mat(ctx, self.w(EMBEDDING), last)?;
         logits.mark_output();
         graph.expand(logits);
-        Ok(logits)
+        let scores = layers
+            .iter()
+            .filter_map(|l| scores.iter().find(|(k, _)| k == l).map(|(_, t)| *t))
+            .collect();
+        Ok((logits, scores))
+    }
+
+    /// The forced-alignment pass of word timestamps: the decoder reads `tokens` (the
+    /// window's start sequence, `<|notimestamps|>`, its text tokens and end-of-text)
+    /// from position 0 against the current window's encoder output, and returns the
+    /// logits of every position ([n_vocab] each) and, for each of `layers`, its
+    /// cross-attention scores `q.k / sqrt(head_dim)` as [heads][positions][n_audio_ctx].
+    /// It overwrites the self-attention cache: run it once a window is decoded.
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/timing.py L163-L205 (`find_alignment`:
+    /// one forward pass with hooks on the cross-attention) and whisper/model.py
+    /// L114-L139 (the scores `qk` it reads).
+    pub fn align_pass(
+        &self,
+        sched: &mut Scheduler,
+        tokens: &[u32],
+        layers: &[usize],
+    ) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+        let hp = self.hp;
+        let nodes = self.decoder_nodes();
+        let ctx = Context::new(nodes, nodes)?;
+        let n = tokens.len() as i64;
+        let ids = ctx.new_i32_tensor(&[n], "tokens");
+        ids.mark_input();
+        let mut graph = ctx.new_graph(nodes);
+        let d = hp.n_text_state;
+        let pos = ctx.view_2d_rows(
+            self.w("decoder.position_encodings.encodings"),
+            d as i64,
+            n,
+            0,
+        );
+        let x = ctx.add(ctx.get_rows(self.w(EMBEDDING), ids), pos);
+        let (logits, scores) = self.decoder_scores(
+            &ctx,
+            &mut graph,
+            x,
+            &CacheWrite::At(0),
+            tokens.len(),
+            layers,
+        )?;
+        for t in &scores {
+            graph.expand(*t);
+        }
+        let ids_i32: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        sched.compute_with(&mut graph, &[], &[(ids, &ids_i32)])?;
+        let scale = 1.0 / ((d / hp.n_text_head) as f32).sqrt();
+        let scores = scores
+            .iter()
+            .map(|t| Ok(t.read_f32()?.into_iter().map(|v| v * scale).collect()))
+            .collect::<Result<Vec<Vec<f32>>>>()?;
+        Ok((logits.read_f32()?, scores))
     }
 
     /// A context with room for one decoder step's graph ([`WhisperNet::build_step`]).

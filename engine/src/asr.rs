@@ -37,6 +37,24 @@ pub struct Segment {
     pub compression_ratio: f32,
     /// Probability of no speech at the window's start.
     pub no_speech_prob: f32,
+    /// Its words with their times, when decoding ran with
+    /// [`DecodeOptions::word_timestamps`] (empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub words: Vec<Word>,
+}
+
+/// One word of a [`Segment`] with its times (OpenAI's `verbose_json` word, plus the
+/// probability faster-whisper reports).
+#[derive(Debug, Clone, Serialize)]
+pub struct Word {
+    /// The word (with its leading space and any punctuation merged into it).
+    pub word: String,
+    /// Start in seconds.
+    pub start: f64,
+    /// End in seconds.
+    pub end: f64,
+    /// Mean probability of its tokens.
+    pub probability: f32,
 }
 
 /// What a [`Recognizer`] produced for one stretch of audio.
@@ -79,6 +97,17 @@ pub struct DecodeOptions {
     pub best_of: usize,
     /// Seed of the sampler, so sampled results are reproducible.
     pub seed: u64,
+    /// A window whose every 0.1 s frame has an RMS level below this (dBFS) holds no
+    /// speech and is skipped before it is encoded (no text, no decoder pass);
+    /// `None` reads every window. Whisper, faster-whisper and whisper.cpp without a
+    /// VAD transcribe digital silence as " you", one word per window, at a log
+    /// probability their no-speech rule keeps: the floor (-60 dBFS by default)
+    /// does what their VAD filter does for such windows, for the cost of a sum.
+    pub silence_floor_db: Option<f32>,
+    /// Word-level timestamps ([`Segment::words`]), from the cross-attention of the
+    /// model's alignment heads (faster-whisper's `word_timestamps=True`; with it, a
+    /// window that ends inside speech is read again from its last word's end).
+    pub word_timestamps: bool,
 }
 
 /// A speech-recognition family's model as [`AsrModel`] runs it: a family implements it
@@ -220,11 +249,22 @@ impl AsrModel {
             let part = self.model.transcribe(&samples[c.start..c.end], &opts)?;
             let offset = c.start as f64 / rate as f64;
             let frame_offset = self.model.frames_at(c.start);
-            segments.extend(part.segments.into_iter().map(|s| Segment {
-                start: s.start + offset,
-                end: s.end + offset,
-                seek: s.seek + frame_offset,
-                ..s
+            segments.extend(part.segments.into_iter().map(|s| {
+                Segment {
+                    start: s.start + offset,
+                    end: s.end + offset,
+                    seek: s.seek + frame_offset,
+                    words: s
+                        .words
+                        .into_iter()
+                        .map(|w| Word {
+                            start: w.start + offset,
+                            end: w.end + offset,
+                            ..w
+                        })
+                        .collect(),
+                    ..s
+                }
             }));
             decode_passes += part.decode_passes;
         }

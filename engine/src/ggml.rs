@@ -674,6 +674,26 @@ impl Context {
         self.wrap(unsafe { sys::ggml_get_rows(self.raw.as_ptr(), a.raw(), rows.raw()) })
     }
 
+    /// Writes the rows of `src` (f32) into the rows of `dest` (f32 or f16, typically a
+    /// persistent cache) named by the i32 input `indices`, one per source row; the
+    /// result is `dest` with the write as its producer, to be expanded into a graph.
+    /// Where a copy into a view bakes the place into the graph, the indices are an
+    /// input, so one graph serves every position. Out-of-range indices fail the
+    /// compute before it runs, as a lookup's do.
+    pub fn set_rows<'a>(
+        &'a self,
+        dest: Tensor<'a>,
+        src: Tensor<'a>,
+        indices: Tensor<'a>,
+    ) -> Tensor<'a> {
+        checks::row_writes(&dest, &src, &indices);
+        // SAFETY: tensors belong to this context; types, dims and layouts fit (checked
+        // above); the index values are checked before every compute.
+        self.wrap(unsafe {
+            sys::ggml_set_rows(self.raw.as_ptr(), dest.raw(), src.raw(), indices.raw())
+        })
+    }
+
     /// Copies `a` into `b` (which may be a view of a persistent tensor); the result is
     /// `b` with the copy as its producer, to be expanded into a graph.
     pub fn cpy<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
@@ -1093,6 +1113,12 @@ impl Buffer {
         // SAFETY: live buffer.
         unsafe { sys::ggml_backend_buffer_get_size(self.raw.as_ptr()) }
     }
+    /// Sets every byte of the buffer to `value` (0: zeros, so that no tensor in it
+    /// holds stale or uninitialised values such as NaN).
+    pub fn clear(&self, value: u8) {
+        // SAFETY: live buffer; every backend implements clear.
+        unsafe { sys::ggml_backend_buffer_clear(self.raw.as_ptr(), value) }
+    }
 }
 
 impl Drop for Buffer {
@@ -1166,6 +1192,26 @@ impl Scheduler {
         inputs: &[(Tensor<'_>, &[f32])],
         int_inputs: &[(Tensor<'_>, &[i32])],
     ) -> Result<()> {
+        let started = std::time::Instant::now();
+        self.allocate(graph)?;
+        self.run(graph, started, inputs, int_inputs)
+    }
+
+    /// Allocates `graph` once for many computes with new inputs each time (a decoder
+    /// step): the scheduler keeps its split and its memory, so that nothing is rebuilt
+    /// between runs and a GPU backend can replay the same work (ggml-cuda's CUDA
+    /// graphs). The graph's nodes never change; what changes from run to run must be
+    /// an input (token ids, positions, row indices, masks).
+    pub fn prepare<'s, 'g, 'ctx>(
+        &'s mut self,
+        graph: &'g mut Graph<'ctx>,
+    ) -> Result<Prepared<'s, 'g, 'ctx>> {
+        self.allocate(graph)?;
+        Ok(Prepared { sched: self, graph })
+    }
+
+    /// Resets the scheduler and allocates `graph`'s intermediate tensors.
+    fn allocate(&mut self, graph: &mut Graph<'_>) -> Result<()> {
         let held = graph.room.borrow().held();
         if held > self.graph_size {
             return Err(GgmlError::Failed(format!(
@@ -1174,8 +1220,7 @@ impl Scheduler {
             )));
         }
         let sched = self.raw.as_ptr();
-        let started = std::time::Instant::now();
-        // SAFETY: scheduler and graph are live; inputs are tensors of the graph.
+        // SAFETY: scheduler and graph are live.
         unsafe {
             sys::ggml_backend_sched_reset(sched);
             if !sys::ggml_backend_sched_alloc_graph(sched, graph.raw.as_ptr()) {
@@ -1184,6 +1229,18 @@ impl Scheduler {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Writes the inputs of a graph this scheduler allocated last, then computes it.
+    fn run(
+        &mut self,
+        graph: &mut Graph<'_>,
+        started: std::time::Instant,
+        inputs: &[(Tensor<'_>, &[f32])],
+        int_inputs: &[(Tensor<'_>, &[i32])],
+    ) -> Result<()> {
+        let sched = self.raw.as_ptr();
         let allocated = std::time::Instant::now();
         for (t, data) in inputs {
             t.write_f32(data)?;
@@ -1215,6 +1272,27 @@ impl Scheduler {
             )));
         }
         Ok(())
+    }
+}
+
+/// A graph allocated by its scheduler for repeated computes
+/// ([`Scheduler::prepare`]): it holds the scheduler, so no other graph can take its
+/// memory in between.
+pub struct Prepared<'s, 'g, 'ctx> {
+    sched: &'s mut Scheduler,
+    graph: &'g mut Graph<'ctx>,
+}
+
+impl Prepared<'_, '_, '_> {
+    /// Writes the inputs and computes the graph again, without rebuilding or
+    /// reallocating anything. Outputs stay readable until the next call.
+    pub fn compute(
+        &mut self,
+        inputs: &[(Tensor<'_>, &[f32])],
+        int_inputs: &[(Tensor<'_>, &[i32])],
+    ) -> Result<()> {
+        self.sched
+            .run(self.graph, std::time::Instant::now(), inputs, int_inputs)
     }
 }
 

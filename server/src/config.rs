@@ -63,6 +63,13 @@ pub struct Config {
     /// Time connections still open get after SIGINT/SIGTERM before they are closed.
     #[serde(default = "default_shutdown_timeout_ms")]
     pub shutdown_timeout_ms: u64,
+    /// Folder the voices API keeps cloned voices in (relative paths are relative to the
+    /// config file's folder; made at start); none: no voices API.
+    #[serde(default)]
+    pub voices_dir: Option<PathBuf>,
+    /// Most voices stored at once; one more upload is refused until one is deleted.
+    #[serde(default = "default_max_voices")]
+    pub max_voices: usize,
 }
 
 /// One served model.
@@ -123,6 +130,9 @@ fn default_body_timeout_ms() -> u64 {
 fn default_shutdown_timeout_ms() -> u64 {
     60_000
 }
+fn default_max_voices() -> usize {
+    100
+}
 fn default_max_audio_s() -> f64 {
     audiocpp_engine::audio::DEFAULT_MAX_AUDIO_S
 }
@@ -141,6 +151,11 @@ impl Config {
         let mut cfg: Config = serde_json::from_str(&text)
             .map_err(|e| format!("invalid config '{}': {e}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
+        if let Some(d) = &mut cfg.voices_dir {
+            if d.is_relative() {
+                *d = base.join(&*d);
+            }
+        }
         for m in &mut cfg.models {
             if m.path.is_relative() {
                 m.path = base.join(&m.path);
@@ -228,6 +243,7 @@ impl Config {
             ("body_timeout_ms", self.body_timeout_ms),
             ("shutdown_timeout_ms", self.shutdown_timeout_ms),
             ("max_body_bytes", self.max_body_bytes as u64),
+            ("max_voices", self.max_voices as u64),
         ] {
             if value == 0 {
                 return Err(format!("{key} is 0; it must be at least 1"));

@@ -4,7 +4,7 @@
 //! model pool (`pool`: loading, one request at a time per model, a busy model answering
 //! 503 `server_busy` after `busy_timeout_ms`), errors (`error`), body limits (`body`)
 //! and the API key (`auth`) sit below one module per route (`health`, `models`,
-//! `transcriptions`, `tasks_run`, `speech`). All audio work is the engine's, run off the
+//! `transcriptions`, `tasks_run`, `speech`, `voices` over the `voice_store`). All audio work is the engine's, run off the
 //! async workers on blocking threads.
 
 mod auth;
@@ -20,6 +20,8 @@ mod pool;
 mod speech;
 mod tasks_run;
 mod transcriptions;
+mod voice_store;
+mod voices;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -32,7 +34,7 @@ use audiocpp_engine::backend::{BackendKind, RuntimeOptions};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, Method};
 use axum::middleware;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use clap::Parser;
 use config::Config;
@@ -70,6 +72,8 @@ pub struct AppState {
     runtime: RuntimeOptions,
     /// When the server started (Unix seconds): the `created` of its model objects.
     started_unix_s: u64,
+    /// The stored voices, when `voices_dir` is set.
+    voices: Option<std::sync::Mutex<voice_store::VoiceStore>>,
 }
 
 fn main() -> ExitCode {
@@ -140,6 +144,12 @@ async fn serve(cfg: Config) -> Result<(), String> {
             Err(_) => None,
         },
     };
+    let voices = voices::open_store(&cfg)?;
+    if voices.is_some() && api_key.is_none() {
+        eprintln!(
+            "warning: voices_dir is set but there is no api_key: the voices API answers 403 until one is set"
+        );
+    }
     let slots = pool::slots(&cfg.models, &runtime).await?;
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr)
@@ -165,6 +175,7 @@ async fn serve(cfg: Config) -> Result<(), String> {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
+        voices,
     });
     let app = router(state.clone());
     println!("audiocpp_server listening on http://{local}");
@@ -184,6 +195,11 @@ fn router(state: Arc<AppState>) -> Router {
             post(transcriptions::transcriptions),
         )
         .route("/v1/audio/speech", post(speech::speech))
+        .route(
+            "/v1/audio/voices",
+            post(voices::create_voice).get(voices::list_voices),
+        )
+        .route("/v1/audio/voices/{id}", delete(voices::delete_voice))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_api_key,
@@ -213,7 +229,7 @@ fn router(state: Arc<AppState>) -> Router {
         app = app.layer(
             tower_http::cors::CorsLayer::new()
                 .allow_origin(origins)
-                .allow_methods([Method::GET, Method::POST])
+                .allow_methods([Method::GET, Method::POST, Method::DELETE])
                 .allow_headers([
                     axum::http::header::CONTENT_TYPE,
                     axum::http::header::AUTHORIZATION,

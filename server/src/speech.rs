@@ -2,7 +2,9 @@
 //! engine registers for the task). A JSON body (`model`, `input`, `voice`,
 //! `response_format`, `speed`, `instructions`, `stream_format`) is checked field by
 //! field (400 naming the field), then spoken sentence by sentence
-//! (`audiocpp_text::sentences`). By default the whole answer is made first,
+//! (`audiocpp_text::sentences`). The voice is a model's preset voice, a stored voice's
+//! id (`voices`), or cloned for this request alone from `ref_audio` and `ref_text`
+//! (vLLM-Omni's names for them). By default the whole answer is made first,
 //! so a WAV carries its exact length and the timing headers hold the whole run;
 //! `stream_format: "audio"` sends each sentence's audio as soon as it exists, as a
 //! chunked body (a WAV then has OpenAI's unknown-length header).
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use audiocpp_engine::audio::AudioLimits;
 use audiocpp_engine::output::{pcm16_le, wav_header};
 use audiocpp_engine::task::Task;
 use audiocpp_engine::tts::{self, SpeechInput, SpeechRequest, SpeechStats};
@@ -20,11 +23,14 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
 use serde::Deserialize;
 
-use crate::body::unless_declared_over;
+use crate::body::{drain_in_background, read_until, unless_declared_over};
 use crate::error::{engine_error, internal, ApiError};
 use crate::pool::{acquire, run_guarded, slot_by_id, with_model, with_timing, Loaded, Slot};
+use crate::voice_store::is_id;
+use crate::voices::{clone_voice, stored_voice, CloneFields};
 use crate::AppState;
 
 /// OpenAI's limit on `input`, in characters.
@@ -33,9 +39,17 @@ pub const MAX_INPUT_CHARS: usize = 4096;
 /// The rate of `pcm` responses: OpenAI's (24 kHz, 16-bit little-endian, mono).
 pub const PCM_RATE: u32 = 24_000;
 
-/// The largest speech request body read: `input` at its limit with every character
-/// escaped as `\uXXXX`, with room for the other fields.
+/// The largest speech request body without `ref_audio`: `input` at its limit with every
+/// character escaped as `\uXXXX`, with room for the other fields. One with `ref_audio`
+/// may take `max_body_bytes`.
 const MAX_SPEECH_BODY_BYTES: usize = 64 << 10;
+
+/// The request fields of a one-off clone.
+const INLINE_FIELDS: CloneFields = CloneFields {
+    file: "ref_audio",
+    text: "ref_text",
+    x_vector_only: "x_vector_only_mode",
+};
 
 /// Audio chunks a streamed answer holds ready for a slow client before synthesis waits.
 const STREAM_QUEUE: usize = 2;
@@ -58,6 +72,21 @@ struct SpeechBody {
     stream_format: Option<String>,
     /// The reference project's extension, for the options OpenAI's body lacks.
     options: Option<BodyOptions>,
+    /// A reference clip (an audio file in base64, or a `data:` URI of one) to clone the
+    /// voice from for this request alone, as vLLM-Omni's speech API takes it.
+    ref_audio: Option<String>,
+    /// What `ref_audio` says.
+    ref_text: Option<String>,
+    /// Clone from the speaker embedding alone (no `ref_text` needed), as vLLM-Omni.
+    x_vector_only_mode: Option<bool>,
+}
+
+/// A one-off clone a request asks for.
+#[derive(Clone)]
+struct InlineClone {
+    clip: Vec<u8>,
+    text: Option<String>,
+    x_vector_only: bool,
 }
 
 /// `options` of a speech body: audio.cpp's `speaker`, and the engine's speech options.
@@ -124,6 +153,8 @@ struct Checked {
     options: tts::SpeechOptions,
     format: Format,
     stream: bool,
+    /// A clone to make before speaking (`ref_audio`).
+    inline: Option<InlineClone>,
 }
 
 /// Checks every field a model is not needed for.
@@ -221,6 +252,40 @@ fn check(body: SpeechBody) -> Result<Checked, ApiError> {
             ))
         }
     };
+    let inline = match body.ref_audio {
+        Some(audio) => {
+            if let Some(v) = &voice {
+                return Err(ApiError::bad_param(
+                    "ref_audio",
+                    format!("voice '{v}' and ref_audio name two voices; give one"),
+                ));
+            }
+            let b64 = match audio.split_once(";base64,") {
+                Some((head, data)) if head.starts_with("data:") => data,
+                _ => audio.as_str(),
+            };
+            let clip = base64::engine::general_purpose::STANDARD
+                .decode(b64.trim().as_bytes())
+                .map_err(|e| {
+                    ApiError::bad_param(
+                        "ref_audio",
+                        format!("ref_audio is not base64 (of an audio file, or a data: URI of one): {e}"),
+                    )
+                })?;
+            Some(InlineClone {
+                clip,
+                text: body.ref_text,
+                x_vector_only: body.x_vector_only_mode.unwrap_or(false),
+            })
+        }
+        None if body.ref_text.is_some() || body.x_vector_only_mode.is_some() => {
+            return Err(ApiError::bad_param(
+                "ref_audio",
+                "ref_text and x_vector_only_mode go with ref_audio (the clip to clone the voice from); give it",
+            ))
+        }
+        None => None,
+    };
     let model = body
         .model
         .ok_or_else(|| ApiError::bad_param("model", "the 'model' field is required"))?;
@@ -232,10 +297,14 @@ fn check(body: SpeechBody) -> Result<Checked, ApiError> {
         options,
         format,
         stream,
+        inline,
     })
 }
 
-/// Reads the JSON body within `body_timeout_ms` and [`MAX_SPEECH_BODY_BYTES`].
+/// Reads the JSON body within `body_timeout_ms` and [`MAX_SPEECH_BODY_BYTES`], or
+/// `max_body_bytes` when it carries `ref_audio`: a body past the first limit is read on
+/// only when those first bytes hold the key `"ref_audio"` (written plainly, as every
+/// JSON library writes it), so an ordinary request never holds more.
 async fn read_body(
     state: &AppState,
     headers: &HeaderMap,
@@ -250,19 +319,30 @@ async fn read_body(
             "send the speech request as application/json (model, input, voice, ...)",
         ));
     }
-    let limit = MAX_SPEECH_BODY_BYTES.min(state.cfg.max_body_bytes);
+    let small = MAX_SPEECH_BODY_BYTES.min(state.cfg.max_body_bytes);
+    let limit = state.cfg.max_body_bytes;
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
-            format!("a speech request body is at most {limit} bytes"),
+            format!("a speech request body is at most {small} bytes, or {limit} (max_body_bytes) with ref_audio"),
         )
     };
     // What the client still sends is drained as far as any endpoint of this server reads.
     let drain = state.cfg.max_body_bytes.saturating_mul(4);
     let req = unless_declared_over(headers, req, limit, drain).ok_or_else(too_large)?;
+    let mut body = req.into_body();
+    let mut bytes = Vec::new();
+    let read = async {
+        // The first `small` bytes; more only when they hold the ref_audio key.
+        let ended = read_until(&mut body, &mut bytes, small).await?;
+        if ended || !contains(&bytes, b"\"ref_audio\"") {
+            return Ok(ended);
+        }
+        read_until(&mut body, &mut bytes, limit).await
+    };
     let timeout = Duration::from_millis(state.cfg.body_timeout_ms);
-    let bytes = tokio::time::timeout(timeout, axum::body::to_bytes(req.into_body(), limit))
+    let ended = tokio::time::timeout(timeout, read)
         .await
         .map_err(|_| {
             ApiError::new(
@@ -274,15 +354,44 @@ async fn read_body(
                 ),
             )
         })?
-        .map_err(|_| too_large())?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+        .map_err(|_: axum::Error| too_large())?;
+    if !ended {
+        drain_in_background(body, drain);
+        return Err(too_large());
+    }
+    let body: SpeechBody = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+    if bytes.len() > small && body.ref_audio.is_none() {
+        return Err(too_large());
+    }
+    Ok(body)
+}
+
+/// True when `needle` occurs in `haystack`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The engine request for a checked one, checked against the model (the voice, the
-/// options). OpenAI's `instructions` goes only to a family that follows instructions.
-fn engine_request(model: &tts::TtsModel, c: &Checked) -> Result<SpeechRequest, ApiError> {
+/// options), with its one-off clone made. OpenAI's `instructions` goes only to a family
+/// that follows instructions.
+fn engine_request(
+    model: &mut tts::TtsModel,
+    c: &Checked,
+    limits: &AudioLimits,
+) -> Result<SpeechRequest, ApiError> {
     let mut options = c.options.clone();
+    if let Some(i) = &c.inline {
+        let voice = clone_voice(
+            model,
+            &i.clip,
+            i.text.as_deref(),
+            i.x_vector_only,
+            limits,
+            &INLINE_FIELDS,
+        )?;
+        options.cloned_voice = Some(Arc::new(voice));
+    }
     if !model.takes_options().contains(&"instructions") {
         options.instructions = None;
     }
@@ -303,10 +412,15 @@ pub async fn speech(
     req: Request,
 ) -> Result<Response, ApiError> {
     let body = read_body(&state, &headers, req).await?;
-    let checked = check(body)?;
+    let mut checked = check(body)?;
     let slot = slot_by_id(&state, Some(&checked.model), Task::Tts)?;
+    // Stored voices' ids are all of the store's form; no preset voice is.
+    if let Some(v) = checked.voice.as_deref().filter(|v| is_id(v)) {
+        checked.options.cloned_voice = Some(stored_voice(&state, v, &checked.model).await?);
+    }
+    let limits = state.cfg.audio_limits();
     if checked.stream {
-        return stream(&state, slot, checked).await;
+        return stream(&state, slot, checked, limits).await;
     }
     let max_s = state.cfg.max_speech_s;
     let format = checked.format;
@@ -314,7 +428,7 @@ pub async fn speech(
         let Loaded::Tts(model) = loaded else {
             return Err(ApiError::bad_request("this model does not do tts"));
         };
-        let req = engine_request(model, &checked)?;
+        let req = engine_request(model, &checked, &limits)?;
         let rate = model.sample_rate();
         let mut data = Vec::new();
         let stats = model
@@ -376,6 +490,7 @@ async fn stream(
     state: &Arc<AppState>,
     slot: &Slot,
     checked: Checked,
+    limits: AudioLimits,
 ) -> Result<Response, ApiError> {
     let mut guard = acquire(state, slot).await?;
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<FirstAudio>();
@@ -392,7 +507,7 @@ async fn stream(
             let Loaded::Tts(model) = loaded else {
                 return Err(ApiError::bad_request("this model does not do tts"));
             };
-            let req = engine_request(model, &checked)?;
+            let req = engine_request(model, &checked, &limits)?;
             let rate = model.sample_rate();
             let mut header = (format == Format::Wav).then(|| wav_header(rate, None));
             model

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 mod common;
-use common::{assert_user_error, cli_in, root, s, Run};
+use common::{assert_user_error, cli_in, root, s, specs, Run};
 
 fn fixtures() -> PathBuf {
     root().join("engine/tests/fixtures/qwen3_tts_clone")
@@ -33,6 +33,8 @@ fn converted() -> &'static (PathBuf, PathBuf) {
                     s(&src),
                     "--quantize",
                     "f32",
+                    "--model-spec-override",
+                    s(&specs()),
                     "--out",
                     s(&out),
                 ],

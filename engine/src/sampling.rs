@@ -127,7 +127,10 @@ mod tests {
             counts[choose(&logits, &choice, rng)] += 1;
         }
         assert_eq!(counts[3], 0);
-        assert_eq!(counts[1], 0, "top-2 keeps the two largest only (3 and 1, not 0.5)");
+        assert_eq!(
+            counts[1], 0,
+            "top-2 keeps the two largest only (3 and 1, not 0.5)"
+        );
         let share = counts[2] as f64 / 20_000.0;
         assert!((share - 0.75).abs() < 0.02, "{share}");
     }

@@ -4,7 +4,7 @@
 //! off, and only where the unrounded value is within 1e-3 of .5); F0 and N curves
 //! SNR >= 70 dB; with the reference's durations forced, the harmonic source >= 40 dB
 //! and the generator's magnitude >= 35 dB; final audio log-mel MAE <= 0.03 and cosine
-//! >= 0.9998 (f16 weights: MAE <= 0.06, cosine >= 0.9995); frames x 600 samples.
+//! at least 0.9998 (f16 weights: MAE <= 0.06, cosine >= 0.9995); frames x 600 samples.
 //! The GGUFs are converted by the engine's converter ([`common::kokoro_gguf`]).
 
 mod common;

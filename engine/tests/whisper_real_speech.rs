@@ -33,8 +33,8 @@
 mod whisper_common;
 
 use audiocpp_engine::asr::AsrOutput;
-use whisper_common::*;
 use serde_json::Value;
+use whisper_common::*;
 
 /// The single clips, in the order of their transcription files.
 const CLIPS: [&str; 10] = [

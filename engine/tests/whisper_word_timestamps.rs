@@ -17,8 +17,8 @@
 mod whisper_common;
 
 use audiocpp_engine::asr::{AsrOutput, DecodeOptions};
-use whisper_common::*;
 use serde_json::Value;
+use whisper_common::*;
 
 /// The clips (those of whisper_real_speech.rs).
 const CLIPS: [&str; 12] = [

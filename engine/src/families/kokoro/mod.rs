@@ -1040,7 +1040,7 @@ mod tests {
             let err = parse_blend(bad).unwrap_err();
             assert!(err.contains("parameter 'voice'"), "{bad}: {err}");
         }
-        assert!(parse_blend(&vec!["af_heart"; 9].join("+")).is_err());
+        assert!(parse_blend(&["af_heart"; 9].join("+")).is_err());
     }
 
     #[test]

@@ -998,14 +998,7 @@ impl<'ctx> Tensor<'ctx> {
         }
         let mut out = vec![0i32; self.len()];
         // SAFETY: type and memory checked above; `out` holds the tensor's elements.
-        unsafe {
-            sys::ggml_backend_tensor_get(
-                self.raw(),
-                out.as_mut_ptr().cast(),
-                0,
-                std::mem::size_of_val(out.as_slice()),
-            )
-        };
+        unsafe { self.get_into(&mut out) };
         Ok(out)
     }
 
@@ -1014,15 +1007,25 @@ impl<'ctx> Tensor<'ctx> {
         let mut out = vec![0f32; self.len()];
         self.check_allocated(out.len(), "read")?;
         // SAFETY: sizes checked above.
+        unsafe { self.get_into(&mut out) };
+        Ok(out)
+    }
+
+    /// Copies the tensor's bytes into `out`.
+    ///
+    /// # Safety
+    /// The tensor has backend memory and holds exactly `out.len()` elements of `T`'s
+    /// type, contiguously.
+    unsafe fn get_into<T: Copy>(&self, out: &mut [T]) {
+        // SAFETY: the caller's contract; `out` is `size_of_val(out)` writable bytes.
         unsafe {
             sys::ggml_backend_tensor_get(
                 self.raw(),
                 out.as_mut_ptr().cast(),
                 0,
-                std::mem::size_of_val(out.as_slice()),
+                std::mem::size_of_val(out),
             )
-        };
-        Ok(out)
+        }
     }
 }
 

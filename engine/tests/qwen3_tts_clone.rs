@@ -102,7 +102,8 @@ fn the_speaker_and_codec_encoders_match_the_official_code() {
     assert_eq!(xv.x_vector, voice.x_vector);
 
     // The 16 kHz clip through our resampler (rubato, not soxr): the official 24 kHz
-    // signal within 2e-2, and the voice close.
+    // signal within 1e-2 (measured 4.1e-3), its x-vector within 2e-2 (6.8e-3), every
+    // group-0 code and 90% of all codes the official ones (476 of 480).
     let v16 = &exp.json["voices"]["ref16k_icl"];
     let s16 = clip("ref_16k.wav");
     let (want_24k, _) = exp.array(v16["arrays"]["resampled_24k"].as_str().unwrap());
@@ -137,7 +138,11 @@ fn the_speaker_and_codec_encoders_match_the_official_code() {
         want16.len() * 16,
         want16.len()
     );
-    assert!(d_rs < 2e-2, "resampling differs by {d_rs}");
+    assert!(d_rs < 1e-2, "resampling differs by {d_rs}");
+    assert!(
+        d_x16 < 2e-2,
+        "the 16 kHz clip's x-vector differs by {d_x16}"
+    );
     assert_eq!(same0, want16.len(), "group-0 codes of the 16 kHz clip");
     assert!(same * 10 >= want16.len() * 16 * 9, "{same} codes the same");
 }

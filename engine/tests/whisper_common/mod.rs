@@ -2,7 +2,7 @@
 //! `cargo xtask test`; a missing one fails loudly), models converted once per test
 //! binary, the faster-whisper references, and word error rates.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -173,16 +173,4 @@ pub fn words(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Word-level edit distance of `hyp` against `reference`.
-pub fn word_errors(hyp: &[String], reference: &[String]) -> usize {
-    let mut prev: Vec<usize> = (0..=reference.len()).collect();
-    for (i, h) in hyp.iter().enumerate() {
-        let mut row = vec![i + 1];
-        for (j, r) in reference.iter().enumerate() {
-            let sub = prev[j] + usize::from(h != r);
-            row.push(sub.min(prev[j + 1] + 1).min(row[j] + 1));
-        }
-        prev = row;
-    }
-    prev[reference.len()]
-}
+pub use audiocpp_test_support::word_errors;

@@ -2,25 +2,19 @@
 //! script, or with no words at all, is refused before any synthesis with what it is
 //! (not "only punctuation"), and text with English words among others is spoken.
 //!
-//! Real model: the Kokoro GGUF the test assets hold (`cargo xtask test` converts it;
-//! `AUDIOCPP_TEST_ASSETS` points elsewhere).
+//! Real model: Kokoro q8_0 converted from the pinned release the test assets hold
+//! (`common::kokoro_gguf`).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 
 use audiocpp_engine::backend::RuntimeOptions;
 use audiocpp_engine::tts::{SpeechInput, SpeechRequest, TtsModel};
 
+/// Kokoro q8_0, converted from the pinned release by the tests' common helper.
 fn kokoro() -> PathBuf {
-    let dir = std::env::var_os("AUDIOCPP_TEST_ASSETS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-assets"));
-    let model = dir.join("kokoro/kokoro-q8_0.gguf");
-    assert!(
-        model.is_file(),
-        "{} is missing: run `cargo xtask test`, which converts the pinned Kokoro release",
-        model.display()
-    );
-    model
+    common::kokoro_gguf("q8_0")
 }
 
 fn request(text: &str) -> SpeechRequest {

@@ -7,6 +7,8 @@
 //! Real inputs: the pinned test assets (`cargo xtask test` fetches them) and the
 //! committed Qwen3-TTS random-weight checkpoint.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use audiocpp_engine::asr::AsrModel;
@@ -22,7 +24,6 @@ fn assets() -> PathBuf {
     for file in [
         "whisper-tiny.en-ct2/model.bin",
         "kokoro/kokoro.onnx",
-        "kokoro/kokoro-q8_0.gguf",
         "ggml-silero-v6.2.0.bin",
     ] {
         assert!(
@@ -89,10 +90,7 @@ fn released_models_given_to_a_task_name_the_conversion() {
 fn a_model_names_its_own_family() {
     let a = assets();
     let family = |p: &Path| families::family_of_model(p).map(|f| f.info.family);
-    assert_eq!(
-        family(&a.join("kokoro/kokoro-q8_0.gguf")).unwrap(),
-        "kokoro"
-    );
+    assert_eq!(family(&common::kokoro_gguf("q8_0")).unwrap(), "kokoro");
     assert_eq!(
         family(&a.join("ggml-silero-v6.2.0.bin")).unwrap(),
         "silero_vad"

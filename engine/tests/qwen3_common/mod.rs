@@ -98,6 +98,19 @@ pub fn model(src: &Path, quantize: &str, dir: &Path) -> Qwen3Tts {
     Qwen3Tts::load(resolved.file, &resolved.spec, runtime).unwrap()
 }
 
+/// The largest difference between a run's first talker logits and those the case
+/// recorded (`talker_logits_raw_first3`, as many steps as it holds).
+pub fn first_logits_diff(exp: &Expected, case: &Value, first_logits: &[Vec<f32>]) -> f32 {
+    let (want, shape) = exp.array(case["arrays"]["talker_logits_raw_first3"].as_str().unwrap());
+    let got: Vec<f32> = first_logits
+        .iter()
+        .take(shape[0])
+        .flatten()
+        .copied()
+        .collect();
+    max_abs_diff(&got, &want)
+}
+
 pub fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
         .unwrap()

@@ -50,6 +50,27 @@ impl Context {
             "pad_zeros",
             || format!("paddings {before:?} and {after:?} must not be negative"),
         );
+        let [n0, n1, n2, n3] = a.ne();
+        // SAFETY: a pure layout query on a live tensor.
+        let contiguous = unsafe { sys::ggml_is_contiguous(a.raw()) };
+        let rows_only = before[0] == 0 && after[0] == 0 && n2 == 1 && n3 == 1 && n1 > 1;
+        if rows_only && contiguous && (before[1] > 0 || after[1] > 0) {
+            // CUDA launches a pad with ne[1] as its grid's y size (at most 65535): a
+            // contiguous matrix padded along ne[1] is the same as its flat row padded by
+            // whole rows, which every backend takes at any length.
+            let flat = self.reshape(a, &[n0 * n1]);
+            let wide = |p: i32| i32::try_from(i64::from(p) * n0).ok();
+            if let (Some(lp), Some(rp)) = (wide(before[1]), wide(after[1])) {
+                // SAFETY: a contiguous f32 row of this context, paddings of at least 0.
+                let padded = self.wrap(unsafe {
+                    sys::ggml_pad_ext(self.raw.as_ptr(), flat.raw(), lp, rp, 0, 0, 0, 0, 0, 0)
+                });
+                return self.reshape(
+                    padded,
+                    &[n0, n1 + i64::from(before[1]) + i64::from(after[1])],
+                );
+            }
+        }
         // SAFETY: f32 rows of this context and paddings of at least 0 (checked above).
         self.wrap(unsafe {
             sys::ggml_pad_ext(

@@ -262,3 +262,64 @@ impl Tensor<'_> {
 
 /// The row multiple ggml's blocked CPU f32 product needs of its first operand.
 const PRODUCT_ROWS: i64 = 4;
+
+#[cfg(test)]
+mod tests {
+    use crate::ggml::tests::cpu;
+    use crate::ggml::{Context, DType, Scheduler};
+
+    /// `pad_zeros` of a 3 x 4 matrix (ne = [3, 4], values 1..=12) by `before`/`after`,
+    /// computed on the CPU; `strided` pads the first two columns of each row instead (a
+    /// view whose rows are contiguous, the matrix not).
+    fn padded(before: [i32; 2], after: [i32; 2], strided: bool) -> (Vec<f32>, [i64; 4]) {
+        let backend = cpu();
+        let mut sched = Scheduler::new(&[&backend], 16).unwrap();
+        let ctx = Context::new(16, 16).unwrap();
+        let x = ctx.new_tensor(DType::F32, &[3, 4], "x");
+        x.mark_input();
+        let input = if strided {
+            ctx.view_2d_strided(x, [2, 4], 3, 0)
+        } else {
+            x
+        };
+        let y = ctx.cont(ctx.pad_zeros(input, before, after));
+        y.mark_output();
+        let mut graph = ctx.new_graph(16);
+        graph.expand(y);
+        let xs: Vec<f32> = (1..=12).map(|v| v as f32).collect();
+        sched.compute(&mut graph, &[(x, &xs)]).unwrap();
+        (y.read_f32().unwrap(), y.ne())
+    }
+
+    #[test]
+    fn padding_whole_rows_of_a_contiguous_matrix_adds_zero_rows() {
+        // The flat path (whole rows before and after a contiguous matrix).
+        let (values, ne) = padded([0, 1], [0, 2], false);
+        assert_eq!(ne, [3, 7, 1, 1]);
+        let mut expected = vec![0.0; 3];
+        expected.extend((1..=12).map(|v| v as f32));
+        expected.extend([0.0; 6]);
+        assert_eq!(values, expected);
+        // ggml's own pad, on a view that is not contiguous, adds the same zero rows.
+        let (values, ne) = padded([0, 1], [0, 1], true);
+        assert_eq!(ne, [2, 6, 1, 1]);
+        let mut expected = vec![0.0; 2];
+        expected.extend((0..4).flat_map(|r| [(r * 3 + 1) as f32, (r * 3 + 2) as f32]));
+        expected.extend([0.0; 2]);
+        assert_eq!(values, expected);
+        // Padding along ne[0] keeps ggml's path: each row gets its zeros.
+        let (values, ne) = padded([1, 0], [0, 0], false);
+        assert_eq!(ne, [4, 4, 1, 1]);
+        let expected: Vec<f32> = (0..4)
+            .flat_map(|r| {
+                [
+                    0.0,
+                    (r * 3 + 1) as f32,
+                    (r * 3 + 2) as f32,
+                    (r * 3 + 3) as f32,
+                ]
+            })
+            .collect();
+        assert_eq!(values, expected);
+    }
+}

@@ -25,6 +25,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde::Deserialize;
+use tokio::sync::mpsc::error::SendTimeoutError;
 
 use crate::body::{drain_in_background, read_until, unless_declared_over};
 use crate::error::{engine_error, internal, ApiError};
@@ -520,8 +521,18 @@ async fn stream(
                     }
                     runtime
                         .block_on(tx.send_timeout(Ok(Bytes::from(bytes)), send_timeout))
-                        .map_err(|_| {
-                            EngineError::Usage("the client stopped reading the stream".into())
+                        .map_err(|e| {
+                            EngineError::Usage(match e {
+                                SendTimeoutError::Timeout(_) => format!(
+                                    "the client read nothing for {} ms (body_timeout_ms)",
+                                    send_timeout.as_millis()
+                                ),
+                                // The body was dropped: the client went away, or the
+                                // server closed the connection at shutdown.
+                                SendTimeoutError::Closed(_) => {
+                                    "the connection closed before the stream ended".into()
+                                }
+                            })
                         })
                 })
                 .map_err(engine_error)

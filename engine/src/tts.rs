@@ -303,6 +303,12 @@ impl TtsModel {
         self.model.takes_options()
     }
 
+    /// Checks that `voice` is one it speaks with: a preset voice, or what else its family
+    /// takes (Kokoro's blends); for a front end storing a voice before any request.
+    pub fn check_voice(&self, voice: &str) -> Result<()> {
+        self.model.check_voice(voice)
+    }
+
     /// Checks a request against the model without speaking it (errors name the
     /// parameter: `input`, `voice`, `speed`); returns the voice that will speak.
     pub fn check(&self, req: &SpeechRequest) -> Result<String> {

@@ -8,10 +8,13 @@
 //! an immediate 503 and is closed; a connection that sends no complete request header
 //! within `header_timeout_ms` (a new one, or an idle keep-alive one between requests)
 //! is closed; on shutdown the listener stops, idle connections close at once, requests
-//! in flight are answered, and whatever is still open after `shutdown_timeout_ms` is
-//! dropped.
+//! in flight are answered (a request stays in flight until its response body is written
+//! out, so a streamed answer runs to its end), and whatever is still open after
+//! `shutdown_timeout_ms` is dropped.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,6 +43,52 @@ pub struct ConnectionLimits {
 /// After a shutdown signal, how long a connection with no request in flight keeps its
 /// socket, so a response already handed to hyper is written out.
 const FLUSH_GRACE: Duration = Duration::from_millis(500);
+
+/// One request in flight on a connection, from its head's arrival until its response
+/// body is written out or dropped (the connection closed): counted in the connection's
+/// counter while it lives.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn new(count: &Arc<AtomicUsize>) -> InFlight {
+        count.fetch_add(1, Ordering::SeqCst);
+        InFlight(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A response body that keeps its request [`InFlight`] until hyper has taken its last
+/// frame (hyper drops a body then) or drops it unfinished. Its size and end are the
+/// inner body's, so a whole answer keeps its `content-length`.
+struct Tracked {
+    body: axum::body::Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
 
 /// The answer to a connection over the cap, written raw: no request is parsed for it.
 fn over_capacity_response(max: usize) -> Vec<u8> {
@@ -97,12 +146,16 @@ pub async fn serve(
         let service = {
             let (app, in_flight) = (app.clone(), in_flight.clone());
             hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-                let (app, in_flight) = (app.clone(), in_flight.clone());
-                in_flight.fetch_add(1, Ordering::SeqCst);
+                let app = app.clone();
+                let guard = InFlight::new(&in_flight);
                 async move {
-                    let resp = app.oneshot(req.map(axum::body::Body::new)).await;
-                    in_flight.fetch_sub(1, Ordering::SeqCst);
-                    resp
+                    let resp = app.oneshot(req.map(axum::body::Body::new)).await?;
+                    // The request stays in flight until its body is written out: a
+                    // streamed answer's body outlives the handler by minutes.
+                    Ok::<_, std::convert::Infallible>(resp.map(|body| Tracked {
+                        body,
+                        _in_flight: guard,
+                    }))
                 }
             })
         };

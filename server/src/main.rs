@@ -115,7 +115,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(serve(cfg)) {
+    let result = rt.block_on(serve(cfg));
+    // A synthesis cut at shutdown stops at its next piece of audio; the exit does not
+    // wait for a long one (a blocking thread still running is ended with the process).
+    rt.shutdown_timeout(EXIT_GRACE);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -123,6 +127,9 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// How long the exit waits for blocking work still running once serving has stopped.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// Loads the models, binds the address and serves until a shutdown signal.
 async fn serve(cfg: Config) -> Result<(), String> {

@@ -25,12 +25,13 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde::Deserialize;
+use tokio::sync::mpsc::error::SendTimeoutError;
 
 use crate::body::{drain_in_background, read_until, unless_declared_over};
 use crate::error::{engine_error, internal, ApiError};
 use crate::pool::{acquire, run_guarded, slot_by_id, with_model, with_timing, Loaded, Slot};
 use crate::voice_store::is_id;
-use crate::voices::{clone_voice, stored_voice, CloneFields};
+use crate::voices::{clone_voice, stored_voice, CloneFields, StoredVoice};
 use crate::AppState;
 
 /// OpenAI's limit on `input`, in characters.
@@ -416,7 +417,11 @@ pub async fn speech(
     let slot = slot_by_id(&state, Some(&checked.model), Task::Tts)?;
     // Stored voices' ids are all of the store's form; no preset voice is.
     if let Some(v) = checked.voice.as_deref().filter(|v| is_id(v)) {
-        checked.options.cloned_voice = Some(stored_voice(&state, v, &checked.model).await?);
+        match stored_voice(&state, v, &checked.model).await? {
+            StoredVoice::Cloned(voice) => checked.options.cloned_voice = Some(voice),
+            // Spoken exactly as a request naming the blend itself.
+            StoredVoice::Blend(blend) => checked.voice = Some(blend),
+        }
     }
     let limits = state.cfg.audio_limits();
     if checked.stream {
@@ -520,8 +525,18 @@ async fn stream(
                     }
                     runtime
                         .block_on(tx.send_timeout(Ok(Bytes::from(bytes)), send_timeout))
-                        .map_err(|_| {
-                            EngineError::Usage("the client stopped reading the stream".into())
+                        .map_err(|e| {
+                            EngineError::Usage(match e {
+                                SendTimeoutError::Timeout(_) => format!(
+                                    "the client read nothing for {} ms (body_timeout_ms)",
+                                    send_timeout.as_millis()
+                                ),
+                                // The body was dropped: the client went away, or the
+                                // server closed the connection at shutdown.
+                                SendTimeoutError::Closed(_) => {
+                                    "the connection closed before the stream ended".into()
+                                }
+                            })
                         })
                 })
                 .map_err(engine_error)

@@ -1,6 +1,7 @@
 //! The voices the voices API keeps (`voices`): one JSON file per voice in server.json's
-//! `voices_dir`, holding its id, name, model, creation time and the engine's voice
-//! file (base64). A voice is written to a temporary file in the same folder, flushed to
+//! `voices_dir`, holding its id, name, model, creation time and what it speaks with:
+//! the engine's voice file (base64) of a cloned voice, or a blend of the model's preset
+//! voices (Kokoro's `af_heart:0.7+af_bella:0.3`). A voice is written to a temporary file in the same folder, flushed to
 //! disk and renamed into place, so a crash mid-upload leaves no half voice; temporary
 //! files left by one are removed at start. The ids are made here (`voice_` and 16 hex
 //! digits), so no client text ever becomes a path.
@@ -32,10 +33,21 @@ pub struct VoiceMeta {
     pub id: String,
     /// The client's name for it.
     pub name: String,
-    /// The served model it was cloned with, the only one it speaks with.
+    /// The served model it was made with, the only one it speaks with.
     pub model: String,
     /// When it was stored (Unix seconds).
     pub created: u64,
+    /// The blend of preset voices it speaks with; none for a cloned voice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blend: Option<String>,
+}
+
+/// What a stored voice speaks with.
+pub enum VoiceData<'a> {
+    /// The engine's voice file of a cloned voice.
+    Cloned(&'a [u8]),
+    /// A blend of the model's preset voices, as a speech request's `voice` names it.
+    Blend(&'a str),
 }
 
 /// A stored voice's file.
@@ -43,8 +55,10 @@ pub struct VoiceMeta {
 struct VoiceFile {
     #[serde(flatten)]
     meta: VoiceMeta,
-    /// The engine's voice file ([`audiocpp_engine::tts::TtsModel::clone_voice`]).
-    voice_base64: String,
+    /// The engine's voice file ([`audiocpp_engine::tts::TtsModel::clone_voice`]) of a
+    /// cloned voice; a blend ([`VoiceMeta::blend`]) has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    voice_base64: Option<String>,
 }
 
 /// Why a voice was not stored.
@@ -89,6 +103,10 @@ impl VoiceStore {
                 continue;
             };
             match read_file(&path) {
+                Ok(f) if f.voice_base64.is_some() == f.meta.blend.is_some() => eprintln!(
+                    "warning: '{}' holds neither a voice file nor a blend, or both; left out",
+                    path.display()
+                ),
                 Ok(f) if f.meta.id == id => {
                     voices.insert(f.meta.id.clone(), f.meta);
                 }
@@ -139,8 +157,11 @@ impl VoiceStore {
             return Err(format!("voice '{id}' is not stored"));
         }
         let f = read_file(&self.path(id))?;
+        let b64 = f
+            .voice_base64
+            .ok_or_else(|| format!("voice '{id}' is a blend, not a cloned voice"))?;
         base64::engine::general_purpose::STANDARD
-            .decode(f.voice_base64.as_bytes())
+            .decode(b64.as_bytes())
             .map_err(|e| format!("voice file of '{id}': voice_base64 is not base64: {e}"))
     }
 
@@ -149,7 +170,7 @@ impl VoiceStore {
         &mut self,
         name: &str,
         model: &str,
-        voice: &[u8],
+        voice: VoiceData<'_>,
     ) -> Result<VoiceMeta, CreateError> {
         if self.voices.len() >= self.max {
             return Err(CreateError::Full(self.max));
@@ -166,10 +187,17 @@ impl VoiceStore {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
+            blend: match voice {
+                VoiceData::Blend(b) => Some(b.to_string()),
+                VoiceData::Cloned(_) => None,
+            },
         };
         let text = serde_json::to_vec(&VoiceFile {
             meta: meta.clone(),
-            voice_base64: base64::engine::general_purpose::STANDARD.encode(voice),
+            voice_base64: match voice {
+                VoiceData::Cloned(v) => Some(base64::engine::general_purpose::STANDARD.encode(v)),
+                VoiceData::Blend(_) => None,
+            },
         })
         .map_err(|e| CreateError::Io(format!("cannot encode voice '{id}': {e}")))?;
         let tmp = self.dir.join(format!("{TEMP_PREFIX}{id}.json"));

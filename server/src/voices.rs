@@ -1,6 +1,7 @@
 //! The voices API: `POST /v1/audio/voices` clones a voice from a reference clip with a
-//! served `tts` model that clones (a Qwen3-TTS Base model) and stores it
-//! (`voice_store`), `GET /v1/audio/voices` lists each model's preset voices and stored
+//! served `tts` model that clones (a Qwen3-TTS Base model), or names a blend of a
+//! Kokoro model's preset voices (`blend`), and stores it (`voice_store`),
+//! `GET /v1/audio/voices` lists each model's preset voices and stored
 //! voices, `DELETE /v1/audio/voices/{id}` deletes one; `POST /v1/audio/speech` speaks
 //! in a stored voice by its id. Storing data, it needs an API key (403 without one) and
 //! server.json's `voices_dir` (404 without it).
@@ -21,11 +22,17 @@ use serde_json::{json, Value};
 use crate::body::{multipart_error, too_large, unless_declared_over};
 use crate::error::{engine_error, field_of, internal, ApiError};
 use crate::pool::{acquire, slot_by_id, with_model, Loaded, Slot, SlotState};
-use crate::voice_store::{CreateError, VoiceMeta, VoiceStore};
+use crate::voice_store::{CreateError, VoiceData, VoiceMeta, VoiceStore};
 use crate::AppState;
 
 /// The longest voice name, in characters.
 pub const MAX_NAME_CHARS: usize = 64;
+
+/// The longest blend, in characters: eight voices with their weights fit many times.
+pub const MAX_BLEND_CHARS: usize = 256;
+
+/// The families whose voices blend (`voice: "af_heart:0.7+af_bella:0.3"`).
+const BLENDING_FAMILIES: &[&str] = &["kokoro"];
 
 /// The request fields a clone's inputs came in, for errors that name them.
 pub struct CloneFields {
@@ -87,7 +94,11 @@ async fn on_store<T: Send + 'static>(
 
 /// A stored voice as the API shows it.
 fn voice_object(m: &VoiceMeta) -> Value {
-    json!({ "id": m.id, "object": "voice", "name": m.name, "model": m.model, "created": m.created })
+    let mut v = json!({ "id": m.id, "object": "voice", "name": m.name, "model": m.model, "created": m.created });
+    if let Some(b) = &m.blend {
+        v["blend"] = json!(b);
+    }
+    v
 }
 
 /// The form of `POST /v1/audio/voices`.
@@ -98,6 +109,16 @@ struct VoiceForm {
     name: Option<String>,
     model: Option<String>,
     x_vector_only: Option<String>,
+    blend: Option<String>,
+}
+
+/// The JSON form of `POST /v1/audio/voices`, which stores a blend (no clip to send).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlendBody {
+    name: Option<String>,
+    model: Option<String>,
+    blend: Option<String>,
 }
 
 /// Reads the multipart form within `max_body_bytes` and `body_timeout_ms`.
@@ -110,15 +131,19 @@ async fn read_form(
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    if !content_type.starts_with("multipart/form-data") {
+    let json = content_type.starts_with("application/json");
+    if !json && !content_type.starts_with("multipart/form-data") {
         return Err(ApiError::bad_request(
-            "send multipart/form-data: file (the reference clip), text (what it says), name, model",
+            "send multipart/form-data: file (the reference clip), text (what it says), name, model; or, for a blend of a model's voices, JSON or a form with name, model, blend",
         ));
     }
     let limit = state.cfg.max_body_bytes;
     let req =
         unless_declared_over(headers, req, limit, limit.saturating_mul(4)).ok_or_else(too_large)?;
     let read = async {
+        if json {
+            return read_blend_json(req, limit).await;
+        }
         let mut mp = Multipart::from_request(req, &())
             .await
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -134,6 +159,7 @@ async fn read_form(
                 "name" => &mut form.name,
                 "model" => &mut form.model,
                 "x_vector_only" => &mut form.x_vector_only,
+                "blend" => &mut form.blend,
                 _ => continue,
             };
             *slot = Some(field.text().await.map_err(multipart_error)?);
@@ -152,6 +178,25 @@ async fn read_form(
                 ),
             )
         })?
+}
+
+/// Reads a JSON body of `POST /v1/audio/voices` (a blend: `name`, `model`, `blend`) of
+/// at most `limit` bytes.
+async fn read_blend_json(req: Request, limit: usize) -> Result<VoiceForm, ApiError> {
+    let bytes = axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|_| too_large())?;
+    let b: BlendBody = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::bad_request(format!(
+            "invalid JSON body: {e}; a JSON body stores a blend (name, model, blend); a clone is sent as multipart/form-data"
+        ))
+    })?;
+    Ok(VoiceForm {
+        name: b.name,
+        model: b.model,
+        blend: b.blend,
+        ..VoiceForm::default()
+    })
 }
 
 /// A checked voice name: 1 to [`MAX_NAME_CHARS`] letters, digits, spaces, `-`, `_`,
@@ -269,6 +314,20 @@ pub async fn create_voice(
     let form = read_form(&state, &headers, req).await?;
     let name = check_name(form.name)?;
     let slot = slot_by_id(&state, form.model.as_deref(), Task::Tts)?;
+    if let Some(blend) = form.blend {
+        if form.file.is_some() || form.text.is_some() || form.x_vector_only.is_some() {
+            return Err(ApiError::bad_param(
+                "blend",
+                "blend mixes the model's preset voices; file, text and x_vector_only clone a voice from a clip: give one or the other",
+            ));
+        }
+        let blend = check_blend(&state, slot, blend).await?;
+        let model = slot.entry.id.clone();
+        return store(&state, move |s| {
+            s.create(&name, &model, VoiceData::Blend(&blend))
+        })
+        .await;
+    }
     let x_vector_only = flag(form.x_vector_only.as_deref(), "x_vector_only")?;
     let clip = form.file.ok_or_else(|| {
         ApiError::bad_param("file", "the 'file' field (the reference clip) is required")
@@ -290,7 +349,18 @@ pub async fn create_voice(
     })
     .await?;
     let model = slot.entry.id.clone();
-    match on_store(&state, move |s| s.create(&name, &model, &voice)).await? {
+    store(&state, move |s| {
+        s.create(&name, &model, VoiceData::Cloned(&voice))
+    })
+    .await
+}
+
+/// Stores a voice with `create` and answers with it.
+async fn store(
+    state: &Arc<AppState>,
+    create: impl FnOnce(&mut VoiceStore) -> Result<VoiceMeta, CreateError> + Send + 'static,
+) -> Result<Json<Value>, ApiError> {
+    match on_store(state, create).await? {
         Ok(meta) => Ok(Json(voice_object(&meta))),
         Err(CreateError::Full(max)) => Err(full(max)),
         Err(CreateError::Io(e)) => {
@@ -298,6 +368,49 @@ pub async fn create_voice(
             Err(internal())
         }
     }
+}
+
+/// Checks a blend for `slot`'s model: a family whose voices blend, at most
+/// [`MAX_BLEND_CHARS`], and every voice one of the model's with a weight above 0 (the
+/// engine's check, the model loaded if lazy). Answers the blend trimmed; errors name
+/// the field `blend`.
+async fn check_blend(
+    state: &Arc<AppState>,
+    slot: &Slot,
+    blend: String,
+) -> Result<String, ApiError> {
+    let family = &slot.entry.family;
+    if !BLENDING_FAMILIES.contains(&family.as_str()) {
+        return Err(ApiError::bad_param(
+            "blend",
+            format!(
+                "model '{}' (family {family}) does not blend voices; a Kokoro model does",
+                slot.entry.id
+            ),
+        ));
+    }
+    let blend = blend.trim().to_string();
+    let chars = blend.chars().count();
+    if chars > MAX_BLEND_CHARS {
+        return Err(ApiError::bad_param(
+            "blend",
+            format!("blend is {chars} characters, over the limit of {MAX_BLEND_CHARS}"),
+        ));
+    }
+    let checked = blend.clone();
+    with_model(state, slot, move |loaded| {
+        let Loaded::Tts(model) = loaded else {
+            return Err(ApiError::bad_request("this model does not do tts"));
+        };
+        model.check_voice(&checked).map_err(|e| {
+            let message = e
+                .message_in(&field_of)
+                .replace("field 'voice'", "field 'blend'");
+            ApiError::bad_param("blend", message)
+        })
+    })
+    .await?;
+    Ok(blend)
 }
 
 /// The query of `GET /v1/audio/voices`.
@@ -378,13 +491,21 @@ pub async fn delete_voice(
     }
 }
 
-/// The voice file of stored voice `id` for a speech request to `model`: 400 (field
-/// `voice`) when it is not stored or was cloned with another model.
+/// What a stored voice speaks with, for a speech request.
+pub enum StoredVoice {
+    /// The engine's voice file of a cloned voice.
+    Cloned(Arc<Vec<u8>>),
+    /// A blend of the model's preset voices, spoken as if the request named it.
+    Blend(String),
+}
+
+/// Stored voice `id` for a speech request to `model`: 400 (field `voice`) when it is
+/// not stored or was made with another model.
 pub async fn stored_voice(
     state: &Arc<AppState>,
     id: &str,
     model: &str,
-) -> Result<Arc<Vec<u8>>, ApiError> {
+) -> Result<StoredVoice, ApiError> {
     let meta = store_of(state)?.get(id).cloned().ok_or_else(|| {
         ApiError::bad_param(
             "voice",
@@ -398,15 +519,23 @@ pub async fn stored_voice(
         return Err(ApiError::bad_param(
             "voice",
             format!(
-                "voice '{id}' was cloned with model '{}' and speaks only with it, not with '{model}'",
+                "voice '{id}' was {} with model '{}' and speaks only with it, not with '{model}'",
+                if meta.blend.is_some() {
+                    "blended"
+                } else {
+                    "cloned"
+                },
                 meta.model
             ),
         ));
     }
+    if let Some(blend) = meta.blend {
+        return Ok(StoredVoice::Blend(blend));
+    }
     let key = id.to_string();
     on_store(state, move |s| s.voice_bytes(&key))
         .await?
-        .map(Arc::new)
+        .map(|v| StoredVoice::Cloned(Arc::new(v)))
         .map_err(|e| {
             eprintln!("error: {e}");
             internal()

@@ -477,3 +477,168 @@ fn bad_tts_configs_exit_2() {
         assert!(err.contains(needle), "{err}");
     }
 }
+
+/// Where a streamed answer stood when SIGTERM came and when it ended, and how the
+/// server exited.
+struct Drained {
+    /// Samples received in all.
+    samples: usize,
+    /// Whether the body ended properly (its final chunk) rather than being cut.
+    whole: bool,
+    /// From SIGTERM to the body's end or cut.
+    after_signal: Duration,
+    /// The exit status.
+    exit: std::process::ExitStatus,
+    /// What the server wrote to stderr.
+    log: String,
+}
+
+/// Starts the server on `cfg` (written into `dir`) with its stderr kept.
+fn start_logged(dir: tempfile::TempDir, cfg: &serde_json::Value) -> Server {
+    let mut cmd = common::server_command(&common::write_config(dir.path(), cfg));
+    cmd.stderr(std::process::Stdio::piped());
+    Server::spawn(&mut cmd).owning(dir)
+}
+
+/// Sends the streamed speech request `body`, sends SIGTERM to the server once the first
+/// bytes came, reads on to the end and waits for the server's exit.
+fn sigterm_during(mut server: Server, body: &serde_json::Value) -> (Drained, Vec<u8>) {
+    let r = ureq::post(&server.url("/v1/audio/speech"))
+        .set("Content-Type", "application/json")
+        .timeout(Duration::from_secs(120))
+        .send_string(&body.to_string())
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut reader = r.into_reader();
+    let mut bytes = vec![0u8; 1];
+    reader.read_exact(&mut bytes).unwrap();
+    let signalled = Instant::now();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let whole = reader.read_to_end(&mut bytes).is_ok();
+    let after_signal = signalled.elapsed();
+    let exit = loop {
+        if let Some(c) = server.child.try_wait().unwrap() {
+            break c;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(60),
+            "the server did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let d = Drained {
+        samples: bytes.len() / 2,
+        whole,
+        after_signal,
+        exit,
+        log: server.stop(),
+    };
+    (d, bytes)
+}
+
+/// Starts the `slow` model (20 ms of compute per character) with `shutdown_timeout_ms`,
+/// streams `chars` characters in sentences of 20 as PCM, and sends SIGTERM once the
+/// first bytes came ([`sigterm_during`]).
+fn stream_through_sigterm(shutdown_timeout_ms: u64, chars: usize) -> Drained {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = serde_json::json!({
+        "port": 0,
+        "threads": 1,
+        "shutdown_timeout_ms": shutdown_timeout_ms,
+        "models": [{ "id": "slow", "path": model(dir.path(), "slow.gguf", 20), "family": "test_tone", "task": "tts" }],
+    });
+    let server = start_logged(dir, &cfg);
+    assert_eq!(chars % 20, 0);
+    let text: String = (0..chars / 20)
+        .map(|i| format!("Sentence number {i:03}. "))
+        .collect();
+    sigterm_during(
+        server,
+        &serde_json::json!({ "model": "slow", "input": text, "response_format": "pcm", "stream_format": "audio" }),
+    )
+    .0
+}
+
+#[test]
+fn sigterm_lets_a_streamed_kokoro_answer_finish_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = serde_json::json!({
+        "port": 0,
+        "threads": 2,
+        "models": [{ "id": "kokoro", "path": common::kokoro_q8_gguf(), "family": "kokoro", "task": "tts" }],
+    });
+    let server = start_logged(dir, &cfg);
+    let text = "The stream starts with this sentence. Then the server is told to stop. \
+                It finishes the answer it has begun, sentence by sentence. \
+                Only then does it exit.";
+    let body = |stream: bool| {
+        let mut b =
+            serde_json::json!({ "model": "kokoro", "input": text, "response_format": "pcm" });
+        if stream {
+            b["stream_format"] = "audio".into();
+        }
+        b
+    };
+    let whole = speak(&server, &body(false));
+    assert_eq!(whole.status, 200);
+    let (d, streamed) = sigterm_during(server, &body(true));
+    assert!(
+        d.whole,
+        "the stream ended properly, {:?} after SIGTERM; log: {}",
+        d.after_signal, d.log
+    );
+    assert_eq!(
+        streamed.len(),
+        whole.body.len(),
+        "all the audio, {:?} after SIGTERM",
+        d.after_signal
+    );
+    assert!(streamed == whole.body, "the same audio as unhurried");
+    assert!(d.exit.success(), "{:?}; log: {}", d.exit, d.log);
+}
+
+#[test]
+fn sigterm_lets_a_streamed_answer_finish_within_the_shutdown_timeout() {
+    // 200 characters: 4 s of compute, 10 s of audio; SIGTERM after the first sentence.
+    let d = stream_through_sigterm(60_000, 200);
+    assert!(
+        d.whole,
+        "the stream ended properly, not cut, {:?} after SIGTERM; log: {}",
+        d.after_signal, d.log
+    );
+    assert_eq!(d.samples, expected_len(200, 1.0), "all the audio");
+    assert!(
+        d.after_signal >= Duration::from_millis(2500),
+        "synthesis went on after the signal: {:?}",
+        d.after_signal
+    );
+    assert!(d.exit.success(), "{:?}; log: {}", d.exit, d.log);
+    assert!(!d.log.contains("cut"), "{}", d.log);
+}
+
+#[test]
+fn sigterm_cuts_a_stream_still_running_after_the_shutdown_timeout() {
+    let d = stream_through_sigterm(1500, 200);
+    assert!(!d.whole, "a cut stream is an error, not an end");
+    assert!(
+        d.samples > 0 && d.samples < expected_len(200, 1.0),
+        "{} samples",
+        d.samples
+    );
+    assert!(
+        d.after_signal >= Duration::from_millis(1400)
+            && d.after_signal < Duration::from_millis(3500),
+        "cut at the 1.5 s shutdown timeout, not before nor long after: {:?}",
+        d.after_signal
+    );
+    assert!(
+        d.log.contains("still open after 1500 ms; closing them"),
+        "{}",
+        d.log
+    );
+    assert!(d.exit.success(), "{:?}; log: {}", d.exit, d.log);
+}

@@ -495,3 +495,193 @@ fn uploads_are_checked_and_bounded() {
     let (_, message) = speak(&server, &big, key).error(413);
     assert!(message.contains("ref_audio"), "{message}");
 }
+
+/// Posts a JSON body to the voices API.
+fn post_json(server: &Server, body: &Value, key: Option<&str>) -> Answer {
+    answer(common::send(
+        authed(ureq::post(&server.url("/v1/audio/voices")), key),
+        "application/json",
+        body.to_string().as_bytes(),
+    ))
+}
+
+#[test]
+fn a_stored_kokoro_blend_is_listed_speaks_as_the_blend_itself_and_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let tone = dir.path().join("tone.gguf");
+    audiocpp_engine::families::test_tone::write_model(&tone, 24_000, 0.5, 0).unwrap();
+    let cfg = json!({
+        "port": 0,
+        "threads": 2,
+        "api_key": KEY,
+        "voices_dir": "voices",
+        "models": [
+            { "id": "kokoro", "path": common::kokoro_q8_gguf(), "family": "kokoro", "task": "tts" },
+            { "id": "tone", "path": tone, "family": "test_tone", "task": "tts" },
+        ],
+    });
+    let server = Server::start(dir.path(), &cfg);
+    let key = Some(KEY);
+    const BLEND: &str = "af_heart:0.7+af_bella:0.3";
+
+    // Stored from a JSON body and from a form.
+    let up = post_json(
+        &server,
+        &json!({ "name": "Heart and Bella", "model": "kokoro", "blend": BLEND }),
+        key,
+    );
+    assert_eq!(up.status, 200, "{}", String::from_utf8_lossy(&up.body));
+    let v = up.json();
+    let id = v["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("voice_"), "{v}");
+    assert_eq!(
+        (&v["name"], &v["model"], &v["blend"]),
+        (&json!("Heart and Bella"), &json!("kokoro"), &json!(BLEND))
+    );
+    let voices = dir.path().join("voices");
+    assert!(voices.join(format!("{id}.json")).is_file());
+    let form = upload(
+        &server,
+        &[
+            ("name", "Mostly Bella"),
+            ("model", "kokoro"),
+            ("blend", "af_bella:3 + af_heart"),
+        ],
+        None,
+        key,
+    );
+    assert_eq!(form.status, 200, "{}", String::from_utf8_lossy(&form.body));
+    let id2 = form.json()["id"].as_str().unwrap().to_string();
+
+    // Listed with the model, beside its presets.
+    let list = get(&server, "/v1/audio/voices?model=kokoro", key).json();
+    let kokoro = entry(&list, "kokoro");
+    let presets = kokoro["presets"].as_array().unwrap();
+    assert!(presets.contains(&json!("af_heart")) && presets.contains(&json!("af_bella")));
+    // Both were stored within a second: the list orders them by id then.
+    let mut both = vec![id.clone(), id2.clone()];
+    both.sort();
+    assert_eq!(stored_ids(&list, "kokoro"), both);
+    let blend_of = |id: &str| {
+        kokoro["voices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["id"] == id)
+            .unwrap()["blend"]
+            .clone()
+    };
+    assert_eq!(blend_of(&id), BLEND);
+    assert_eq!(blend_of(&id2), "af_bella:3 + af_heart");
+
+    // Spoken by id, the audio is the blend's own, and not a preset's.
+    let say = |voice: &str| {
+        speak(
+            &server,
+            &json!({ "model": "kokoro", "input": "Hello there.", "voice": voice }),
+            key,
+        )
+        .samples()
+    };
+    let by_id = say(&id);
+    assert_eq!(by_id, say(BLEND));
+    assert_ne!(by_id, say("af_heart"));
+    assert_eq!(say(&id2), say("af_bella:3 + af_heart"));
+    // Only with its own model.
+    let (param, message) = speak(
+        &server,
+        &json!({ "model": "tone", "input": "Hi.", "voice": id }),
+        key,
+    )
+    .error(400);
+    assert_eq!(param, "voice");
+    assert!(message.contains("kokoro"), "{message}");
+
+    // Refusals name the field and store nothing.
+    let bad = [
+        (
+            json!({ "name": "x", "model": "kokoro", "blend": "af_heart:0.5+zz_nobody:0.5" }),
+            "blend",
+            "zz_nobody",
+        ),
+        (
+            json!({ "name": "x", "model": "kokoro", "blend": "af_heart:0+af_bella:1" }),
+            "blend",
+            "above 0",
+        ),
+        (
+            json!({ "name": "x", "model": "kokoro", "blend": "af_heart:-0.3+af_bella:1" }),
+            "blend",
+            "above 0",
+        ),
+        (
+            json!({ "name": "x", "model": "kokoro", "blend": "af_heart:lots" }),
+            "blend",
+            "not a number",
+        ),
+        (
+            json!({ "name": "x", "model": "kokoro", "blend": "af_heart+" }),
+            "blend",
+            "empty",
+        ),
+        (
+            json!({ "name": "x", "model": "kokoro", "blend": "af_heart:1".repeat(40) }),
+            "blend",
+            "256",
+        ),
+        (
+            json!({ "name": "x", "model": "tone", "blend": "low:0.5+high:0.5" }),
+            "blend",
+            "does not blend",
+        ),
+        (
+            json!({ "model": "kokoro", "blend": BLEND }),
+            "name",
+            "'name'",
+        ),
+    ];
+    for (body, param, says) in bad {
+        let (p, message) = post_json(&server, &body, key).error(400);
+        assert_eq!(p, param, "{body}: {message}");
+        assert!(message.contains(says), "{body}: {message}");
+    }
+    let (_, message) = post_json(
+        &server,
+        &json!({ "name": "x", "model": "kokoro", "voice": BLEND }),
+        key,
+    )
+    .error(400);
+    assert!(message.contains("unknown field"), "{message}");
+    let (p, _) = upload(
+        &server,
+        &[("name", "x"), ("model", "kokoro"), ("blend", BLEND)],
+        Some(&tone_wav(2.0)),
+        key,
+    )
+    .error(400);
+    assert_eq!(p, "blend", "a blend and a clip at once");
+    let list = get(&server, "/v1/audio/voices?model=kokoro", key).json();
+    assert_eq!(stored_ids(&list, "kokoro"), both);
+
+    // A restart keeps it; deleted, it is gone.
+    drop(server);
+    let server = Server::start(dir.path(), &cfg);
+    let again = speak(
+        &server,
+        &json!({ "model": "kokoro", "input": "Hello there.", "voice": { "id": id } }),
+        key,
+    );
+    assert_eq!(again.samples(), by_id);
+    assert_eq!(delete(&server, &id, key).json()["deleted"], true);
+    assert!(!voices.join(format!("{id}.json")).exists());
+    let list = get(&server, "/v1/audio/voices?model=kokoro", key).json();
+    assert_eq!(stored_ids(&list, "kokoro"), vec![id2]);
+    let (param, message) = speak(
+        &server,
+        &json!({ "model": "kokoro", "input": "Hello there.", "voice": id }),
+        key,
+    )
+    .error(400);
+    assert_eq!(param, "voice");
+    assert!(message.contains("not a stored voice"), "{message}");
+}

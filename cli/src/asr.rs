@@ -5,13 +5,12 @@ use std::path::Path;
 
 use audiocpp_engine::asr::{AsrModel, AsrOutput};
 use audiocpp_engine::audio;
-use audiocpp_engine::output;
 use audiocpp_engine::task::Task;
 use audiocpp_engine::vad::VadModel;
 
 use crate::flags::Flags;
 use crate::print::{self, out};
-use crate::{usage, Failure};
+use crate::{check_output, usage, write_then_print, Failure};
 
 /// Transcribes `--audio` with the model `model` of `family`.
 pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
@@ -19,6 +18,8 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     let opts = flags.runtime.options()?;
     let limits = flags.audio.limits()?;
     let spec = flags.runtime.model_spec_override.as_deref();
+    check_output("--text-out", flags.asr.text_out.as_deref())?;
+    check_output("--segments-out", flags.asr.segments_out.as_deref())?;
     let mut asr = AsrModel::load(family, model, spec, &opts)?;
     let mut decode = asr.default_options();
     if let Some(lang) = &flags.asr.language {
@@ -72,17 +73,24 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             asr.run_samples_with_vad(&samples, &decode, &mut vad, &params)?
         }
     };
-    if let Some(path) = &flags.asr.text_out {
-        output::write_bytes(path, format!("{}\n", out.text).as_bytes())?;
-    }
-    if let Some(path) = &flags.asr.segments_out {
-        output::write_bytes(path, segments_json(&out).as_bytes())?;
-    }
-    if flags.json {
-        print::json(&json(&out, flags.asr.timestamps))
-    } else {
-        print_lines(&out, flags.asr.timestamps)
-    }
+    write_then_print(
+        &[
+            ("--text-out", flags.asr.text_out.as_deref(), &|| {
+                format!("{}\n", out.text)
+            }),
+            ("--segments-out", flags.asr.segments_out.as_deref(), &|| {
+                segments_json(&out)
+            }),
+        ],
+        "the transcript is",
+        || {
+            if flags.json {
+                print::json(&json(&out, flags.asr.timestamps))
+            } else {
+                print_lines(&out, flags.asr.timestamps)
+            }
+        },
+    )
 }
 
 /// The `--json` result: segments carry their times only with `--timestamps`.

@@ -10,7 +10,7 @@ use audiocpp_engine::tasks;
 
 use crate::flags::Flags;
 use crate::print::{self, out};
-use crate::{usage, Failure};
+use crate::{check_output, usage, Failure};
 
 /// Converts `model` of `family` into `--out`.
 pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
@@ -22,6 +22,7 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         quantize: flags.convert.quantize.clone(),
         sources: flags.convert.sources()?,
     };
+    check_output("--out", Some(out))?;
     let spec = flags.runtime.model_spec_override.as_deref();
     let r = tasks::convert(family, model, spec, out, &options)?;
     if flags.json {

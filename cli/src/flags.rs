@@ -426,6 +426,52 @@ mod tests {
         );
     }
 
+    /// Every command of the package README (`packaging/readme/package.md`) parses, with
+    /// a task and a family this build has, and every `--flag` its text names is a flag
+    /// of this CLI: a renamed flag fails here, not for a new user of the package.
+    #[test]
+    fn the_package_readme_commands_and_flags_are_this_clis() {
+        let commands = audiocpp_test_support::package_readme_commands("{{cli}}");
+        assert!(commands.len() >= 10, "{commands:?}");
+        for c in &commands {
+            let args = std::iter::once("audiocpp_cli").chain(c[1..].iter().map(String::as_str));
+            let flags = match Flags::try_parse_from(args) {
+                Ok(flags) => flags,
+                Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion => continue,
+                Err(e) => panic!("{c:?}: {e}"),
+            };
+            if let Some(task) = &flags.task {
+                task.parse::<CliTask>()
+                    .unwrap_or_else(|e| panic!("{c:?}: {}", e.message));
+            }
+            if let Some(family) = &flags.family {
+                audiocpp_engine::families::find(family).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+            }
+        }
+        let longs: Vec<String> = Flags::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        let readme = audiocpp_test_support::package_readme();
+        let mut in_code = false;
+        for line in readme.lines() {
+            in_code ^= line.starts_with("```");
+            if in_code {
+                continue;
+            }
+            for (at, _) in line.match_indices("`--") {
+                let flag: String = line[at + 1..]
+                    .chars()
+                    .take_while(|c| *c == '-' || c.is_ascii_alphanumeric())
+                    .collect();
+                assert!(
+                    longs.contains(&flag),
+                    "{flag} is no flag of audiocpp_cli: {line}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn task_names_parse_to_the_engine_task_or_info() {
         assert_eq!("info".parse::<CliTask>().unwrap(), CliTask::Info);

@@ -14,9 +14,11 @@ mod print;
 mod tts;
 mod vad;
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use audiocpp_engine::families;
+use audiocpp_engine::output;
 use audiocpp_engine::task::Task;
 use audiocpp_engine::EngineError;
 use clap::Parser;
@@ -36,6 +38,58 @@ impl From<EngineError> for Failure {
             code: if e.is_user_error() { 2 } else { 1 },
             message: e.message_in(&flag_of),
         }
+    }
+}
+
+impl Failure {
+    /// The failure with `flag: ` before its message, naming the flag whose value failed.
+    fn of_flag(self, flag: &str) -> Failure {
+        Failure {
+            message: format!("{flag}: {}", self.message),
+            ..self
+        }
+    }
+}
+
+/// Refuses, before any model loads, an output file `flag` names that could not be
+/// written (no such folder, a directory, a folder that may not be written), so no work
+/// runs only to be thrown away at the end; the message names the flag.
+pub fn check_output(flag: &str, path: Option<&Path>) -> Result<(), Failure> {
+    match path {
+        Some(p) => output::check_writable(p)
+            .map(drop)
+            .map_err(|e| Failure::from(e).of_flag(flag)),
+        None => Ok(()),
+    }
+}
+
+/// A result file: its flag, the path given (if any) and how to make its content.
+pub type ResultFile<'a> = (&'a str, Option<&'a Path>, &'a dyn Fn() -> String);
+
+/// Writes the result files `files` (flag, path, content) and then prints the result with
+/// `print`, even when a file could not be written (a disk that filled up during the
+/// work): the first write failure is returned after the print, saying that the result
+/// is on standard output (`what`: "the transcript is"), so a finished result is never
+/// lost.
+pub fn write_then_print(
+    files: &[ResultFile],
+    what: &str,
+    print: impl FnOnce() -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    let mut unwritten = None;
+    for (flag, path, content) in files {
+        let Some(path) = path else { continue };
+        if let Err(e) = output::write_bytes(path, content().as_bytes()) {
+            unwritten.get_or_insert(Failure::from(e).of_flag(flag));
+        }
+    }
+    print()?;
+    match unwritten {
+        Some(f) => Err(Failure {
+            message: format!("{}; {what} on standard output", f.message),
+            ..f
+        }),
+        None => Ok(()),
     }
 }
 

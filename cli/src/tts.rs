@@ -14,7 +14,7 @@ use audiocpp_engine::tts::{self, SpeechInput, SpeechOptions, SpeechRequest, TtsM
 
 use crate::flags::Flags;
 use crate::print::{self, out};
-use crate::{usage, Failure};
+use crate::{check_output, usage, Failure};
 
 /// The largest `--text-file` read: far more text than an hour of speech, and a bound on
 /// what a mistaken path (a disk image, a log) makes the CLI read.
@@ -54,7 +54,7 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
                 "--out: nothing to speak; give --text (or leave --out out to only save the voice)",
             ));
         }
-        output::plan(voice_out)?;
+        check_output("--voice-out", Some(voice_out))?;
         let mut tts = TtsModel::load(family, model, spec, &opts)?;
         let made = make_voice(&mut tts, c)?;
         return report_voice_only(voice_out, flags.json, &made);
@@ -67,11 +67,13 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         .out
         .as_deref()
         .ok_or_else(|| usage("--task tts needs --out FILE.wav (or --out - for standard output)"))?;
-    // Refuse an output that cannot be written (a directory) before synthesizing.
-    output::plan(out_path)?;
-    if let Some(voice_out) = clone.as_ref().and_then(|c| c.voice_out.as_deref()) {
-        output::plan(voice_out)?;
-    }
+    // Refuse an output that cannot be written (a directory, no such folder) before
+    // synthesizing.
+    check_output("--out", Some(out_path))?;
+    check_output(
+        "--voice-out",
+        clone.as_ref().and_then(|c| c.voice_out.as_deref()),
+    )?;
     let saved_voice = match (&t.voice, &clone) {
         (Some(v), None) if is_voice_file(v) => Some(tts::read_voice_file(Path::new(v))?),
         _ => None,
@@ -112,7 +114,14 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         samples.extend_from_slice(chunk);
         Ok(())
     })?;
-    output::write_wav(out_path, &samples, stats.sample_rate)?;
+    if let Err(e) = output::write_wav(out_path, &samples, stats.sample_rate) {
+        return Err(keep_speech(
+            Failure::from(e).of_flag("--out"),
+            out_path,
+            &samples,
+            stats.sample_rate,
+        ));
+    }
     let rtf = if stats.audio_seconds > 0.0 {
         stats.inference_ms / 1000.0 / stats.audio_seconds
     } else {
@@ -146,6 +155,28 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         out!("{report}");
     }
     Ok(())
+}
+
+/// The failure of writing `--out` after the speech was made: the speech is saved in the
+/// temp folder instead (a disk that filled during synthesis, a folder removed meanwhile)
+/// and the message says where, so the synthesis is not lost. Nothing is saved for
+/// `--out -` (standard output itself failed).
+fn keep_speech(f: Failure, out_path: &Path, samples: &[f32], rate: u32) -> Failure {
+    if out_path.as_os_str() == "-" {
+        return f;
+    }
+    let kept = std::env::temp_dir().join(format!("audiocpp-tts-{}.wav", std::process::id()));
+    match output::write_wav(&kept, samples, rate) {
+        Ok(()) => Failure {
+            message: format!(
+                "{}; the speech was saved to '{}' instead",
+                f.message,
+                kept.display()
+            ),
+            ..f
+        },
+        Err(_) => f,
+    }
 }
 
 /// `--list-voices`: the model's rate, voices and languages.

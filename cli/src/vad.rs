@@ -4,13 +4,12 @@
 use std::path::Path;
 
 use audiocpp_engine::audio;
-use audiocpp_engine::output;
 use audiocpp_engine::task::Task;
 use audiocpp_engine::vad::{VadModel, VadOutput};
 
 use crate::flags::Flags;
 use crate::print::{self, out};
-use crate::{usage, Failure};
+use crate::{check_output, usage, write_then_print, Failure};
 
 /// Runs the VAD model `model` of `family` on `--audio`.
 pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
@@ -23,20 +22,28 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     }
     let limits = flags.audio.limits()?;
     let spec = flags.runtime.model_spec_override.as_deref();
+    check_output("--vad-chunks-out", flags.vad.vad_chunks_out.as_deref())?;
     let mut vad = VadModel::load(family, model, spec, &opts)?;
     let params = flags.vad.params(vad.default_params());
     let samples = audio::load_limited(audio, vad.sample_rate(), &limits)?.samples;
     let out = vad.run_samples(&samples, &params)?;
-    if let Some(path) = &flags.vad.vad_chunks_out {
-        output::write_bytes(path, segments_json(&out).as_bytes())?;
-    }
-    if flags.json {
-        let mut v = serde_json::to_value(&out).expect("serialises");
-        v["segments"] = serde_json::Value::from(segments(&out));
-        print::json(&v)
-    } else {
-        print_lines(&out)
-    }
+    write_then_print(
+        &[(
+            "--vad-chunks-out",
+            flags.vad.vad_chunks_out.as_deref(),
+            &|| segments_json(&out),
+        )],
+        "the segments are",
+        || {
+            if flags.json {
+                let mut v = serde_json::to_value(&out).expect("serialises");
+                v["segments"] = serde_json::Value::from(segments(&out));
+                print::json(&v)
+            } else {
+                print_lines(&out)
+            }
+        },
+    )
 }
 
 /// VAD segments as every output names them (docs/errors.md): `start` and `end` in

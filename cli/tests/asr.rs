@@ -602,6 +602,25 @@ fn the_phrase_comes_out_exactly_and_text_out_is_written() {
     assert_eq!(std::fs::read_to_string(&txt).unwrap().trim_end(), PHRASE);
 }
 
+/// A `--text-out` that fails after the transcription (`/dev/full`: a disk that filled
+/// meanwhile) still exits 2, but the transcript is printed and the error says so.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_text_out_that_fails_after_the_work_keeps_the_transcript() {
+    let run = asr(
+        s(&clip_asr("phrase_en_us.wav")),
+        &["--text-out", "/dev/full", "--language", "en"],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(run.value("text").as_deref(), Some(PHRASE), "{}", run.stdout);
+    assert!(
+        run.stderr.contains("--text-out: cannot write '/dev/full'")
+            && run.stderr.contains("the transcript is on standard output"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn corrupt_or_missing_models_fail_cleanly() {
     let dir = tempfile::tempdir().unwrap();

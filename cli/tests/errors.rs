@@ -410,9 +410,18 @@ fn outputs_go_in_place_to_devices_through_symlinks_and_report_write_errors() {
         &["--model-spec-override", s(&specs)],
     ]
     .concat();
-    // /dev/full: the write error is an error, exit 2, not a silent success.
+    // /dev/full: the write error is an error, exit 2, not a silent success; the
+    // segments still reach standard output, and the error says so.
     let run = cli(&[&base[..], &["--vad-chunks-out", "/dev/full"]].concat());
-    assert_user_error(&run, "cannot write '/dev/full'");
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("--vad-chunks-out: cannot write '/dev/full'")
+            && run.stderr.contains("the segments are on standard output"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.contains("segment.0="), "{}", run.stdout);
     // /dev/null stays a device.
     let run = cli(&[&base[..], &["--vad-chunks-out", "/dev/null"]].concat());
     assert_eq!(run.code, 0, "{}", run.stderr);

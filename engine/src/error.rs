@@ -20,7 +20,8 @@ pub enum EngineError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// An output file could not be written; a full disk says so and what to do.
+    /// An output file could not be written; a full disk or a folder that may not be
+    /// written says so and what to do.
     #[error("cannot write '{path}': {source}{}", write_remedy(source))]
     Write {
         /// The file.
@@ -129,11 +130,15 @@ impl EngineError {
     }
 }
 
-/// What to do about a write error, after its OS message: room on a full disk.
+/// What to do about a write error, after its OS message: room on a full disk, another
+/// folder for one that may not be written.
 fn write_remedy(source: &std::io::Error) -> &'static str {
     match source.kind() {
         std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
             "; no space left on device: free space on that disk, or write the output to another one"
+        }
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+            " (give a path in a folder you can write to)"
         }
         _ => "",
     }

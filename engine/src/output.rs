@@ -101,6 +101,44 @@ pub fn plan(path: &Path) -> Result<Plan> {
     }
 }
 
+/// Checks, before any work, that `path` can be written as [`plan`] decides: for a
+/// regular file, that its folder exists and takes a new file (a partial file is made
+/// there and removed at once), so a missing, misnamed or read-only folder is refused
+/// before a model loads rather than after the work it would throw away. Standard
+/// output, devices and FIFOs are not probed (opening a FIFO waits for its reader).
+pub fn check_writable(path: &Path) -> Result<Plan> {
+    let plan = plan(path)?;
+    if let Plan::Replace { target } = &plan {
+        let folder = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let refuse = |why: &str| {
+            Err(EngineError::Usage(format!(
+                "cannot write '{}': {why} '{}' (create the folder first, or give a path in an existing folder)",
+                path.display(),
+                folder.display()
+            )))
+        };
+        match std::fs::metadata(folder) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return refuse("this is not a folder:"),
+            Err(_) => return refuse("there is no folder"),
+        }
+        let (guard, probe) = reserve_partial(target).map_err(|e| match e {
+            EngineError::Write { source, .. } => EngineError::Write {
+                path: path.to_path_buf(),
+                source,
+            },
+            e => e,
+        })?;
+        // Closed before the guard removes it (Windows removes no open file at once).
+        drop(probe);
+        drop(guard);
+    }
+    Ok(plan)
+}
+
 /// Partial files this process has reserved, counted so that each name is new.
 static PARTIAL_SERIAL: AtomicU64 = AtomicU64::new(0);
 
@@ -375,6 +413,54 @@ mod tests {
         let new = dir.path().join("out.txt");
         assert_eq!(plan(&new).unwrap(), Plan::Replace { target: new });
         assert!(plan(dir.path()).is_err(), "a directory is refused");
+    }
+
+    #[test]
+    fn check_writable_refuses_what_a_write_would_fail_on_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("out.txt");
+        assert_eq!(
+            check_writable(&ok).unwrap(),
+            Plan::Replace { target: ok.clone() }
+        );
+        let missing = dir.path().join("no/such/out.txt");
+        let err = check_writable(&missing).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("cannot write '{}'", missing.display()))
+                && err.contains("there is no folder")
+                && err.contains("create the folder first"),
+            "{err}"
+        );
+        let file = dir.path().join("file.txt");
+        std::fs::write(&file, "x").unwrap();
+        let err = check_writable(&file.join("out.txt"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not a folder"), "{err}");
+        let err = check_writable(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("is a directory"), "{err}");
+        assert_eq!(check_writable(Path::new("-")).unwrap(), Plan::Stdout);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "only file.txt: the probe left nothing");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn check_writable_refuses_a_read_only_folder() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let ro = dir.path().join("ro");
+        std::fs::create_dir(&ro).unwrap();
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+        // Root writes anywhere: nothing to refuse then.
+        if std::fs::write(ro.join("root"), "x").is_ok() {
+            return;
+        }
+        let err = check_writable(&ro.join("out.wav")).unwrap_err().to_string();
+        assert!(
+            err.contains("cannot write") && err.contains("a folder you can write to"),
+            "{err}"
+        );
     }
 
     #[test]

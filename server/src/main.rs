@@ -266,3 +266,39 @@ async fn shutdown_signal() {
     }
     eprintln!("audiocpp_server: shutting down, finishing in-flight requests");
 }
+
+#[cfg(test)]
+mod package_readme_tests {
+    use super::*;
+
+    /// The package README's server commands (`packaging/readme/package.md`) parse, and its
+    /// server.json loads: every key is one of [`Config`]'s, every model's family and task
+    /// are this build's (with empty files for its models). A renamed flag or key fails
+    /// here, not for a new user of the package.
+    #[test]
+    fn the_package_readme_server_commands_and_config_are_this_servers() {
+        let commands = audiocpp_test_support::package_readme_commands("{{server}}");
+        assert!(!commands.is_empty());
+        for c in &commands {
+            let args = std::iter::once("audiocpp_server").chain(c[1..].iter().map(String::as_str));
+            Flags::try_parse_from(args).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        }
+        let blocks = audiocpp_test_support::package_readme_json_blocks();
+        assert_eq!(blocks.len(), 1, "one sample server.json: {blocks:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&blocks[0]).unwrap();
+        for m in v["models"].as_array().unwrap() {
+            for key in ["path", "vad_model"] {
+                if let Some(p) = m[key].as_str() {
+                    let p = dir.path().join(p);
+                    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                    std::fs::write(p, b"").unwrap();
+                }
+            }
+        }
+        let config = dir.path().join("server.json");
+        std::fs::write(&config, &blocks[0]).unwrap();
+        let cfg = Config::load(&config).unwrap();
+        assert_eq!(cfg.models.len(), v["models"].as_array().unwrap().len());
+    }
+}

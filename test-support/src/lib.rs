@@ -180,6 +180,87 @@ pub fn snr_db(reference: &[f32], x: &[f32]) -> f64 {
     10.0 * (signal / noise.max(1e-30)).log10()
 }
 
+/// The package README's template (`packaging/readme/package.md`), whose commands and
+/// server.json the CLI's and the server's tests parse, so that a renamed flag or
+/// server.json key fails a test instead of a new user.
+pub fn package_readme() -> String {
+    let path = root().join("packaging/readme/package.md");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The commands of the package README's code blocks that start with `program` (the
+/// template's `{{cli}}` or `{{server}}`), each split into its words as a POSIX shell
+/// would (quotes, backslash-continued lines), with `program` as the first word and
+/// `{{backend}}` as `cpu`.
+pub fn package_readme_commands(program: &str) -> Vec<Vec<String>> {
+    let readme = package_readme();
+    let mut commands = Vec::new();
+    let mut in_code = false;
+    let mut pending = String::new();
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if !in_code {
+            continue;
+        }
+        pending.push_str(line.trim_end_matches('\\'));
+        if line.ends_with('\\') {
+            pending.push(' ');
+            continue;
+        }
+        let command = std::mem::take(&mut pending).replace("{{backend}}", "cpu");
+        if command.trim_start().starts_with(program) {
+            commands.push(shell_words(&command));
+        }
+    }
+    commands
+}
+
+/// The package README's ```json code blocks (its sample server.json).
+pub fn package_readme_json_blocks() -> Vec<String> {
+    let readme = package_readme();
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in readme.lines() {
+        match (&mut current, line.starts_with("```")) {
+            (None, true) if line.trim() == "```json" => current = Some(String::new()),
+            (Some(_), true) => blocks.extend(current.take()),
+            (Some(b), false) => {
+                b.push_str(line);
+                b.push('\n');
+            }
+            _ => {}
+        }
+    }
+    blocks
+}
+
+/// `line` split into words as a POSIX shell would for the README's commands: blanks
+/// separate, single and double quotes group (no escapes inside), `#` starts a comment.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quote = None;
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.get_or_insert_with(String::new).push(c),
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                word.get_or_insert_with(String::new);
+            }
+            (None, '#') if word.is_none() => break,
+            (None, c) if c.is_whitespace() => words.extend(word.take()),
+            (None, c) => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    assert!(quote.is_none(), "unclosed quote in {line:?}");
+    words.extend(word);
+    words
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@
 //!   listed here, each with its reason (tracks are data in `packaging/tracks.toml`);
 //! - every document a file cites exists;
 //! - the README's `cargo xtask` verbs are the toolchain's verbs;
+//! - every placeholder of the package README's template is filled in;
 //! - the engine's top-level modules import one another in layers, with no circle.
 
 use std::collections::BTreeSet;
@@ -294,6 +295,29 @@ fn every_cited_document_exists() {
     assert!(
         missing.is_empty(),
         "documents cited but not in the repository: {missing:#?}"
+    );
+}
+
+/// Every `{{name}}` of the package README's template is one `render_readme` fills in, so
+/// no placeholder reaches a package (the template's commands and server.json are checked
+/// against the CLI and the server by their own tests).
+#[test]
+fn the_package_readmes_placeholders_are_all_filled_in() {
+    let template = read(Path::new("packaging/readme/package.md"));
+    let render = read(Path::new("xtask/src/dist/package.rs"));
+    let placeholder = regex::Regex::new(r"\{\{([a-z_]+)\}\}").unwrap();
+    let used: BTreeSet<&str> = placeholder
+        .captures_iter(&template)
+        .map(|c| c.get(1).unwrap().as_str())
+        .collect();
+    assert!(used.contains("cli") && used.contains("server"), "{used:?}");
+    let unfilled: Vec<&&str> = used
+        .iter()
+        .filter(|n| !render.contains(&format!(".replace(\"{{{{{n}}}}}\"")))
+        .collect();
+    assert!(
+        unfilled.is_empty(),
+        "placeholders of packaging/readme/package.md that render_readme leaves: {unfilled:?}"
     );
 }
 

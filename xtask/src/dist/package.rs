@@ -154,9 +154,9 @@ pub fn render_readme(track: &Track, plan: &DistPlan, commit: &str) -> Result<Str
     let template_path = project_root().join("packaging/readme/package.md");
     let template = std::fs::read_to_string(&template_path)
         .with_context(|| format!("reading {}", template_path.display()))?;
-    let cli = match track.os {
-        Os::Windows => "audiocpp_cli.exe".to_string(),
-        Os::Linux => "./audiocpp_cli".to_string(),
+    let (cli, server) = match track.os {
+        Os::Windows => ("audiocpp_cli.exe", "audiocpp_server.exe"),
+        Os::Linux => ("./audiocpp_cli", "./audiocpp_server"),
     };
     let backend = serde_json::to_value(track.backend)?
         .as_str()
@@ -205,7 +205,8 @@ pub fn render_readme(track: &Track, plan: &DistPlan, commit: &str) -> Result<Str
         .replace("{{description}}", &track.description)
         .replace("{{version}}", env!("CARGO_PKG_VERSION"))
         .replace("{{commit}}", commit)
-        .replace("{{cli}}", &cli)
+        .replace("{{cli}}", cli)
+        .replace("{{server}}", server)
         .replace("{{backend}}", &backend)
         .replace("{{backend_note}}", &backend_note)
         .replace("{{notes}}", &notes)

@@ -51,7 +51,7 @@ pub const FAMILY: Family = Family {
             "ctranslate2 (model.bin + tokenizer.json [+ config.json]; convert only)",
         ],
         description:
-            "OpenAI Whisper speech recognition (tiny.en tested), greedy decoding without timestamps",
+            "OpenAI Whisper speech recognition (tiny.en and base tested), greedy with temperature fallback and timestamps",
     },
     spec: Some(include_str!("../../../../model_specs/whisper.json")),
     legacy: &[],

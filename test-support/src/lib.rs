@@ -54,6 +54,50 @@ pub fn specs() -> PathBuf {
     root().join("model_specs")
 }
 
+/// The pinned Kokoro sources a convert reads: the int8 ONNX and the named `--source`
+/// inputs (`voices`, `vocab`, `lexicons`), each checked to exist.
+pub fn kokoro_sources() -> (PathBuf, Vec<(String, PathBuf)>) {
+    let a = assets(&[
+        "kokoro/kokoro.onnx",
+        "kokoro/voices/af_heart.bin",
+        "kokoro-vocab.json",
+        "misaki/us_gold.json",
+    ]);
+    let sources = [
+        ("voices", a.join("kokoro/voices")),
+        ("vocab", a.join("kokoro-vocab.json")),
+        ("lexicons", a.join("misaki")),
+    ];
+    (
+        a.join("kokoro/kokoro.onnx"),
+        sources.map(|(n, p)| (n.to_string(), p)).into(),
+    )
+}
+
+/// `out`, made by `make(out)` unless the stamp file beside it records the same `inputs`
+/// (their modification times and sizes) as now; one maker at a time in this process.
+/// For models the tests convert once and reuse until the converter or its spec changes.
+pub fn cached(out: &Path, inputs: &[&Path], make: impl FnOnce(&Path)) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut stamp = out.as_os_str().to_owned();
+    stamp.push(".stamp");
+    let want: Vec<String> = inputs
+        .iter()
+        .map(|p| {
+            let m = std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            format!("{:?} {}", m.modified().unwrap(), m.len())
+        })
+        .collect();
+    let want = want.join(" | ");
+    if out.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return out.to_path_buf();
+    }
+    make(out);
+    std::fs::write(&stamp, want).unwrap();
+    out.to_path_buf()
+}
+
 /// The test venv's Python (numpy, onnxruntime, faster-whisper, openai):
 /// `AUDIOCPP_TEST_PYTHON`, or the venv among the assets; fails loudly when missing.
 pub fn python() -> PathBuf {

@@ -68,54 +68,31 @@ pub fn cli(args: &[&str]) -> Run {
 /// build's CLI, cached as `<assets>/kokoro/kokoro-<quantize>.gguf` and made again when
 /// the CLI binary or the spec changed (a stamp beside it records both).
 pub fn kokoro_gguf(quantize: &str) -> PathBuf {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let a = assets();
-    let src = a.join("kokoro");
-    assert!(
-        src.join("kokoro.onnx").is_file() && src.join("voices/af_heart.bin").is_file(),
-        "Kokoro assets are missing in {}: run `cargo xtask test`",
-        src.display()
-    );
-    let out = src.join(format!("kokoro-{quantize}.gguf"));
-    let stamp = src.join(format!("kokoro-{quantize}.gguf.stamp"));
-    let spec = specs().join("kokoro.json");
-    let mtime = |p: &Path| {
-        let m = std::fs::metadata(p).unwrap();
-        format!("{:?} {}", m.modified().unwrap(), m.len())
-    };
-    let want = format!("{} | {}", mtime(exe()), mtime(&spec));
-    if out.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
-        return out;
-    }
-    // The sources by `--source NAME=PATH` (the named flags are tested in tts_convert.rs).
-    let voices = format!("voices={}", s(&src.join("voices")));
-    let vocab = format!("vocab={}", s(&a.join("kokoro-vocab.json")));
-    let lexicons = format!("lexicons={}", s(&a.join("misaki")));
+    let (onnx, sources) = audiocpp_test_support::kokoro_sources();
+    let out = onnx.with_file_name(format!("kokoro-{quantize}.gguf"));
     let specs = specs();
-    let run = cli(&[
-        "--task",
-        "convert",
-        "--family",
-        "kokoro",
-        "--model",
-        s(&src.join("kokoro.onnx")),
-        "--source",
-        &voices,
-        "--source",
-        &vocab,
-        "--source",
-        &lexicons,
-        "--quantize",
-        quantize,
-        "--out",
-        s(&out),
-        "--model-spec-override",
-        s(&specs),
-    ]);
-    assert_eq!(run.code, 0, "converting Kokoro: {}", run.stderr);
-    std::fs::write(&stamp, want).unwrap();
-    out
+    audiocpp_test_support::cached(&out, &[exe(), &specs.join("kokoro.json")], |out| {
+        // The sources by `--source NAME=PATH` (the named flags are tested in tts_convert.rs).
+        let sources: Vec<String> = sources
+            .iter()
+            .map(|(name, path)| format!("{name}={}", s(path)))
+            .collect();
+        let mut args = vec![
+            "--task",
+            "convert",
+            "--family",
+            "kokoro",
+            "--model",
+            s(&onnx),
+        ];
+        for source in &sources {
+            args.extend(["--source", source.as_str()]);
+        }
+        args.extend(["--quantize", quantize, "--out", s(out)]);
+        args.extend(["--model-spec-override", s(&specs)]);
+        let run = cli(&args);
+        assert_eq!(run.code, 0, "converting Kokoro: {}", run.stderr);
+    })
 }
 
 /// Runs `--task convert --family whisper` of the CTranslate2 folder `model` into `out`

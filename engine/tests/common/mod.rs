@@ -18,24 +18,13 @@ pub fn kokoro_dir() -> PathBuf {
 /// Converts the pinned Kokoro sources (the int8 ONNX, every voice, the vocabulary and
 /// lexicons) with weight type `quantize` into `out`, with the repository's specs.
 pub fn convert_kokoro(quantize: &str, out: &Path) -> audiocpp_engine::tasks::ConvertOutput {
-    let a = assets(&["kokoro-vocab.json", "misaki/us_gold.json"]);
-    let src = kokoro_dir();
+    let (onnx, sources) = audiocpp_test_support::kokoro_sources();
     let options = ConvertOptions {
         quantize: Some(quantize.to_string()),
-        sources: vec![
-            ("voices".into(), src.join("voices")),
-            ("vocab".into(), a.join("kokoro-vocab.json")),
-            ("lexicons".into(), a.join("misaki")),
-        ],
+        sources,
     };
-    audiocpp_engine::tasks::convert(
-        "kokoro",
-        &src.join("kokoro.onnx"),
-        Some(&specs()),
-        out,
-        &options,
-    )
-    .unwrap_or_else(|e| panic!("converting Kokoro ({quantize}): {e}"))
+    audiocpp_engine::tasks::convert("kokoro", &onnx, Some(&specs()), out, &options)
+        .unwrap_or_else(|e| panic!("converting Kokoro ({quantize}): {e}"))
 }
 
 /// A Kokoro GGUF (`quantize`: `f32`, `f16` or `q8_0`), converted by [`convert_kokoro`]
@@ -43,23 +32,11 @@ pub fn convert_kokoro(quantize: &str, out: &Path) -> audiocpp_engine::tasks::Con
 /// when the test binary (which holds the converter) or the spec changed: a stamp beside
 /// it records both.
 pub fn kokoro_gguf(quantize: &str) -> PathBuf {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let out = dir.join(format!("kokoro-{quantize}.gguf"));
-    let stamp = dir.join(format!("kokoro-{quantize}.gguf.stamp"));
-    let mtime = |p: &Path| {
-        let m = std::fs::metadata(p).unwrap();
-        format!("{:?} {}", m.modified().unwrap(), m.len())
-    };
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kokoro-{quantize}.gguf"));
     let exe = std::env::current_exe().unwrap();
-    let want = format!("{} | {}", mtime(&exe), mtime(&specs().join("kokoro.json")));
-    if out.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
-        return out;
-    }
-    convert_kokoro(quantize, &out);
-    std::fs::write(&stamp, want).unwrap();
-    out
+    audiocpp_test_support::cached(&out, &[&exe, &specs().join("kokoro.json")], |out| {
+        convert_kokoro(quantize, out);
+    })
 }
 
 /// Whisper tiny.en converted from the pinned CTranslate2 model (f16, the repository's

@@ -38,45 +38,18 @@ pub fn whisper_tiny_gguf(dir: &Path) -> PathBuf {
 /// crate's test scratch folder and made again when the test binary (which holds the
 /// converter) or the spec changed: a stamp beside it records both.
 pub fn kokoro_q8_gguf() -> PathBuf {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let a = audiocpp_test_support::assets(&[
-        "kokoro/kokoro.onnx",
-        "kokoro/voices/af_heart.bin",
-        "kokoro-vocab.json",
-        "misaki/us_gold.json",
-    ]);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let out = dir.join("server-kokoro-q8_0.gguf");
-    let stamp = dir.join("server-kokoro-q8_0.gguf.stamp");
-    let mtime = |p: &Path| {
-        let m = std::fs::metadata(p).unwrap();
-        format!("{:?} {}", m.modified().unwrap(), m.len())
-    };
+    let (onnx, sources) = audiocpp_test_support::kokoro_sources();
     let specs = audiocpp_test_support::specs();
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("server-kokoro-q8_0.gguf");
     let exe = std::env::current_exe().unwrap();
-    let want = format!("{} | {}", mtime(&exe), mtime(&specs.join("kokoro.json")));
-    if out.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
-        return out;
-    }
-    let options = audiocpp_engine::families::ConvertOptions {
-        quantize: Some("q8_0".into()),
-        sources: vec![
-            ("voices".into(), a.join("kokoro/voices")),
-            ("vocab".into(), a.join("kokoro-vocab.json")),
-            ("lexicons".into(), a.join("misaki")),
-        ],
-    };
-    audiocpp_engine::tasks::convert(
-        "kokoro",
-        &a.join("kokoro/kokoro.onnx"),
-        Some(&specs),
-        &out,
-        &options,
-    )
-    .unwrap_or_else(|e| panic!("converting Kokoro (q8_0): {e}"));
-    std::fs::write(&stamp, want).unwrap();
-    out
+    audiocpp_test_support::cached(&out, &[&exe, &specs.join("kokoro.json")], |out| {
+        let options = audiocpp_engine::families::ConvertOptions {
+            quantize: Some("q8_0".into()),
+            sources,
+        };
+        audiocpp_engine::tasks::convert("kokoro", &onnx, Some(&specs), out, &options)
+            .unwrap_or_else(|e| panic!("converting Kokoro (q8_0): {e}"));
+    })
 }
 
 /// Writes `config` as `server.json` in `dir`; returns its path.

@@ -289,12 +289,7 @@ fn sigterm_finishes_in_flight_requests() {
         post(&format!("{base}/v1/tasks/run"), &ct, &body, None)
     });
     std::thread::sleep(Duration::from_millis(50));
-    let pid = s.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    s.terminate();
     let (status, v, _) = inflight.join().unwrap();
     assert_eq!(status, 200, "the in-flight request completes: {v}");
     let code = s.child.wait().unwrap();
@@ -504,22 +499,11 @@ fn sigterm_is_not_held_up_by_a_half_sent_request() {
     std::io::Write::write_all(&mut half, b"POST /v1/tasks/run HTTP/1.1\r\nHost: x\r\n").unwrap();
     let idle = std::net::TcpStream::connect(&addr).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let t0 = Instant::now();
-    assert!(Command::new("kill")
-        .args(["-TERM", &s.child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    let code = loop {
-        if let Some(c) = s.child.try_wait().unwrap() {
-            break c;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "SIGTERM waits for a half-sent request"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    s.terminate();
+    let code = s.exit_within(
+        Duration::from_secs(10),
+        "SIGTERM waits for a half-sent request",
+    );
     assert!(code.success(), "{code:?}");
     drop((half, idle));
 }

@@ -513,23 +513,13 @@ fn sigterm_during(mut server: Server, body: &serde_json::Value) -> (Drained, Vec
     let mut bytes = vec![0u8; 1];
     reader.read_exact(&mut bytes).unwrap();
     let signalled = Instant::now();
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
+    server.terminate();
     let whole = reader.read_to_end(&mut bytes).is_ok();
     let after_signal = signalled.elapsed();
-    let exit = loop {
-        if let Some(c) = server.child.try_wait().unwrap() {
-            break c;
-        }
-        assert!(
-            signalled.elapsed() < Duration::from_secs(60),
-            "the server did not exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let exit = server.exit_within(
+        Duration::from_secs(60),
+        "the server did not exit after SIGTERM",
+    );
     let d = Drained {
         samples: bytes.len() / 2,
         whole,

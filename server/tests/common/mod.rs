@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 
 pub use audiocpp_test_support::{python, root, wer, words};
 
@@ -127,6 +127,25 @@ impl Server {
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Sends the server SIGTERM (its graceful shutdown).
+    pub fn terminate(&self) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success(), "kill -TERM {pid}: {sent:?}");
+    }
+
+    /// Waits for the process to exit, failing with `what` past `limit`.
+    pub fn exit_within(&mut self, limit: std::time::Duration, what: &str) -> ExitStatus {
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(code) = self.child.try_wait().unwrap() {
+                return code;
+            }
+            assert!(t0.elapsed() < limit, "{what} (after {limit:?})");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// Kills the server; returns what it wrote to stderr when that was piped.

@@ -18,6 +18,13 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     let opts = flags.runtime.options()?;
     let limits = flags.audio.limits()?;
     let spec = flags.runtime.model_spec_override.as_deref();
+    if flags.asr.word_timestamps && flags.asr.without_timestamps {
+        // Words are timed inside timestamped segments and the next window starts at the
+        // last word's end; --without-timestamps promises whole windows read back to back.
+        return Err(usage(
+            "--word-timestamps needs timestamp decoding: drop --without-timestamps",
+        ));
+    }
     check_output("--text-out", flags.asr.text_out.as_deref())?;
     check_output("--segments-out", flags.asr.segments_out.as_deref())?;
     let mut asr = AsrModel::load(family, model, spec, &opts)?;
@@ -26,6 +33,7 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         decode.language = lang.clone();
     }
     decode.without_timestamps = flags.asr.without_timestamps;
+    decode.word_timestamps = flags.asr.word_timestamps;
     if let Some(t) = &flags.asr.temperatures {
         if t.is_empty() || t.iter().any(|&x| !(0.0..=2.0).contains(&x)) {
             return Err(usage(format!(
@@ -93,7 +101,8 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     )
 }
 
-/// The `--json` result: segments carry their times only with `--timestamps`.
+/// The `--json` result: segments carry their times only with `--timestamps`; their
+/// `words` (with `--word-timestamps`) always carry theirs.
 fn json(out: &AsrOutput, timestamps: bool) -> serde_json::Value {
     let mut v = serde_json::to_value(out).expect("serialises");
     if !timestamps {
@@ -126,6 +135,9 @@ fn print_lines(out: &AsrOutput, timestamps: bool) -> Result<(), Failure> {
             out!("segment.{i}={}", s.text.trim());
         }
     }
+    for (i, w) in out.segments.iter().flat_map(|s| &s.words).enumerate() {
+        out!("word.{i}={:.2}-{:.2} {}", w.start, w.end, w.word.trim());
+    }
     out!("text={}", out.text);
     out!("decode_passes={}", out.decode_passes);
     out!("inference_ms={:.2}", out.inference_ms);
@@ -135,12 +147,19 @@ fn print_lines(out: &AsrOutput, timestamps: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The `--segments-out` file.
+/// The `--segments-out` file: each segment's `words` too with `--word-timestamps`.
 fn segments_json(out: &AsrOutput) -> String {
     let segs: Vec<serde_json::Value> = out
         .segments
         .iter()
-        .map(|s| serde_json::json!({ "start": s.start, "end": s.end, "text": s.text.trim() }))
+        .map(|s| {
+            let mut seg =
+                serde_json::json!({ "start": s.start, "end": s.end, "text": s.text.trim() });
+            if !s.words.is_empty() {
+                seg["words"] = serde_json::to_value(&s.words).expect("serialises");
+            }
+            seg
+        })
         .collect();
     serde_json::to_string_pretty(&serde_json::json!({
         "audio_seconds": out.audio_seconds, "text": out.text, "segments": segs,

@@ -211,6 +211,13 @@ pub struct AsrFlags {
     /// ASR: write the segments (start, end in seconds, text) to this JSON file.
     #[arg(long)]
     pub segments_out: Option<PathBuf>,
+    /// ASR: time each word from the cross-attention of the model's alignment heads
+    /// (faster-whisper's word_timestamps=True): each segment of --json and
+    /// --segments-out gets `words` (word, start, end, probability) and the key=value
+    /// output `word.N=START-END WORD` lines. Needs timestamp decoding, so not with
+    /// --without-timestamps.
+    #[arg(long)]
+    pub word_timestamps: bool,
     /// ASR: temperatures to fall back through, comma-separated (default from the model
     /// spec: 0,0.2,0.4,0.6,0.8,1); `0` decodes greedily only.
     #[arg(long, value_delimiter = ',')]

@@ -37,6 +37,12 @@
 //! windows lose about half the words, chunking cuts the word error rate by a third at
 //! least (to <= 0.35); misuse of the VAD flags is exit 2 naming the flag.
 //!
+//! Word timestamps (`--word-timestamps`), on real human speech (the pocketsphinx clips
+//! joined): the words of `--json`, `--segments-out` and the `word.N` lines are
+//! faster-whisper's `word_timestamps=True` words, starts and ends within 0.1 s at the
+//! median and 1.0 s at worst (0.000 s and 0.020 s measured); with
+//! `--without-timestamps` the flag is exit 2.
+//!
 //! The engine's CPU kernels (q8_0 and f32 products, attention, GELU, logits) give the
 //! same transcripts at AVX-512 and at AVX2 (`AUDIOCPP_CPU_KERNELS=avx2`, what CPUs
 //! without AVX-512 run) on every reference clip, for the f16 and the q8_0 model, and
@@ -920,4 +926,138 @@ fn vad_flags_need_their_task() {
         &["--vad-model", s(&silero_bin())],
     );
     assert_user_error(&vad_task, "--vad-model");
+}
+
+/// Real human speech over two 30 s windows (the ten pocketsphinx test clips joined,
+/// 39.4 s), on which word timestamps are checked.
+const WORD_CLIP: &str = "pocketsphinx/all_joined.wav";
+
+/// `--word-timestamps` on real speech against faster-whisper's `word_timestamps=True`
+/// (same CTranslate2 weights, float32, greedy; `asr-real/tiny.en/word_reference.json`):
+/// the same words in order (after the word error rate's normalisation), starts and
+/// ends within 0.1 s at the median and 1.0 s at worst (engine/tests/whisper_word_timestamps.rs's
+/// bounds), in `--json` and in `--segments-out` alike, and as `word.N` lines.
+#[test]
+fn word_timestamps_match_faster_whisper_on_real_speech() {
+    let clip = assets().join(WORD_CLIP);
+    assert!(
+        clip.is_file(),
+        "missing {}: run `cargo xtask test`",
+        clip.display()
+    );
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(assets().join("asr-real/tiny.en/word_reference.json"))
+            .expect("asr-real/tiny.en/word_reference.json: run `cargo xtask test`"),
+    )
+    .unwrap();
+    let theirs: Vec<(String, f64, f64)> = reference["clips"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| k.ends_with(WORD_CLIP))
+        .map(|(_, v)| v)
+        .expect("the reference has the clip")["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["words"].as_array().unwrap())
+        .map(|w| {
+            (
+                w["word"].as_str().unwrap().to_string(),
+                w["start"].as_f64().unwrap(),
+                w["end"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let segs_path = dir.path().join("segments.json");
+    let run = asr(
+        s(&clip),
+        &[
+            "--word-timestamps",
+            "--json",
+            "--segments-out",
+            s(&segs_path),
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let printed: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&segs_path).unwrap()).unwrap();
+    let words_of = |v: &serde_json::Value| -> Vec<(String, f64, f64, f64)> {
+        v["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["words"].as_array().expect("segments have words"))
+            .map(|w| {
+                (
+                    w["word"].as_str().unwrap().to_string(),
+                    w["start"].as_f64().unwrap(),
+                    w["end"].as_f64().unwrap(),
+                    w["probability"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let ours = words_of(&printed);
+    assert_eq!(ours, words_of(&written), "--json and --segments-out differ");
+    let norm = |ws: Vec<String>| words(&ws.join(" "));
+    assert_eq!(
+        norm(ours.iter().map(|w| w.0.clone()).collect()),
+        norm(theirs.iter().map(|w| w.0.clone()).collect()),
+        "the words differ from faster-whisper's"
+    );
+    // Word for word, so each pairs with faster-whisper's own.
+    assert_eq!(ours.len(), theirs.len(), "word counts differ");
+    let mut diffs: Vec<f64> = Vec::new();
+    let mut last = 0.0;
+    for (o, t) in ours.iter().zip(&theirs) {
+        assert!(
+            o.1 <= o.2 && o.1 + 1e-6 >= last,
+            "times run backwards at {o:?}"
+        );
+        assert!(o.3 > 0.0 && o.3 <= 1.0, "probability of {o:?}");
+        last = o.1;
+        diffs.push((o.1 - t.1).abs());
+        diffs.push((o.2 - t.2).abs());
+    }
+    diffs.sort_by(f64::total_cmp);
+    let (median, worst) = (diffs[diffs.len() / 2], *diffs.last().unwrap());
+    eprintln!(
+        "{} words; |start|, |end| vs faster-whisper: median {median:.3} s, worst {worst:.3} s",
+        ours.len()
+    );
+    assert!(
+        median <= 0.1 && worst <= 1.0,
+        "median {median}, worst {worst}"
+    );
+    // The key=value output lists the same words with their times.
+    let lines = asr(s(&clip), &["--word-timestamps"]);
+    assert_eq!(lines.code, 0, "{}", lines.stderr);
+    let listed: Vec<&str> = lines
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("word."))
+        .collect();
+    assert_eq!(listed.len(), ours.len(), "{}", lines.stdout);
+    assert_eq!(
+        listed[0],
+        format!(
+            "word.0={:.2}-{:.2} {}",
+            ours[0].1,
+            ours[0].2,
+            ours[0].0.trim()
+        )
+    );
+}
+
+/// `--word-timestamps` with `--without-timestamps` is refused (exit 2, one line):
+/// words are timed in timestamped segments and move the next window's start, which
+/// `--without-timestamps` reads back to back.
+#[test]
+fn word_timestamps_refuse_without_timestamps() {
+    let clip = assets().join(WORD_CLIP);
+    let run = asr(s(&clip), &["--word-timestamps", "--without-timestamps"]);
+    assert_user_error(&run, "--word-timestamps needs timestamp decoding");
 }

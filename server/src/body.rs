@@ -55,6 +55,9 @@ struct JsonRequest {
     params: Option<VadParamsPatch>,
     #[serde(default)]
     return_probabilities: bool,
+    /// `word` and/or `segment`, as the multipart `timestamp_granularities[]` fields.
+    #[serde(default)]
+    timestamp_granularities: Vec<String>,
 }
 
 /// How long the rest of a refused upload is read and dropped before the connection
@@ -181,7 +184,7 @@ async fn read_request(
             params: j.params.unwrap_or_default(),
             probabilities: j.return_probabilities,
             stream: false,
-            granularities: Vec::new(),
+            granularities: j.timestamp_granularities,
         })
     } else {
         Err(ApiError::bad_request(

@@ -13,10 +13,11 @@ pub fn plain_text(text: String) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
 }
 
-/// `verbose_json`: the language by name, the duration, and every segment with its
-/// decoding statistics.
-pub fn verbose_json(out: &AsrOutput) -> serde_json::Value {
-    let segments: Vec<serde_json::Value> = out
+/// `verbose_json`: the language by name, the duration, every segment with its decoding
+/// statistics when `segments`, and every word with its start and end (OpenAI's top-level
+/// `words`) when `words`.
+pub fn verbose_json(out: &AsrOutput, segments: bool, words: bool) -> serde_json::Value {
+    let segment_list: Vec<serde_json::Value> = out
         .segments
         .iter()
         .enumerate()
@@ -28,10 +29,23 @@ pub fn verbose_json(out: &AsrOutput) -> serde_json::Value {
             })
         })
         .collect();
-    json!({
+    let mut v = json!({
         "task": "transcribe", "language": languages::name(&out.language),
-        "duration": out.audio_seconds, "text": out.text, "segments": segments,
-    })
+        "duration": out.audio_seconds, "text": out.text,
+    });
+    if segments {
+        v["segments"] = json!(segment_list);
+    }
+    if words {
+        let words: Vec<serde_json::Value> = out
+            .segments
+            .iter()
+            .flat_map(|s| &s.words)
+            .map(|w| json!({ "word": w.word.trim(), "start": w.start, "end": w.end }))
+            .collect();
+        v["words"] = json!(words);
+    }
+    v
 }
 
 /// A finished transcript as the server-sent events OpenAI's streaming transcription

@@ -21,6 +21,9 @@ use crate::AppState;
 /// The response formats served.
 const FORMATS: [&str; 5] = ["json", "text", "verbose_json", "srt", "vtt"];
 
+/// The `timestamp_granularities[]` values taken (OpenAI's).
+const GRANULARITIES: [&str; 2] = ["word", "segment"];
+
 /// `POST /v1/audio/transcriptions`.
 pub async fn transcriptions(
     State(state): State<Arc<AppState>>,
@@ -35,11 +38,29 @@ pub async fn transcriptions(
             FORMATS.join(", ")
         )));
     }
-    if let Some(g) = r.granularities.iter().find(|g| *g != "segment") {
-        return Err(ApiError::bad_request(format!(
-            "timestamp_granularities '{g}' is not supported: this server gives segment timestamps only (response_format=verbose_json)"
-        )));
+    if let Some(g) = r
+        .granularities
+        .iter()
+        .find(|g| !GRANULARITIES.contains(&g.as_str()))
+    {
+        return Err(ApiError::bad_param(
+            "timestamp_granularities",
+            format!("timestamp_granularities '{g}' is not one of word, segment"),
+        ));
     }
+    let words = r.granularities.iter().any(|g| g == "word");
+    if words && format != "verbose_json" {
+        // OpenAI answers the same: words exist only in verbose_json.
+        return Err(ApiError::bad_param(
+            "timestamp_granularities",
+            format!(
+                "timestamp_granularities 'word' needs response_format verbose_json, not '{format}'"
+            ),
+        ));
+    }
+    // OpenAI's verbose_json has segments by default, and only words when only `word`
+    // is asked for.
+    let segments = !words || r.granularities.iter().any(|g| g == "segment");
     if r.stream && !["json", "text"].contains(&format.as_str()) {
         return Err(ApiError::bad_request(format!(
             "stream=true is for response_format json or text, not '{format}'"
@@ -50,13 +71,14 @@ pub async fn transcriptions(
         .audio
         .ok_or_else(|| ApiError::bad_request("no audio: send a 'file' part or 'audio_base64'"))?;
     // Every format decodes alike (timestamp tokens, every window read); the formats
-    // differ only in what they show.
-    let (out, wall) = run_asr(&state, slot, audio, r.language.clone()).await?;
+    // differ only in what they show. Words add the alignment pass, and the next window
+    // then starts at the last word's end (faster-whisper's word_timestamps=True).
+    let (out, wall) = run_asr(&state, slot, audio, r.language.clone(), words).await?;
     let resp = match format.as_str() {
         _ if r.stream => formats::transcript_events(&out),
         "text" => formats::plain_text(format!("{}\n", out.text)),
         "srt" | "vtt" => formats::plain_text(formats::subtitles(&out, format == "vtt")),
-        "verbose_json" => Json(formats::verbose_json(&out)).into_response(),
+        "verbose_json" => Json(formats::verbose_json(&out, segments, words)).into_response(),
         _ => Json(json!({ "text": out.text })).into_response(),
     };
     Ok(with_timing(resp, wall, out.audio_seconds))
@@ -68,6 +90,7 @@ async fn run_asr(
     slot: &Slot,
     audio: Vec<u8>,
     language: Option<String>,
+    words: bool,
 ) -> Result<(AsrOutput, f64), ApiError> {
     let limits = state.cfg.audio_limits();
     with_model(state, slot, move |loaded| {
@@ -78,6 +101,7 @@ async fn run_asr(
         if let Some(l) = language.filter(|l| !l.is_empty()) {
             opts.language = l;
         }
+        opts.word_timestamps = words;
         let samples = decode_upload(&audio, model.sample_rate(), &limits)?;
         match vad {
             Some(vad) => {

@@ -1,5 +1,6 @@
 //! `--task asr`: the transcript of an audio file (whole, or cut by a VAD model first with
-//! `--vad-model`), printed and optionally written as text and as JSON segments.
+//! `--vad-model`), printed and optionally written as text, as JSON segments and as
+//! SRT or WebVTT subtitles.
 
 use std::path::Path;
 
@@ -27,6 +28,26 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     }
     check_output("--text-out", flags.asr.text_out.as_deref())?;
     check_output("--segments-out", flags.asr.segments_out.as_deref())?;
+    let vtt = match &flags.asr.subtitles_out {
+        None => false,
+        Some(path) => {
+            let ext = path
+                .extension()
+                .and_then(|e| e.to_str())
+                .map(str::to_lowercase);
+            match ext.as_deref() {
+                Some("srt") => false,
+                Some("vtt") => true,
+                _ => {
+                    return Err(usage(format!(
+                        "--subtitles-out '{}': name the file .srt or .vtt (the format follows the extension)",
+                        path.display()
+                    )))
+                }
+            }
+        }
+    };
+    check_output("--subtitles-out", flags.asr.subtitles_out.as_deref())?;
     let mut asr = AsrModel::load(family, model, spec, &opts)?;
     let mut decode = asr.default_options();
     if let Some(lang) = &flags.asr.language {
@@ -89,6 +110,11 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             ("--segments-out", flags.asr.segments_out.as_deref(), &|| {
                 segments_json(&out)
             }),
+            (
+                "--subtitles-out",
+                flags.asr.subtitles_out.as_deref(),
+                &|| out.subtitles(vtt, flags.asr.word_timestamps),
+            ),
         ],
         "the transcript is",
         || {

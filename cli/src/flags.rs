@@ -213,11 +213,15 @@ pub struct AsrFlags {
     pub segments_out: Option<PathBuf>,
     /// ASR: time each word from the cross-attention of the model's alignment heads
     /// (faster-whisper's word_timestamps=True): each segment of --json and
-    /// --segments-out gets `words` (word, start, end, probability) and the key=value
-    /// output `word.N=START-END WORD` lines. Needs timestamp decoding, so not with
+    /// --segments-out gets `words` (word, start, end, probability), the key=value
+    /// output `word.N=START-END WORD` lines, and --subtitles-out one cue per word. Needs timestamp decoding, so not with
     /// --without-timestamps.
     #[arg(long)]
     pub word_timestamps: bool,
+    /// ASR: write subtitles to this file, SRT or WebVTT by its extension (.srt, .vtt):
+    /// one cue per segment, or one per word with --word-timestamps.
+    #[arg(long, value_name = "FILE")]
+    pub subtitles_out: Option<PathBuf>,
     /// ASR: temperatures to fall back through, comma-separated (default from the model
     /// spec: 0,0.2,0.4,0.6,0.8,1); `0` decodes greedily only.
     #[arg(long, value_delimiter = ',')]

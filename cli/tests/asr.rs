@@ -40,8 +40,9 @@
 //! Word timestamps (`--word-timestamps`), on real human speech (the pocketsphinx clips
 //! joined): the words of `--json`, `--segments-out` and the `word.N` lines are
 //! faster-whisper's `word_timestamps=True` words, starts and ends within 0.1 s at the
-//! median and 1.0 s at worst (0.000 s and 0.020 s measured); with
-//! `--without-timestamps` the flag is exit 2.
+//! median and 1.0 s at worst (0.000 s and 0.020 s measured); `--subtitles-out` has
+//! one cue per word with it (one per segment without); with `--without-timestamps` the
+//! flag is exit 2, and so is a subtitles file that is neither `.srt` nor `.vtt`.
 //!
 //! The engine's CPU kernels (q8_0 and f32 products, attention, GELU, logits) give the
 //! same transcripts at AVX-512 and at AVX2 (`AUDIOCPP_CPU_KERNELS=avx2`, what CPUs
@@ -1032,8 +1033,33 @@ fn word_timestamps_match_faster_whisper_on_real_speech() {
         median <= 0.1 && worst <= 1.0,
         "median {median}, worst {worst}"
     );
-    // The key=value output lists the same words with their times.
-    let lines = asr(s(&clip), &["--word-timestamps"]);
+    // The key=value output lists the same words with their times, and the subtitles
+    // have one cue per word (the segments' cues without --word-timestamps).
+    let vtt_path = dir.path().join("words.vtt");
+    let srt_path = dir.path().join("segments.SRT");
+    let lines = asr(
+        s(&clip),
+        &["--word-timestamps", "--subtitles-out", s(&vtt_path)],
+    );
+    let segment_subs = asr(s(&clip), &["--subtitles-out", s(&srt_path)]);
+    assert_eq!(segment_subs.code, 0, "{}", segment_subs.stderr);
+    let vtt = std::fs::read_to_string(&vtt_path).unwrap();
+    let srt = std::fs::read_to_string(&srt_path).unwrap();
+    assert!(vtt.starts_with("WEBVTT\n\n"), "{vtt}");
+    let cues: Vec<&str> = vtt.lines().filter(|l| l.contains(" --> ")).collect();
+    assert_eq!(cues.len(), ours.len(), "one cue per word: {vtt}");
+    let first = format!(
+        "00:00:{:06.3} --> 00:00:{:06.3}\n{}\n",
+        ours[0].1,
+        ours[0].2,
+        ours[0].0.trim()
+    );
+    assert!(vtt.contains(&first), "{first:?} in {vtt}");
+    let srt_cues = srt.lines().filter(|l| l.contains(" --> ")).count();
+    assert!(
+        srt.starts_with("1\n00:00:") && srt_cues > 1 && srt_cues < ours.len(),
+        "one cue per segment: {srt}"
+    );
     assert_eq!(lines.code, 0, "{}", lines.stderr);
     let listed: Vec<&str> = lines
         .stdout
@@ -1052,12 +1078,18 @@ fn word_timestamps_match_faster_whisper_on_real_speech() {
     );
 }
 
-/// `--word-timestamps` with `--without-timestamps` is refused (exit 2, one line):
+/// `--word-timestamps` with `--without-timestamps` is refused (exit 2, one line), and so
+/// is a `--subtitles-out` that is neither `.srt` nor `.vtt`:
 /// words are timed in timestamped segments and move the next window's start, which
 /// `--without-timestamps` reads back to back.
 #[test]
-fn word_timestamps_refuse_without_timestamps() {
+fn word_timestamps_and_subtitles_refuse_what_cannot_work() {
     let clip = assets().join(WORD_CLIP);
     let run = asr(s(&clip), &["--word-timestamps", "--without-timestamps"]);
     assert_user_error(&run, "--word-timestamps needs timestamp decoding");
+    let run = asr(s(&clip), &["--subtitles-out", "words.txt"]);
+    assert_user_error(
+        &run,
+        "--subtitles-out 'words.txt': name the file .srt or .vtt",
+    );
 }

@@ -164,6 +164,47 @@ pub struct AsrOutput {
     pub inference_ms: f64,
 }
 
+impl AsrOutput {
+    /// SRT (`vtt` false) or WebVTT cues: one per segment, or with `words` one per word of
+    /// the segments' [`Segment::words`] (word-level subtitles, as whisper.cpp's
+    /// `--max-len 1` writes them). The CLI and the server write the same cues.
+    pub fn subtitles(&self, vtt: bool, words: bool) -> String {
+        let stamp = |t: f64| {
+            let ms = (t * 1000.0).round() as u64;
+            let (h, m, s, f) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+            if vtt {
+                format!("{h:02}:{m:02}:{s:02}.{f:03}")
+            } else {
+                format!("{h:02}:{m:02}:{s:02},{f:03}")
+            }
+        };
+        let cues: Vec<(f64, f64, &str)> = if words {
+            self.segments
+                .iter()
+                .flat_map(|s| &s.words)
+                .map(|w| (w.start, w.end, w.word.trim()))
+                .collect()
+        } else {
+            self.segments
+                .iter()
+                .map(|s| (s.start, s.end, s.text.trim()))
+                .collect()
+        };
+        let mut text = if vtt {
+            "WEBVTT\n\n".to_string()
+        } else {
+            String::new()
+        };
+        for (i, (start, end, cue)) in cues.into_iter().enumerate() {
+            if !vtt {
+                text.push_str(&format!("{}\n", i + 1));
+            }
+            text.push_str(&format!("{} --> {}\n{cue}\n\n", stamp(start), stamp(end)));
+        }
+        text
+    }
+}
+
 /// A loaded speech-recognition model, reusable across requests (loaded by
 /// `AsrModel::load`, in [`crate::tasks`]).
 pub type AsrModel = Loaded<dyn Recognizer>;

@@ -70,30 +70,5 @@ pub fn transcript_events(out: &AsrOutput) -> Response {
 
 /// SRT or WebVTT cues, one per segment.
 pub fn subtitles(out: &AsrOutput, vtt: bool) -> String {
-    let stamp = |t: f64| {
-        let ms = (t * 1000.0).round() as u64;
-        let (h, m, s, f) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
-        if vtt {
-            format!("{h:02}:{m:02}:{s:02}.{f:03}")
-        } else {
-            format!("{h:02}:{m:02}:{s:02},{f:03}")
-        }
-    };
-    let mut text = if vtt {
-        "WEBVTT\n\n".to_string()
-    } else {
-        String::new()
-    };
-    for (i, seg) in out.segments.iter().enumerate() {
-        if !vtt {
-            text.push_str(&format!("{}\n", i + 1));
-        }
-        text.push_str(&format!(
-            "{} --> {}\n{}\n\n",
-            stamp(seg.start),
-            stamp(seg.end),
-            seg.text.trim()
-        ));
-    }
-    text
+    out.subtitles(vtt, false)
 }

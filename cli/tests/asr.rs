@@ -1087,6 +1087,16 @@ fn word_timestamps_and_subtitles_refuse_what_cannot_work() {
     let clip = assets().join(WORD_CLIP);
     let run = asr(s(&clip), &["--word-timestamps", "--without-timestamps"]);
     assert_user_error(&run, "--word-timestamps needs timestamp decoding");
+    // Before the model loads: a file no loader takes is not reached.
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.gguf");
+    std::fs::write(&garbage, vec![0x5au8; 4096]).unwrap();
+    let run = asr_with(
+        &garbage,
+        s(&clip),
+        &["--word-timestamps", "--without-timestamps"],
+    );
+    assert_user_error(&run, "--word-timestamps needs timestamp decoding");
     let run = asr(s(&clip), &["--subtitles-out", "words.txt"]);
     assert_user_error(
         &run,

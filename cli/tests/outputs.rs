@@ -1,5 +1,6 @@
 //! Output files that cannot be written are refused before any model loads, naming the
-//! flag, with nothing written (`--text-out`, `--segments-out`, `--vad-chunks-out`,
+//! flag, with nothing written (`--text-out`, `--segments-out`, `--subtitles-out`, whose
+//! extension must also be `.srt` or `.vtt`, `--vad-chunks-out`,
 //! `--out` of tts and convert, `--voice-out`); and a write that still fails after the
 //! work loses no result (issue 43, item 4).
 //!
@@ -75,6 +76,14 @@ fn outputs_that_cannot_be_written_are_refused_before_the_model_loads() {
         (
             &args("asr", "whisper", &["--segments-out", "missing/s.json"]),
             "--segments-out: cannot write 'missing/s.json': ",
+        ),
+        (
+            &args("asr", "whisper", &["--subtitles-out", "missing/s.srt"]),
+            "--subtitles-out: cannot write 'missing/s.srt': ",
+        ),
+        (
+            &args("asr", "whisper", &["--subtitles-out", "s.txt"]),
+            "--subtitles-out 's.txt': name the file .srt or .vtt",
         ),
         (
             &args("vad", "silero_vad", &["--vad-chunks-out", "missing/c.json"]),

@@ -75,10 +75,10 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             "{flag} tunes the VAD of --task asr: give --vad-model FILE too (or run --task vad)"
         )));
     }
-    let out = match &flags.asr.vad_model {
+    let (out, vad_device) = match &flags.asr.vad_model {
         None => {
             let samples = audio::load_limited(audio, asr.sample_rate(), &limits)?.samples;
-            asr.run_samples(&samples, &decode)?
+            (asr.run_samples(&samples, &decode)?, None)
         }
         Some(vad_path) => {
             if !vad_path.is_file() {
@@ -89,8 +89,15 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             }
             // A spec folder serves both models; a single spec file is the ASR model's.
             let specs = spec.filter(|p| p.is_dir());
-            let mut vad =
-                VadModel::load(&flags.asr.vad_family, vad_path, specs, &opts).map_err(|e| {
+            let vad_opts = opts.for_vad(
+                flags
+                    .asr
+                    .vad_backend
+                    .parse()
+                    .map_err(|e| usage(format!("--vad-backend: {e}")))?,
+            );
+            let mut vad = VadModel::load(&flags.asr.vad_family, vad_path, specs, &vad_opts)
+                .map_err(|e| {
                     let f = Failure::from(e);
                     Failure {
                         message: format!("--vad-model: {}", f.message),
@@ -99,7 +106,8 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
                 })?;
             let params = flags.vad.params(vad.asr_chunking_params());
             let samples = audio::load_limited(audio, asr.sample_rate(), &limits)?.samples;
-            asr.run_samples_with_vad(&samples, &decode, &mut vad, &params)?
+            let out = asr.run_samples_with_vad(&samples, &decode, &mut vad, &params)?;
+            (out, Some(vad.device()))
         }
     };
     write_then_print(
@@ -119,9 +127,13 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         "the transcript is",
         || {
             if flags.json {
-                print::json(&json(&out, flags.asr.timestamps))
+                let mut v = json(&out, flags.asr.timestamps);
+                if let Some(d) = &vad_device {
+                    v["vad_device"] = d.as_str().into();
+                }
+                print::json(&v)
             } else {
-                print_lines(&out, flags.asr.timestamps)
+                print_lines(&out, vad_device.as_deref(), flags.asr.timestamps)
             }
         },
     )
@@ -142,11 +154,14 @@ fn json(out: &AsrOutput, timestamps: bool) -> serde_json::Value {
     v
 }
 
-/// The `key=value` result.
-fn print_lines(out: &AsrOutput, timestamps: bool) -> Result<(), Failure> {
+/// The `key=value` result (`vad_device`: where `--vad-model` ran).
+fn print_lines(out: &AsrOutput, vad_device: Option<&str>, timestamps: bool) -> Result<(), Failure> {
     out!("task=asr");
     out!("family={}", out.family);
     out!("device={}", out.device);
+    if let Some(d) = vad_device {
+        out!("vad_device={d}");
+    }
     out!("spec_source={}", out.spec_source);
     out!("audio_seconds={:.3}", out.audio_seconds);
     out!("language={}", out.language);
@@ -166,6 +181,13 @@ fn print_lines(out: &AsrOutput, timestamps: bool) -> Result<(), Failure> {
     }
     out!("text={}", out.text);
     out!("decode_passes={}", out.decode_passes);
+    out!("decoder_steps={}", out.decoder_steps);
+    if out.decoder_steps > 0 {
+        out!(
+            "decoder_step_ms={:.4}",
+            out.decoder_ms / out.decoder_steps as f64
+        );
+    }
     out!("inference_ms={:.2}", out.inference_ms);
     if out.audio_seconds > 0.0 {
         out!("rtf={:.5}", out.inference_ms / 1000.0 / out.audio_seconds);

@@ -234,6 +234,11 @@ pub struct AsrFlags {
     /// ASR: family of --vad-model.
     #[arg(long, default_value = "silero_vad")]
     pub vad_family: String,
+    /// ASR: backend of --vad-model (cpu, cuda, hip, vulkan, metal, best). The CPU by
+    /// default: Silero's recurrence is hundreds of tiny steps, slower through a GPU's
+    /// kernel launches than on the CPU, so --backend gives the GPU to the ASR model only.
+    #[arg(long, default_value = "cpu")]
+    pub vad_backend: String,
     /// ASR: spoken language code (de, en, ...) or auto: detect it on the first 30 s
     /// (multilingual models; English-only ones take en). Default from the model spec: auto.
     /// TTS (multilingual families, see --list-voices): the text's language, or auto.

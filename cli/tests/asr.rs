@@ -798,6 +798,12 @@ fn vad_chunks_skip_silence_and_keep_times_in_the_whole_audio() {
         ],
     );
     assert_eq!(chunked.code, 0, "{}", chunked.stderr);
+    // The VAD runs on the CPU unless --vad-backend says otherwise (whatever --backend).
+    assert_eq!(chunked.value("vad_device").as_deref(), Some("CPU"));
+    let steps: usize = chunked.value("decoder_steps").unwrap().parse().unwrap();
+    assert!(steps > 0, "{}", chunked.stdout);
+    let per_step: f64 = chunked.value("decoder_step_ms").unwrap().parse().unwrap();
+    assert!(per_step > 0.0, "{}", chunked.stdout);
     assert_eq!(
         chunked.value("text"),
         Some(format!("{PHRASE} {PHRASE}")),
@@ -917,6 +923,24 @@ fn vad_flags_need_their_task() {
     assert_user_error(&chunks_out, "--vad-chunks-out");
     let missing = asr(s(&phrase), &["--vad-model", "no-such-vad.bin"]);
     assert_user_error(&missing, "--vad-model");
+    let bad_backend = asr(
+        s(&phrase),
+        &["--vad-model", s(&silero_bin()), "--vad-backend", "tpu"],
+    );
+    assert_user_error(&bad_backend, "--vad-backend");
+    // A backend this build lacks is refused with the ones it has.
+    let lacking = asr(
+        s(&phrase),
+        &[
+            "--vad-model",
+            s(&silero_bin()),
+            "--model-spec-override",
+            s(&specs()),
+            "--vad-backend",
+            "metal",
+        ],
+    );
+    assert_user_error(&lacking, "available: cpu");
     // A Whisper model is not a VAD model: the error names the flag.
     let wrong = asr(s(&phrase), &["--vad-model", s(gguf())]);
     assert_ne!(wrong.code, 0);

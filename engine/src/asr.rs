@@ -65,6 +65,11 @@ pub struct Transcript {
     /// Decoder passes over all windows, each sampled draw counted: one per window when
     /// greedy decoding passes its checks, more when temperature fallback had to sample.
     pub decode_passes: usize,
+    /// Decoder steps (one token each through the prepared step graph) and their wall
+    /// time with the token choice that follows each, in milliseconds: what a GPU's
+    /// launch and copy costs show in.
+    pub decoder_steps: usize,
+    pub decoder_ms: f64,
 }
 
 /// Decoding options (the engine's parameter names; a family's spec gives the defaults).
@@ -160,6 +165,9 @@ pub struct AsrOutput {
     /// Decoder passes, each sampled draw counted (see [`Transcript`]): more than
     /// one per window means temperature fallback ran.
     pub decode_passes: usize,
+    /// Decoder steps and their time (see [`Transcript::decoder_steps`]).
+    pub decoder_steps: usize,
+    pub decoder_ms: f64,
     /// Inference wall time in milliseconds (model load and audio decoding excluded).
     pub inference_ms: f64,
 }
@@ -286,6 +294,7 @@ impl AsrModel {
         };
         let mut segments = Vec::new();
         let mut decode_passes = 0;
+        let (mut decoder_steps, mut decoder_ms) = (0, 0.0);
         for c in chunks {
             let part = self.model.transcribe(&samples[c.start..c.end], &opts)?;
             let offset = c.start as f64 / rate as f64;
@@ -308,6 +317,8 @@ impl AsrModel {
                 }
             }));
             decode_passes += part.decode_passes;
+            decoder_steps += part.decoder_steps;
+            decoder_ms += part.decoder_ms;
         }
         let text = segments
             .iter()
@@ -325,6 +336,8 @@ impl AsrModel {
             text,
             segments,
             decode_passes,
+            decoder_steps,
+            decoder_ms,
             inference_ms: t0.elapsed().as_secs_f64() * 1000.0,
         })
     }

@@ -257,6 +257,20 @@ pub struct RuntimeOptions {
     pub threads: usize,
 }
 
+impl RuntimeOptions {
+    /// The options of a VAD model that serves an ASR model run with `self`, on `backend`:
+    /// the thread cap is shared, the device index only when the backends are the same.
+    /// Silero's recurrence is hundreds of tiny steps, each a kernel launch on a GPU, so
+    /// the front ends default the VAD to the CPU (docs/build/CUDA.md has the numbers).
+    pub fn for_vad(&self, backend: BackendKind) -> RuntimeOptions {
+        RuntimeOptions {
+            backend,
+            device: self.device.filter(|_| backend == self.backend),
+            threads: self.threads,
+        }
+    }
+}
+
 impl Default for RuntimeOptions {
     fn default() -> Self {
         RuntimeOptions {

@@ -97,10 +97,18 @@ pub struct ModelEntry {
     /// Family of `vad_model`.
     #[serde(default = "default_vad_family")]
     pub vad_family: String,
+    /// Backend of `vad_model` (default cpu, as `audiocpp_cli --vad-backend`: Silero's
+    /// tiny recurrent steps are slower through a GPU's kernel launches).
+    #[serde(default = "default_vad_backend")]
+    pub vad_backend: String,
 }
 
 fn default_vad_family() -> String {
     "silero_vad".into()
+}
+
+fn default_vad_backend() -> String {
+    "cpu".into()
 }
 
 fn default_host() -> String {
@@ -227,6 +235,9 @@ impl Config {
                 }
                 audiocpp_engine::families::find(&m.vad_family)
                     .map_err(|e| format!("model '{}': vad_family: {e}", m.id))?;
+                m.vad_backend
+                    .parse::<audiocpp_engine::backend::BackendKind>()
+                    .map_err(|e| format!("model '{}': vad_backend: {e}", m.id))?;
             }
         }
         self.backend

@@ -95,7 +95,7 @@ async fn load(entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<Loaded, St
                         &entry.vad_family,
                         v,
                         vad_spec,
-                        &runtime,
+                        &runtime.for_vad(entry.vad_backend.parse()?),
                     )?)),
                     None => None,
                 };

@@ -214,6 +214,10 @@ fn bad_configs_exit_2_with_the_reason() {
             serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "whisper", "task": "asr", "vad_model": "no-vad.bin" }] }),
             "no-vad.bin' does not exist",
         ),
+        (
+            serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "whisper", "task": "asr", "vad_model": "server.json", "vad_backend": "tpu" }] }),
+            "model 'a': vad_backend: unknown backend 'tpu'",
+        ),
     ];
     for (extra, needle) in cases {
         let cfg = write_config(dir.path(), extra);

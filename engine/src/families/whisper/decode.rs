@@ -182,6 +182,8 @@ impl Whisper {
             n_audio_ctx: hp.n_audio_ctx,
             positions_per_second: 1.0 / step_seconds,
             max_new,
+            steps: 0,
+            step_time: std::time::Duration::ZERO,
         };
         let mut sampler = Sampler::new(opts.seed);
         let mut segments = Vec::new();
@@ -289,6 +291,8 @@ impl Whisper {
         Ok(Transcript {
             segments,
             decode_passes,
+            decoder_steps: dec.steps,
+            decoder_ms: dec.step_time.as_secs_f64() * 1000.0,
         })
     }
 }
@@ -311,6 +315,9 @@ struct WindowDecoder<'w, 's, 'g> {
     positions_per_second: f64,
     /// The most tokens a window's text may have (OpenAI's `sample_len`).
     max_new: usize,
+    /// Step graphs run so far, and their time with the token choices.
+    steps: usize,
+    step_time: std::time::Duration,
 }
 
 impl WindowDecoder<'_, '_, '_> {
@@ -491,6 +498,8 @@ impl WindowDecoder<'_, '_, '_> {
         let max_new = self
             .max_new
             .min(self.step.positions().saturating_sub(prompt.len()));
+        let started = std::time::Instant::now();
+        let steps_before = self.steps;
         loop {
             for (i, l) in last.iter_mut().enumerate() {
                 let begin = tokens.is_empty() && self.suppress_begin.contains(&(i as u32));
@@ -520,6 +529,10 @@ impl WindowDecoder<'_, '_, '_> {
             tokens.push(best as u32);
             last = self.step.run(&mut self.graph, best as u32, n_past)?;
             n_past += 1;
+            self.steps += 1;
+        }
+        if self.steps > steps_before {
+            self.step_time += started.elapsed();
         }
         let avg = sum_logprob / (tokens.len() + 1) as f64;
         Ok((tokens, no_speech, avg as f32, sum_logprob))

@@ -201,46 +201,44 @@ def ct2_to_hf(v, cfg):
         put(hf + ".weight", ct2 + "/weight")
         put(hf + ".bias", ct2 + "/bias")
 
-    def self_attn(hf, ct2):
-        (wq, wk, wv), (bq, bk, bv) = split(ct2 + "/linear_0", 3)
+    def key_value_out(hf, ct2, kv, out):
+        # The key and value halves of a fused projection (HF's k_proj has no bias),
+        # then the output projection and the block's norm.
+        (wk, wv), (bk, bv) = kv
         check_k_bias(bk, ct2)
-        put_array(hf + ".q_proj.weight", wq), put_array(hf + ".q_proj.bias", bq)
         put_array(hf + ".k_proj.weight", wk)
         put_array(hf + ".v_proj.weight", wv), put_array(hf + ".v_proj.bias", bv)
-        linear(hf + ".out_proj", ct2 + "/linear_1")
+        linear(hf + ".out_proj", ct2 + out)
         norm(hf + "_layer_norm", ct2 + "/layer_norm")
+
+    def self_attn(hf, ct2):
+        (wq, wk, wv), (bq, bk, bv) = split(ct2 + "/linear_0", 3)
+        put_array(hf + ".q_proj.weight", wq), put_array(hf + ".q_proj.bias", bq)
+        key_value_out(hf, ct2, ((wk, wv), (bk, bv)), "/linear_1")
 
     def cross_attn(hf, ct2):
         linear(hf + ".q_proj", ct2 + "/linear_0")
-        (wk, wv), (bk, bv) = split(ct2 + "/linear_1", 2)
-        check_k_bias(bk, ct2)
-        put_array(hf + ".k_proj.weight", wk)
-        put_array(hf + ".v_proj.weight", wv), put_array(hf + ".v_proj.bias", bv)
-        linear(hf + ".out_proj", ct2 + "/linear_2")
-        norm(hf + "_layer_norm", ct2 + "/layer_norm")
+        key_value_out(hf, ct2, split(ct2 + "/linear_1", 2), "/linear_2")
 
     def ffn(hf, ct2):
         norm(hf + "final_layer_norm", ct2 + "/layer_norm")
         linear(hf + "fc1", ct2 + "/linear_0")
         linear(hf + "fc2", ct2 + "/linear_1")
 
-    enc, dec = "model.encoder", "model.decoder"
-    linear(enc + ".conv1", "encoder/conv1")
-    linear(enc + ".conv2", "encoder/conv2")
-    put(enc + ".embed_positions.weight", "encoder/position_encodings/encodings")
-    for i in range(cfg.encoder_layers):
-        hf, ct2 = f"{enc}.layers.{i}", f"encoder/layer_{i}"
-        self_attn(hf + ".self_attn", ct2 + "/self_attention")
-        ffn(hf + ".", ct2 + "/ffn")
-    norm(enc + ".layer_norm", "encoder/layer_norm")
-    put(dec + ".embed_tokens.weight", "decoder/embeddings/weight")
-    put(dec + ".embed_positions.weight", "decoder/position_encodings/encodings")
-    for i in range(cfg.decoder_layers):
-        hf, ct2 = f"{dec}.layers.{i}", f"decoder/layer_{i}"
-        self_attn(hf + ".self_attn", ct2 + "/self_attention")
-        cross_attn(hf + ".encoder_attn", ct2 + "/attention")
-        ffn(hf + ".", ct2 + "/ffn")
-    norm(dec + ".layer_norm", "decoder/layer_norm")
+    linear("model.encoder.conv1", "encoder/conv1")
+    linear("model.encoder.conv2", "encoder/conv2")
+    put("model.decoder.embed_tokens.weight", "decoder/embeddings/weight")
+    # The encoder's and the decoder's layers differ only in the decoder's cross-attention.
+    for side, layers in (("encoder", cfg.encoder_layers), ("decoder", cfg.decoder_layers)):
+        top = f"model.{side}"
+        put(top + ".embed_positions.weight", f"{side}/position_encodings/encodings")
+        for i in range(layers):
+            hf, ct2 = f"{top}.layers.{i}", f"{side}/layer_{i}"
+            self_attn(hf + ".self_attn", ct2 + "/self_attention")
+            if side == "decoder":
+                cross_attn(hf + ".encoder_attn", ct2 + "/attention")
+            ffn(hf + ".", ct2 + "/ffn")
+        norm(top + ".layer_norm", f"{side}/layer_norm")
     return sd, used
 
 

@@ -49,6 +49,27 @@ pub fn clip(name: &str) -> PathBuf {
     asset(&format!("clips/{name}"))
 }
 
+/// The compressed audio files of the ASR phrase clip committed in
+/// `test-support/fixtures/formats` (made by the `make.py` beside them), in the order
+/// of that script: AAC in MP4 and ADTS, MP3, Vorbis in Ogg and WebM.
+pub const DECODED_FORMATS: [&str; 5] = [
+    "phrase.m4a",
+    "phrase.aac",
+    "phrase.mp3",
+    "phrase.ogg",
+    "phrase_vorbis.webm",
+];
+
+/// The committed phrase files no decoder here reads: Opus in Ogg and WebM.
+pub const UNDECODED_FORMATS: [&str; 2] = ["phrase.opus", "phrase_opus.webm"];
+
+/// A committed audio fixture of `test-support/fixtures/formats`, checked to exist.
+pub fn format_fixture(name: &str) -> PathBuf {
+    let p = root().join("test-support/fixtures/formats").join(name);
+    assert!(p.is_file(), "missing fixture {}", p.display());
+    p
+}
+
 /// The repository's model spec folder.
 pub fn specs() -> PathBuf {
     root().join("model_specs")

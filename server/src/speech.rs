@@ -440,6 +440,7 @@ pub async fn speech(
     }
     let max_s = state.cfg.max_speech_s;
     let format = checked.format;
+    let id = slot.entry.id.clone();
     let ((stats, data), wall) = with_model(&state, slot, move |loaded| {
         let Loaded::Tts(model) = loaded else {
             return Err(ApiError::bad_request("this model does not do tts"));
@@ -453,6 +454,13 @@ pub async fn speech(
                 Ok(())
             })
             .map_err(engine_error)?;
+        // Compressed here, on the blocking thread, not on an async worker.
+        if format == Format::Flac {
+            data = crate::flac::encode(&data, stats.sample_rate).map_err(|e| {
+                eprintln!("error: speech of model '{id}': {e}");
+                internal()
+            })?;
+        }
         Ok((stats, data))
     })
     .await?;
@@ -462,11 +470,7 @@ pub async fn speech(
             b.extend(data);
             b
         }
-        Format::Pcm => data,
-        Format::Flac => crate::flac::encode(&data, stats.sample_rate).map_err(|e| {
-            eprintln!("error: speech of model '{}': {e}", slot.entry.id);
-            internal()
-        })?,
+        Format::Pcm | Format::Flac => data,
     };
     let resp = ([(header::CONTENT_TYPE, format.content_type())], bytes).into_response();
     let mut resp = with_timing(resp, wall, stats.audio_seconds);

@@ -2,10 +2,12 @@
 //!
 //! WAV in PCM (8/16/24/32-bit integer, 32-bit float, any channel count) goes through
 //! `hound`; the other WAV encodings telephony and older tools write (64-bit float,
-//! mu-law, A-law, IMA and Microsoft ADPCM), FLAC and MP3 through `symphonia`; a WAV in
-//! any other encoding is refused with its name and the command that converts it
-//! ([`WavEncoding`]). Channels are averaged, then the signal is resampled with
-//! `rubato`'s windowed-sinc resampler.
+//! mu-law, A-law, IMA and Microsoft ADPCM), FLAC, MP3, AAC (in MP4/M4A or ADTS),
+//! Vorbis and Opus (in Ogg or WebM/Matroska) through `symphonia`, Opus by libopus
+//! (`audio_opus`); a WAV in any other encoding is refused with its name and the command
+//! that converts it ([`WavEncoding`]), and so is a container holding a codec no decoder
+//! here reads (ALAC, Speex...). Channels are
+//! averaged, then the signal is resampled with `rubato`'s windowed-sinc resampler.
 //!
 //! Every decode runs under [`AudioLimits`], checked from the header before any sample
 //! is decoded or resampled: a small file whose header claims 1 Hz would otherwise be
@@ -159,8 +161,8 @@ pub fn flush_denormals(samples: &mut [f32]) {
     }
 }
 
-/// Decodes bytes of a WAV, FLAC or MP3 file to mono, refusing (before decoding) a
-/// stream outside `limits`.
+/// Decodes bytes of a WAV, FLAC, MP3, AAC (MP4/M4A, ADTS), Vorbis or Opus (Ogg, WebM) file to
+/// mono, refusing (before decoding) a stream outside `limits`.
 pub fn decode(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<Audio, String> {
     if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
         decode_wav(bytes, limits)
@@ -297,7 +299,7 @@ fn decode_wav(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<Audio, 
 
 fn decode_symphonia(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<Audio, String> {
     use symphonia::core::audio::SampleBuffer;
-    use symphonia::core::codecs::DecoderOptions;
+    use symphonia::core::codecs::{DecoderOptions, CODEC_TYPE_NULL};
     use symphonia::core::formats::FormatOptions;
     use symphonia::core::io::MediaSourceStream;
     use symphonia::core::meta::MetadataOptions;
@@ -307,20 +309,32 @@ fn decode_symphonia(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<A
         Box::new(std::io::Cursor::new(bytes.to_vec())),
         Default::default(),
     );
+    // Gapless: the encoder's delay and padding (an MP3's LAME header) are cut, so the
+    // samples start where the recording did (Whisper tiny.en loses a clip's first word
+    // to 70 ms of delay).
+    let options = FormatOptions {
+        enable_gapless: true,
+        ..FormatOptions::default()
+    };
     let probed = symphonia::default::get_probe()
-        .format(
-            &Hint::new(),
-            source,
-            &FormatOptions::default(),
-            &MetadataOptions::default(),
-        )
+        .format(&Hint::new(), source, &options, &MetadataOptions::default())
         .map_err(|_| "not a recognised audio format".to_string())?;
     let mut format = probed.format;
+    // The first track with a codec: a video's picture track (MP4, WebM) has none here.
     let track = format
-        .default_track()
+        .tracks()
+        .iter()
+        .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
         .ok_or_else(|| "no audio track".to_string())?
         .clone();
-    let mut decoder = symphonia::default::get_codecs()
+    let codecs = crate::audio_opus::codecs();
+    if codecs.get_codec(track.codec_params.codec).is_none() {
+        return Err(format!(
+            "audio in {}, which is not read here; {CONVERT_HINT}",
+            codec_name(track.codec_params.codec)
+        ));
+    }
+    let mut decoder = codecs
         .make(&track.codec_params, &DecoderOptions::default())
         .map_err(|e| e.to_string())?;
     let mut sample_rate = track.codec_params.sample_rate.unwrap_or(0);
@@ -358,6 +372,31 @@ fn decode_symphonia(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<A
         samples,
         sample_rate,
     })
+}
+
+/// A codec's name as tools print it, for one no decoder here reads.
+fn codec_name(codec: symphonia::core::codecs::CodecType) -> String {
+    use symphonia::core::codecs as c;
+    let name = match codec {
+        c::CODEC_TYPE_SPEEX => "Speex",
+        c::CODEC_TYPE_ALAC => "ALAC",
+        c::CODEC_TYPE_MP1 => "MPEG-1 Layer I",
+        c::CODEC_TYPE_MP2 => "MPEG-1 Layer II",
+        c::CODEC_TYPE_EAC3 => "E-AC-3",
+        c::CODEC_TYPE_AC4 => "AC-4",
+        c::CODEC_TYPE_DCA => "DTS",
+        c::CODEC_TYPE_WMA => "Windows Media Audio",
+        c::CODEC_TYPE_WAVPACK => "WavPack",
+        c::CODEC_TYPE_MONKEYS_AUDIO => "Monkey's Audio",
+        c::CODEC_TYPE_TTA => "TTA",
+        c::CODEC_TYPE_MUSEPACK => "Musepack",
+        c::CODEC_TYPE_ATRAC1
+        | c::CODEC_TYPE_ATRAC3
+        | c::CODEC_TYPE_ATRAC3PLUS
+        | c::CODEC_TYPE_ATRAC9 => "ATRAC",
+        other => return format!("an unknown codec ({other})"),
+    };
+    name.into()
 }
 
 /// Averages interleaved channels into one.
@@ -783,5 +822,56 @@ mod tests {
         let limits = AudioLimits::default();
         assert!(decode(b"this is not audio at all, just text", &limits).is_err());
         assert!(decode(b"RIFF\0\0\0\0WAVEfmt ", &limits).is_err());
+    }
+
+    /// A compressed fixture of the ASR phrase clip (4.33 s; test-support/fixtures/formats).
+    fn fixture(name: &str) -> Vec<u8> {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../test-support/fixtures/formats")
+            .join(name);
+        std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    #[test]
+    fn compressed_containers_decode_to_the_whole_clip() {
+        let limits = AudioLimits::default();
+        for (name, rate) in [
+            ("phrase.m4a", 16000),
+            ("phrase.aac", 16000),
+            ("phrase.mp3", 16000),
+            ("phrase.ogg", 16000),
+            ("phrase_vorbis.webm", 16000),
+            ("phrase.opus", 48000),
+            ("phrase_opus.webm", 48000),
+        ] {
+            let audio = decode(&fixture(name), &limits).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(audio.sample_rate, rate, "{name}");
+            // Encoder priming and padding add at most a few frames to the 4.33 s clip.
+            let seconds = audio.duration_s();
+            assert!((4.3..4.5).contains(&seconds), "{name}: {seconds} s");
+            let rms = (audio.samples.iter().map(|x| x * x).sum::<f32>()
+                / audio.samples.len() as f32)
+                .sqrt();
+            assert!(rms > 0.01, "{name}: rms {rms}");
+        }
+        // Opus less its pre-skip: the clip's 69325 samples at 16 kHz, at 48 kHz; exactly
+        // from Ogg (its last page states the end), and from WebM with the last frame's
+        // padding (symphonia 0.5 reads no DiscardPadding), less than a 20 ms frame.
+        let ogg = decode(&fixture("phrase.opus"), &limits).unwrap();
+        assert_eq!(ogg.samples.len(), 3 * 69325);
+        let webm = decode(&fixture("phrase_opus.webm"), &limits).unwrap();
+        assert!((3 * 69325..3 * 69325 + 960).contains(&webm.samples.len()));
+        assert_eq!(webm.samples[..ogg.samples.len()], ogg.samples[..]);
+    }
+
+    #[test]
+    fn a_codec_nothing_here_reads_is_refused_by_name() {
+        let limits = AudioLimits::default();
+        let err = decode(&fixture("clip_alac.m4a"), &limits).unwrap_err();
+        assert!(
+            err.contains("audio in ALAC, which is not read here") && err.contains("ffmpeg"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "one line: {err}");
     }
 }

@@ -4,13 +4,14 @@
 //! model pool (`pool`: loading, one request at a time per model, a busy model answering
 //! 503 `server_busy` after `busy_timeout_ms`), errors (`error`), body limits (`body`)
 //! and the API key (`auth`) sit below one module per route (`health`, `models`,
-//! `transcriptions`, `tasks_run`, `speech`, `voices` over the `voice_store`). All audio work is the engine's, run off the
+//! `transcriptions`, `tasks_run`, `speech` (its FLAC answers by `flac`), `voices` over the `voice_store`). All audio work is the engine's, run off the
 //! async workers on blocking threads.
 
 mod auth;
 mod body;
 mod config;
 mod error;
+mod flac;
 mod formats;
 mod health;
 mod languages;

@@ -7,7 +7,8 @@
 //! (vLLM-Omni's names for them). By default the whole answer is made first,
 //! so a WAV carries its exact length and the timing headers hold the whole run;
 //! `stream_format: "audio"` sends each sentence's audio as soon as it exists, as a
-//! chunked body (a WAV then has OpenAI's unknown-length header).
+//! chunked body (a WAV then has OpenAI's unknown-length header). A FLAC answer
+//! (`flac`) is always made whole: its header states the whole audio's length and MD5.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -56,7 +57,7 @@ const INLINE_FIELDS: CloneFields = CloneFields {
 const STREAM_QUEUE: usize = 2;
 
 /// The formats this server answers in, as named in errors.
-const FORMATS: &str = "wav, pcm";
+const FORMATS: &str = "wav, pcm, flac";
 
 /// A speech request as OpenAI's API defines it.
 #[derive(Debug, Deserialize)]
@@ -110,6 +111,8 @@ enum Format {
     Wav,
     /// Headerless 16-bit little-endian PCM at [`PCM_RATE`].
     Pcm,
+    /// The WAV answer's samples in FLAC (lossless), made whole ([`crate::flac`]).
+    Flac,
 }
 
 impl Format {
@@ -117,6 +120,7 @@ impl Format {
         match self {
             Format::Wav => "audio/wav",
             Format::Pcm => "audio/pcm",
+            Format::Flac => "audio/flac",
         }
     }
 
@@ -139,7 +143,7 @@ impl Format {
     /// The rate the encoded audio has.
     fn rate(self, model_rate: u32) -> u32 {
         match self {
-            Format::Wav => model_rate,
+            Format::Wav | Format::Flac => model_rate,
             Format::Pcm => PCM_RATE,
         }
     }
@@ -163,7 +167,8 @@ fn check(body: SpeechBody) -> Result<Checked, ApiError> {
     let format = match body.response_format.as_deref() {
         None | Some("wav") => Format::Wav,
         Some("pcm") => Format::Pcm,
-        Some(f @ ("mp3" | "opus" | "aac" | "flac")) => {
+        Some("flac") => Format::Flac,
+        Some(f @ ("mp3" | "opus" | "aac")) => {
             return Err(ApiError::bad_param(
                 "response_format",
                 format!(
@@ -239,6 +244,12 @@ fn check(body: SpeechBody) -> Result<Checked, ApiError> {
     };
     let stream = match body.stream_format.as_deref() {
         None => false,
+        Some("audio") if format == Format::Flac => {
+            return Err(ApiError::bad_param(
+                "stream_format",
+                "stream_format 'audio' streams wav or pcm; a flac answer is sent whole (its header states the whole length), so leave stream_format out",
+            ))
+        }
         Some("audio") => true,
         Some("sse") => {
             return Err(ApiError::bad_param(
@@ -429,6 +440,7 @@ pub async fn speech(
     }
     let max_s = state.cfg.max_speech_s;
     let format = checked.format;
+    let id = slot.entry.id.clone();
     let ((stats, data), wall) = with_model(&state, slot, move |loaded| {
         let Loaded::Tts(model) = loaded else {
             return Err(ApiError::bad_request("this model does not do tts"));
@@ -442,6 +454,13 @@ pub async fn speech(
                 Ok(())
             })
             .map_err(engine_error)?;
+        // Compressed here, on the blocking thread, not on an async worker.
+        if format == Format::Flac {
+            data = crate::flac::encode(&data, stats.sample_rate).map_err(|e| {
+                eprintln!("error: speech of model '{id}': {e}");
+                internal()
+            })?;
+        }
         Ok((stats, data))
     })
     .await?;
@@ -451,7 +470,7 @@ pub async fn speech(
             b.extend(data);
             b
         }
-        Format::Pcm => data,
+        Format::Pcm | Format::Flac => data,
     };
     let resp = ([(header::CONTENT_TYPE, format.content_type())], bytes).into_response();
     let mut resp = with_timing(resp, wall, stats.audio_seconds);

@@ -2,8 +2,8 @@
 //! `test_tone` (one tone per character at the voice's pitch, 0.05 s per character at
 //! speed 1; this crate's dev-dependency turns on the engine's `test-families`): the WAV
 //! and PCM answers, whole and streamed sentence by sentence (the first audio out before
-//! synthesis ends), every bad field as a 400 naming it, the output limit, the busy
-//! guard, and the config checks.
+//! synthesis ends), the FLAC answer (whole only, the WAV's samples), every bad field as
+//! a 400 naming it, the output limit, the busy guard, and the config checks.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -188,6 +188,33 @@ fn wav_and_pcm_whole_and_streamed_carry_the_same_audio() {
         &serde_json::json!({ "model": "tone", "input": TEXT, "voice": "high", "response_format": "pcm", "instructions": "cheerfully" }),
     );
     assert_eq!(with_instructions.body, pcm.body);
+
+    // FLAC: the WAV's samples, losslessly; made whole, never streamed.
+    let flac = speak(
+        &server,
+        &serde_json::json!({ "model": "tone", "input": TEXT, "voice": "high", "response_format": "flac" }),
+    );
+    assert_eq!(flac.status, 200, "{}", String::from_utf8_lossy(&flac.body));
+    assert_eq!(flac.content_type, "audio/flac");
+    assert_eq!(
+        flac.header("x-audiocpp-sample-rate").as_deref(),
+        Some("24000")
+    );
+    assert!(flac.header("content-length").is_some(), "a whole answer");
+    assert!(
+        flac.body.len() < wav.body.len(),
+        "{} bytes",
+        flac.body.len()
+    );
+    let decoded =
+        audiocpp_engine::audio::decode(&flac.body, &Default::default()).expect("the FLAC decodes");
+    assert_eq!(decoded.sample_rate, RATE);
+    let flac_samples: Vec<i16> = decoded
+        .samples
+        .iter()
+        .map(|x| (x * 32768.0).round() as i16)
+        .collect();
+    assert_eq!(flac_samples, samples, "the WAV's samples");
 }
 
 /// Reads a streamed answer over a raw connection: when its first audio byte came and
@@ -243,15 +270,24 @@ fn a_streamed_answer_sends_audio_before_synthesis_ends() {
 #[test]
 fn every_bad_field_is_a_400_naming_it() {
     let server = start(serde_json::json!({}));
-    for f in ["mp3", "opus", "aac", "flac"] {
+    for f in ["mp3", "opus", "aac"] {
         let (param, msg) = refused(
             &server,
             serde_json::json!({ "model": "tone", "input": "hi", "response_format": f }),
         );
         assert_eq!(param, "response_format");
         assert!(msg.contains(&format!("'{f}' is not available")), "{msg}");
-        assert!(msg.contains("wav, pcm"), "names the formats we have: {msg}");
+        assert!(
+            msg.contains("wav, pcm, flac"),
+            "names the formats we have: {msg}"
+        );
     }
+    let (param, msg) = refused(
+        &server,
+        serde_json::json!({ "model": "tone", "input": "hi", "response_format": "flac", "stream_format": "audio" }),
+    );
+    assert_eq!(param, "stream_format");
+    assert!(msg.contains("a flac answer is sent whole"), "{msg}");
     let (param, _) = refused(
         &server,
         serde_json::json!({ "model": "tone", "input": "hi", "response_format": "xyz" }),

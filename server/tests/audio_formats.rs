@@ -89,17 +89,14 @@ fn speak(server: &Server, format: &str) -> (String, Vec<u8>) {
     let body = serde_json::json!(
         { "model": "kokoro", "input": PHRASE, "voice": "af_heart", "response_format": format }
     );
-    let resp = common::send(
-        ureq::post(&server.url("/v1/audio/speech")),
-        "application/json",
-        body.to_string().as_bytes(),
+    let a = common::post_json(server, "/v1/audio/speech", &body);
+    assert_eq!(
+        a.status,
+        200,
+        "{format}: {}",
+        String::from_utf8_lossy(&a.body)
     );
-    let status = resp.status();
-    let content_type = resp.content_type().to_string();
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut resp.into_reader(), &mut bytes).unwrap();
-    assert_eq!(status, 200, "{format}: {}", String::from_utf8_lossy(&bytes));
-    (content_type, bytes)
+    (a.content_type, a.body)
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use audiocpp_engine::families::test_tone;
 
 mod common;
-use common::Server;
+use common::{Answer, Server};
 
 const RATE: u32 = 24_000;
 
@@ -41,45 +41,8 @@ fn start(extra: serde_json::Value) -> Server {
     Server::start(dir.path(), &cfg).owning(dir)
 }
 
-/// Status, headers we look at, and body of a speech request.
-struct Answer {
-    status: u16,
-    content_type: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    /// A response header's value.
-    fn header(&self, name: &str) -> Option<String> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-    }
-}
-
 fn speak(server: &Server, body: &serde_json::Value) -> Answer {
-    let resp = common::send(
-        ureq::post(&server.url("/v1/audio/speech")),
-        "application/json",
-        body.to_string().as_bytes(),
-    );
-    let status = resp.status();
-    let content_type = resp.content_type().to_string();
-    let headers: Vec<(String, String)> = resp
-        .headers_names()
-        .into_iter()
-        .map(|n| (n.clone(), resp.header(&n).unwrap_or_default().to_string()))
-        .collect();
-    let mut body = Vec::new();
-    resp.into_reader().read_to_end(&mut body).unwrap();
-    Answer {
-        status,
-        content_type,
-        headers,
-        body,
-    }
+    common::post_json(server, "/v1/audio/speech", body)
 }
 
 /// The error body's `param` and `message` of a 400.

@@ -178,6 +178,48 @@ pub fn send(req: ureq::Request, content_type: &str, body: &[u8]) -> ureq::Respon
     }
 }
 
+/// A whole answer: status, content type, every header and the body.
+pub struct Answer {
+    pub status: u16,
+    pub content_type: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    /// A response header's value.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    }
+}
+
+/// POSTs `body` as JSON to `path` on `server`; the whole answer, whatever its status.
+pub fn post_json(server: &Server, path: &str, body: &serde_json::Value) -> Answer {
+    let resp = send(
+        ureq::post(&server.url(path)),
+        "application/json",
+        body.to_string().as_bytes(),
+    );
+    let status = resp.status();
+    let content_type = resp.content_type().to_string();
+    let headers = resp
+        .headers_names()
+        .into_iter()
+        .map(|n| (n.clone(), resp.header(&n).unwrap_or_default().to_string()))
+        .collect();
+    let mut body = Vec::new();
+    resp.into_reader().read_to_end(&mut body).unwrap();
+    Answer {
+        status,
+        content_type,
+        headers,
+        body,
+    }
+}
+
 /// A `multipart/form-data` body: its content type, and the text `fields` followed by
 /// the file part `file` (file name, bytes) if any.
 pub fn multipart(fields: &[(&str, &str)], file: Option<(&str, &[u8])>) -> (String, Vec<u8>) {

@@ -99,8 +99,8 @@ impl RuntimeFlags {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Audio input (--task vad, asr)")]
 pub struct AudioFlags {
-    /// Input audio (WAV, FLAC, MP3, AAC in M4A/MP4 or ADTS, Vorbis in Ogg or WebM; any
-    /// rate and channel count).
+    /// Input audio (WAV, FLAC, MP3, AAC in M4A/MP4 or ADTS, Vorbis or Opus in Ogg or
+    /// WebM; any rate and channel count).
     #[arg(long)]
     pub audio: Option<PathBuf>,
     /// Refuse audio longer than this many seconds (checked from the header before

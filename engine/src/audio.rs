@@ -2,10 +2,11 @@
 //!
 //! WAV in PCM (8/16/24/32-bit integer, 32-bit float, any channel count) goes through
 //! `hound`; the other WAV encodings telephony and older tools write (64-bit float,
-//! mu-law, A-law, IMA and Microsoft ADPCM), FLAC, MP3, AAC (in MP4/M4A or ADTS) and
-//! Vorbis (in Ogg or WebM/Matroska) through `symphonia`; a WAV in any other encoding
-//! is refused with its name and the command that converts it ([`WavEncoding`]), and so
-//! is a container holding a codec no decoder here reads (Opus, ALAC...). Channels are
+//! mu-law, A-law, IMA and Microsoft ADPCM), FLAC, MP3, AAC (in MP4/M4A or ADTS),
+//! Vorbis and Opus (in Ogg or WebM/Matroska) through `symphonia`, Opus by libopus
+//! (`audio_opus`); a WAV in any other encoding is refused with its name and the command
+//! that converts it ([`WavEncoding`]), and so is a container holding a codec no decoder
+//! here reads (ALAC, Speex...). Channels are
 //! averaged, then the signal is resampled with `rubato`'s windowed-sinc resampler.
 //!
 //! Every decode runs under [`AudioLimits`], checked from the header before any sample
@@ -160,7 +161,7 @@ pub fn flush_denormals(samples: &mut [f32]) {
     }
 }
 
-/// Decodes bytes of a WAV, FLAC, MP3, AAC (MP4/M4A, ADTS) or Vorbis (Ogg, WebM) file to
+/// Decodes bytes of a WAV, FLAC, MP3, AAC (MP4/M4A, ADTS), Vorbis or Opus (Ogg, WebM) file to
 /// mono, refusing (before decoding) a stream outside `limits`.
 pub fn decode(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<Audio, String> {
     if bytes.len() >= 12 && &bytes[0..4] == b"RIFF" && &bytes[8..12] == b"WAVE" {
@@ -326,7 +327,7 @@ fn decode_symphonia(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<A
         .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
         .ok_or_else(|| "no audio track".to_string())?
         .clone();
-    let codecs = symphonia::default::get_codecs();
+    let codecs = crate::audio_opus::codecs();
     if codecs.get_codec(track.codec_params.codec).is_none() {
         return Err(format!(
             "audio in {}, which is not read here; {CONVERT_HINT}",
@@ -377,7 +378,6 @@ fn decode_symphonia(bytes: &[u8], limits: &AudioLimits) -> std::result::Result<A
 fn codec_name(codec: symphonia::core::codecs::CodecType) -> String {
     use symphonia::core::codecs as c;
     let name = match codec {
-        c::CODEC_TYPE_OPUS => "Opus",
         c::CODEC_TYPE_SPEEX => "Speex",
         c::CODEC_TYPE_ALAC => "ALAC",
         c::CODEC_TYPE_MP1 => "MPEG-1 Layer I",
@@ -841,6 +841,8 @@ mod tests {
             ("phrase.mp3", 16000),
             ("phrase.ogg", 16000),
             ("phrase_vorbis.webm", 16000),
+            ("phrase.opus", 48000),
+            ("phrase_opus.webm", 48000),
         ] {
             let audio = decode(&fixture(name), &limits).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(audio.sample_rate, rate, "{name}");
@@ -852,18 +854,24 @@ mod tests {
                 .sqrt();
             assert!(rms > 0.01, "{name}: rms {rms}");
         }
+        // Opus less its pre-skip: the clip's 69325 samples at 16 kHz, at 48 kHz; exactly
+        // from Ogg (its last page states the end), and from WebM with the last frame's
+        // padding (symphonia 0.5 reads no DiscardPadding), less than a 20 ms frame.
+        let ogg = decode(&fixture("phrase.opus"), &limits).unwrap();
+        assert_eq!(ogg.samples.len(), 3 * 69325);
+        let webm = decode(&fixture("phrase_opus.webm"), &limits).unwrap();
+        assert!((3 * 69325..3 * 69325 + 960).contains(&webm.samples.len()));
+        assert_eq!(webm.samples[..ogg.samples.len()], ogg.samples[..]);
     }
 
     #[test]
     fn a_codec_nothing_here_reads_is_refused_by_name() {
         let limits = AudioLimits::default();
-        for name in ["phrase.opus", "phrase_opus.webm"] {
-            let err = decode(&fixture(name), &limits).unwrap_err();
-            assert!(
-                err.contains("audio in Opus, which is not read here") && err.contains("ffmpeg"),
-                "{name}: {err}"
-            );
-            assert!(!err.contains('\n'), "{name}: one line: {err}");
-        }
+        let err = decode(&fixture("clip_alac.m4a"), &limits).unwrap_err();
+        assert!(
+            err.contains("audio in ALAC, which is not read here") && err.contains("ffmpeg"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "one line: {err}");
     }
 }

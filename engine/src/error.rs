@@ -30,7 +30,7 @@ pub enum EngineError {
         source: std::io::Error,
     },
     /// The audio input is not decodable audio.
-    #[error("cannot decode audio '{path}': {reason} (supported: WAV in PCM, float, mu-law, A-law or ADPCM; FLAC; MP3; AAC in MP4/M4A or ADTS; Vorbis in Ogg or WebM)")]
+    #[error("cannot decode audio '{path}': {reason} (supported: WAV in PCM, float, mu-law, A-law or ADPCM; FLAC; MP3; AAC in MP4/M4A or ADTS; Vorbis or Opus in Ogg or WebM)")]
     Audio {
         /// The file.
         path: PathBuf,

@@ -14,6 +14,7 @@
 
 pub mod asr;
 pub mod audio;
+mod audio_opus;
 pub mod backend;
 pub mod cpu_kernels;
 pub mod dsp;

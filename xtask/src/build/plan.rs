@@ -631,11 +631,19 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
             "OFF",
             "portable CPU code: nothing from the build machine's CPU",
         );
-        env.set(
-            "CARGO_ENCODED_RUSTFLAGS",
-            "",
-            "no target-cpu: x86-64 baseline for Rust and ggml (the binding maps target features to GGML_AVX*); also overrides any rustflags in cargo config",
-        );
+        if effective_triple.ends_with("-pc-windows-gnu") {
+            env.set(
+                "CARGO_ENCODED_RUSTFLAGS",
+                "-Clink-args=-l:libssp.a -lmsvcrt -ladvapi32",
+                "no target-cpu: x86-64 baseline for Rust and ggml; MinGW's libssp linked statically last (with the msvcrt and advapi32 calls it makes), since libopus's CMake build turns on the stack protector there and needs __stack_chk_fail from it",
+            );
+        } else {
+            env.set(
+                "CARGO_ENCODED_RUSTFLAGS",
+                "",
+                "no target-cpu: x86-64 baseline for Rust and ggml (the binding maps target features to GGML_AVX*); also overrides any rustflags in cargo config",
+            );
+        }
         if dynamic {
             notes.push("dynamic backends: ggml builds every CPU variant (GGML_CPU_ALL_VARIANTS) and picks the best at start".into());
             if target_os == Os::Linux {

@@ -103,7 +103,8 @@ pub struct ModelEntry {
     pub vad_backend: String,
     /// Requests the model runs at once, each on a worker of its own that shares the
     /// weights ([`ModelEntry::workers`]); absent: [`default_parallel`] for `asr`
-    /// models, 1 for the others (their families do not fork yet).
+    /// models, 1 for the others. `vad` models take only 1 (Silero does not fork); a
+    /// `tts` family that does not fork (Qwen3-TTS) serves with one worker and logs it.
     #[serde(default)]
     pub parallel: Option<usize>,
 }
@@ -271,10 +272,10 @@ impl Config {
                         m.id
                     ))
                 }
-                Some(n) if n > 1 && m.task != Task::Asr => {
+                Some(n) if n > 1 && m.task == Task::Vad => {
                     return Err(format!(
-                        "model '{}': parallel {n} is for task 'asr' models; '{}' models run one request at a time (set parallel to 1)",
-                        m.id, m.task
+                        "model '{}': parallel {n} is for task 'asr' and 'tts' models; 'vad' models run one request at a time (set parallel to 1)",
+                        m.id
                     ))
                 }
                 _ => {}

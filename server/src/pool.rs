@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +40,7 @@ pub enum SlotState {
     /// Ready to run.
     Ready(Loaded),
     /// It panicked: its state is unknown, so it is rebuilt before its next request
-    /// (an ASR model is forked from it: the weights are read-only and stay good).
+    /// (forked from it where the family forks: the weights are read-only and stay good).
     Stale(Loaded),
     /// Making it failed (the reason is in the log); requests get 503 until a restart.
     Failed,
@@ -54,6 +55,9 @@ pub struct Slot {
     free: Arc<Semaphore>,
     /// Held while the workers are made; true once that was tried.
     made: Mutex<bool>,
+    /// Workers that run requests: `parallel` until they are made, then those that
+    /// could be (a family that does not fork serves with one).
+    usable: AtomicUsize,
 }
 
 /// A worker taken for one request ([`acquire`]); dropping it frees the worker.
@@ -86,12 +90,13 @@ impl Slot {
                 .collect(),
             free: Arc::new(Semaphore::new(n)),
             made: Mutex::new(false),
+            usable: AtomicUsize::new(n),
         }
     }
 
-    /// Requests it runs at once.
+    /// Requests it runs at once (`parallel`, or fewer when workers could not be made).
     pub fn parallel(&self) -> usize {
-        self.workers.len()
+        self.usable.load(Ordering::Relaxed)
     }
 
     /// Its status for `GET /v1/models`: `not_loaded`, `failed` (every worker), `busy`
@@ -130,6 +135,7 @@ impl Slot {
         }
         if usable > 0 {
             self.free.forget_permits(self.workers.len() - usable);
+            self.usable.store(usable, Ordering::Relaxed);
         }
         error.map_or(Ok(()), Err)
     }
@@ -178,10 +184,7 @@ async fn make(
             match fork(&made[0], &entry, &runtime) {
                 Ok(w) => made.push(w),
                 Err(e) => {
-                    eprintln!(
-                        "error: {e}; it serves {} requests at once instead of {n}",
-                        made.len()
-                    );
+                    eprintln!("error: {e}; it serves with {} of {n} workers", made.len());
                     break;
                 }
             }
@@ -224,17 +227,24 @@ fn load_vad(
     })
 }
 
-/// One more worker like `model`: an ASR model forked (its weights shared) with a VAD
-/// model of its own; a model of another task loaded again (config checks keep those
-/// at one worker, so this only rebuilds one after a panic).
+/// One more worker like `model`, sharing its weights: an ASR model forked with a VAD
+/// model of its own, a TTS model forked (an error for a family that does not fork).
+/// A VAD model is loaded again (config checks keep those at one worker).
 fn fork(model: &Loaded, entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<Loaded, String> {
     match model {
         Loaded::Asr(m, _) => m
             .fork()
-            .and_then(|f| Ok(Loaded::Asr(Box::new(f), load_vad(entry, runtime)?)))
-            .map_err(|e| engine_error(entry, e)),
-        _ => load(entry, runtime),
+            .and_then(|f| Ok(Loaded::Asr(Box::new(f), load_vad(entry, runtime)?))),
+        Loaded::Tts(m) => m.fork().map(|f| Loaded::Tts(Box::new(f))),
+        Loaded::Vad(_) => return load(entry, runtime),
     }
+    .map_err(|e| engine_error(entry, e))
+}
+
+/// A worker that panicked made afresh: forked from it (its weights are read-only and
+/// stay good), or loaded again from the file when its family does not fork.
+fn rebuild(old: &Loaded, entry: &ModelEntry, runtime: &RuntimeOptions) -> Result<Loaded, String> {
+    fork(old, entry, runtime).or_else(|_| load(entry, runtime))
 }
 
 /// An engine error as one line naming the model.
@@ -312,7 +322,7 @@ pub async fn acquire(state: &Arc<AppState>, slot: &Slot) -> Result<Taken, ApiErr
             unreachable!("matched above");
         };
         let (entry, runtime) = (slot.entry.clone(), state.runtime.clone());
-        let rebuilt = tokio::task::spawn_blocking(move || fork(&old, &entry, &runtime))
+        let rebuilt = tokio::task::spawn_blocking(move || rebuild(&old, &entry, &runtime))
             .await
             .unwrap_or_else(|e| Err(format!("rebuilding it panicked: {e}")));
         *worker = match rebuilt {

@@ -228,7 +228,7 @@ fn bad_configs_exit_2_with_the_reason() {
         ),
         (
             serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "silero_vad", "task": "vad", "parallel": 2 }] }),
-            "model 'a': parallel 2 is for task 'asr' models",
+            "model 'a': parallel 2 is for task 'asr' and 'tts' models; 'vad' models run one request at a time",
         ),
     ];
     for (extra, needle) in cases {

@@ -1,7 +1,8 @@
 //! A model's `parallel` workers: with two, two transcriptions sent at once both run
 //! (a busy timeout far shorter than one transcription) and give exactly what each gives
 //! alone; with one, the second is refused with 503 `server_busy`. `GET /v1/models`
-//! reports `parallel`. Whisper tiny.en q8_0 on a 14 s clip, one thread per request.
+//! reports `parallel`. Whisper tiny.en q8_0 on a 14 s clip, one thread per request. A
+//! TTS family that does not fork serves with one worker and says so in the log.
 
 use std::path::Path;
 
@@ -96,5 +97,37 @@ fn two_workers_run_two_requests_at_once_and_one_refuses_the_second() {
         (503, Some("server_busy")),
         "with one worker the second waits 50 ms and is refused: {}",
         answers[1].1
+    );
+}
+
+#[test]
+fn a_family_that_does_not_fork_serves_with_one_worker_and_logs_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tone = dir.path().join("tone.gguf");
+    audiocpp_engine::families::test_tone::write_model(&tone, 24_000, 0.5, 0).unwrap();
+    let cfg = serde_json::json!({
+        "port": 0, "threads": 1,
+        "models": [{ "id": "tone", "path": tone, "family": "test_tone", "task": "tts", "parallel": 3 }],
+    });
+    let mut cmd = common::server_command(&common::write_config(dir.path(), &cfg));
+    cmd.stderr(std::process::Stdio::piped());
+    let server = Server::spawn(&mut cmd);
+    let models: serde_json::Value = ureq::get(&server.url("/v1/models"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(models["data"][0]["parallel"], 1, "{models}");
+    let spoken = common::post_json(
+        &server,
+        "/v1/audio/speech",
+        &serde_json::json!({ "model": "tone", "input": "hi" }),
+    );
+    assert_eq!(spoken.status, 200);
+    let log = server.stop();
+    assert!(
+        log.contains("model 'tone': this model runs one request at a time")
+            && log.contains("it serves with 1 of 3 workers"),
+        "{log}"
     );
 }

@@ -355,3 +355,20 @@ impl Config {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_parallel_is_one_worker_per_two_cores_of_the_cap_from_1_to_8() {
+        assert_eq!(default_parallel(0, 1), 1);
+        assert_eq!(default_parallel(0, 2), 1);
+        assert_eq!(default_parallel(0, 8), 4);
+        assert_eq!(default_parallel(0, 64), 8);
+        assert_eq!(default_parallel(4, 16), 2);
+        assert_eq!(default_parallel(1, 16), 1);
+        // A cap above the cores counts the cores.
+        assert_eq!(default_parallel(100, 6), 3);
+    }
+}

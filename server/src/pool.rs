@@ -102,6 +102,10 @@ impl Slot {
     /// Its status for `GET /v1/models`: `not_loaded`, `failed` (every worker), `busy`
     /// (every worker running or being made) or `ready`.
     pub fn status(&self) -> &'static str {
+        if self.made.try_lock().is_err() {
+            // The workers are being made (or a request is checking that they are).
+            return "busy";
+        }
         let mut locked = false;
         for w in &self.workers {
             match w.try_lock().as_deref() {

@@ -58,6 +58,8 @@ pub struct Slot {
     /// Workers that run requests: `parallel` until they are made, then those that
     /// could be (a family that does not fork serves with one).
     usable: AtomicUsize,
+    /// Permits of workers that could not be made, still held by requests.
+    excess: AtomicUsize,
 }
 
 /// A worker taken for one request ([`acquire`]); dropping it frees the worker.
@@ -91,6 +93,7 @@ impl Slot {
             free: Arc::new(Semaphore::new(n)),
             made: Mutex::new(false),
             usable: AtomicUsize::new(n),
+            excess: AtomicUsize::new(0),
         }
     }
 
@@ -138,7 +141,11 @@ impl Slot {
             *w.lock().await = models.next().map_or(SlotState::Failed, SlotState::Ready);
         }
         if usable > 0 {
-            self.free.forget_permits(self.workers.len() - usable);
+            // Permits held by requests waiting for `made` cannot be forgotten here:
+            // what is left over, `excess`, those requests forget (see `acquire`).
+            let missing = self.workers.len() - usable;
+            let forgotten = self.free.forget_permits(missing);
+            self.excess.store(missing - forgotten, Ordering::Relaxed);
             self.usable.store(usable, Ordering::Relaxed);
         }
         error.map_or(Ok(()), Err)
@@ -282,12 +289,13 @@ pub fn slot_by_id<'a>(
     Ok(slot)
 }
 
-/// Takes a free worker of a slot for one request: waits at most `busy_timeout_ms` for
-/// one (503 `server_busy`), makes the workers first if lazy, rebuilds one that
-/// panicked, and refuses a failed one (503).
-pub async fn acquire(state: &Arc<AppState>, slot: &Slot) -> Result<Taken, ApiError> {
-    let busy = Duration::from_millis(state.cfg.busy_timeout_ms);
-    let permit = tokio::time::timeout(busy, slot.free.clone().acquire_owned())
+/// A permit to take one of `slot`'s workers, waiting until `deadline` (503
+/// `server_busy` after it).
+async fn take_permit(
+    slot: &Slot,
+    deadline: tokio::time::Instant,
+) -> Result<OwnedSemaphorePermit, ApiError> {
+    tokio::time::timeout_at(deadline, slot.free.clone().acquire_owned())
         .await
         .map_err(|_| {
             ApiError::new(
@@ -296,7 +304,16 @@ pub async fn acquire(state: &Arc<AppState>, slot: &Slot) -> Result<Taken, ApiErr
                 format!("model '{}' is busy; retry later", slot.entry.id),
             )
         })?
-        .map_err(|_| internal())?;
+        .map_err(|_| internal())
+}
+
+/// Takes a free worker of a slot for one request: waits at most `busy_timeout_ms` for
+/// one (503 `server_busy`), makes the workers first if lazy, rebuilds one that
+/// panicked, and refuses a failed one (503).
+pub async fn acquire(state: &Arc<AppState>, slot: &Slot) -> Result<Taken, ApiError> {
+    let busy = Duration::from_millis(state.cfg.busy_timeout_ms);
+    let deadline = tokio::time::Instant::now() + busy;
+    let mut permit = take_permit(slot, deadline).await?;
     {
         let mut made = slot.made.lock().await;
         if !*made {
@@ -305,6 +322,16 @@ pub async fn acquire(state: &Arc<AppState>, slot: &Slot) -> Result<Taken, ApiErr
                 eprintln!("error: {e}; the model is marked failed, the others keep serving");
             }
         }
+    }
+    // Workers that could not be made give up their permits: requests that got one
+    // while the workers were made forget it and wait for another.
+    while slot
+        .excess
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |e| e.checked_sub(1))
+        .is_ok()
+    {
+        permit.forget();
+        permit = take_permit(slot, deadline).await?;
     }
     // The permit leaves at least one usable worker free; a failed one is taken only
     // when every worker failed.

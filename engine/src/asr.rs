@@ -139,6 +139,12 @@ pub trait Recognizer: Send {
     ) -> Result<(String, Option<f32>)>;
     /// Transcribes mono samples (segment times relative to their start).
     fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript>;
+    /// A second model for another thread, which shares the weights (not copied) and has
+    /// caches and backends of its own: the server runs requests side by side on forks.
+    fn fork(&self) -> Result<Box<dyn Recognizer>>;
+    /// Where its weights' device memory starts, one address per buffer: a fork gives the
+    /// same ones as the model it came from.
+    fn weight_addresses(&self) -> Vec<usize>;
 }
 
 /// What an ASR run produced.
@@ -218,6 +224,21 @@ impl AsrOutput {
 pub type AsrModel = Loaded<dyn Recognizer>;
 
 impl AsrModel {
+    /// A second model for another thread ([`Recognizer::fork`]): the weights shared, not
+    /// copied; it transcribes as `self` does.
+    pub fn fork(&self) -> Result<AsrModel> {
+        Ok(Loaded::new(
+            self.model.fork()?,
+            self.family,
+            self.spec_source.clone(),
+        ))
+    }
+
+    /// Where its weights' device memory starts ([`Recognizer::weight_addresses`]).
+    pub fn weight_addresses(&self) -> Vec<usize> {
+        self.model.weight_addresses()
+    }
+
     /// The spec's default decoding options.
     pub fn default_options(&self) -> DecodeOptions {
         self.model.default_options()

@@ -526,6 +526,23 @@ impl Runtime {
         Ok(Runtime { main, cpu, threads })
     }
 
+    /// A second runtime on the same devices with the same thread cap: backends of its
+    /// own (a CPU backend's work buffer and worker threads serve one graph at a time),
+    /// whose schedulers can run graphs over weights uploaded through `self`.
+    pub fn fork(&self) -> Result<Runtime> {
+        let start = |b: &Backend| -> Result<Backend> {
+            let new = Backend::new(b.device())?;
+            new.set_threads(self.threads);
+            new.set_thread_limit(threads_free_now);
+            Ok(new)
+        };
+        Ok(Runtime {
+            main: start(&self.main)?,
+            cpu: self.cpu.as_ref().map(start).transpose()?,
+            threads: self.threads,
+        })
+    }
+
     /// The backend that holds the weights.
     pub fn main(&self) -> &Backend {
         &self.main

@@ -300,6 +300,35 @@ unsafe impl Send for Context {}
 unsafe impl Send for Buffer {}
 // SAFETY: as above.
 unsafe impl Send for Scheduler {}
+// SAFETY: after `FrozenTensors::new` nothing writes the tensors' metadata or data, and
+// the one method reads ggml's tensor list: graphs on many threads may read them at once.
+unsafe impl Sync for FrozenTensors {}
+
+/// A context of tensors and the buffer holding their values, written once and then only
+/// read (model weights): it is `Sync`, so that model workers on several threads build
+/// graphs over the same tensors instead of each holding a copy.
+pub struct FrozenTensors {
+    ctx: Context,
+    _buf: Buffer,
+}
+
+impl FrozenTensors {
+    /// Freezes `ctx`, whose tensors `buf` holds (already written, no graph in it).
+    pub fn new(ctx: Context, buf: Buffer) -> Self {
+        FrozenTensors { ctx, _buf: buf }
+    }
+
+    /// The tensor named `name`.
+    pub fn tensor_by_name(&self, name: &str) -> Option<Tensor<'_>> {
+        self.ctx.tensor_by_name(name)
+    }
+
+    /// The address where the buffer's memory starts: equal for everything that shares it.
+    pub fn base_address(&self) -> usize {
+        // SAFETY: live buffer.
+        unsafe { sys::ggml_backend_buffer_get_base(self._buf.raw.as_ptr()) as usize }
+    }
+}
 
 /// A ggml context holding tensor and graph metadata only (no data: `no_alloc`).
 pub struct Context {

@@ -136,6 +136,19 @@ pub trait Synthesizer: Send {
             "this model does not clone voices; a Qwen3-TTS Base model does".into(),
         ))
     }
+    /// A second model for another thread that shares the weights (not copied) and has
+    /// schedulers and backends of its own: the server runs requests side by side on
+    /// forks. By default the family makes none.
+    fn fork(&self) -> Result<Box<dyn Synthesizer>> {
+        Err(EngineError::Usage(
+            "this model runs one request at a time (its family does not fork; Kokoro does)".into(),
+        ))
+    }
+    /// Where its weights' device memory starts, one address per buffer (a fork gives
+    /// the same ones); empty for a family that does not say.
+    fn weight_addresses(&self) -> Vec<usize> {
+        Vec::new()
+    }
     /// Checks that `voice` is one it speaks with: by default one of
     /// [`Synthesizer::voices`]; a family may take more (Kokoro's blends of voices).
     fn check_voice(&self, voice: &str) -> Result<()> {
@@ -278,6 +291,21 @@ pub fn check_max_speech_s(max_seconds: f64) -> Result<()> {
 pub type TtsModel = Loaded<dyn Synthesizer>;
 
 impl TtsModel {
+    /// A second model for another thread ([`Synthesizer::fork`]): the weights shared,
+    /// not copied; it speaks as `self` does.
+    pub fn fork(&self) -> Result<TtsModel> {
+        Ok(Loaded::new(
+            self.model.fork()?,
+            self.family,
+            self.spec_source.clone(),
+        ))
+    }
+
+    /// Where its weights' device memory starts ([`Synthesizer::weight_addresses`]).
+    pub fn weight_addresses(&self) -> Vec<usize> {
+        self.model.weight_addresses()
+    }
+
     /// The model's voices; the first is the default.
     pub fn voices(&self) -> Vec<String> {
         self.model.voices()

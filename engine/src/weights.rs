@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
-use crate::ggml::{Buffer, Context, DType, HostTensor, Tensor};
+use crate::ggml::{Buffer, Context, DType, FrozenTensors, HostTensor, Tensor};
 
 /// Host bytes gathered before a batch is uploaded: small against a model (Kokoro's
 /// device weights are 365 MB), large enough that a model needs few buffers.
@@ -63,15 +63,10 @@ impl From<HostTensor> for WeightTensor {
     }
 }
 
-/// One uploaded batch: its tensors' metadata and the device memory behind them.
-struct Batch {
-    ctx: Context,
-    _buf: Buffer,
-}
-
-/// Tensors on the device, by model name.
+/// Tensors on the device, by model name. Read-only once uploaded and `Sync`: workers of
+/// one model share a store behind an `Arc` (each batch is one [`FrozenTensors`]).
 pub struct WeightStore {
-    batches: Vec<Batch>,
+    batches: Vec<FrozenTensors>,
     /// Model name -> its batch and ggml name (`w<index>`: ggml truncates names at 63
     /// bytes, and some module paths are longer).
     names: HashMap<String, (usize, String)>,
@@ -143,14 +138,14 @@ impl WeightStore {
             }
             .map_err(|e| self.error(format!("tensor '{}': {e}", t.name)))?;
         }
-        self.batches.push(Batch { ctx, _buf: buf });
+        self.batches.push(FrozenTensors::new(ctx, buf));
         Ok(())
     }
 
     /// The tensor `name`, if the store holds it.
     pub fn tensor(&self, name: &str) -> Option<Tensor<'_>> {
         let (batch, short) = self.names.get(name)?;
-        self.batches.get(*batch)?.ctx.tensor_by_name(short)
+        self.batches.get(*batch)?.tensor_by_name(short)
     }
 
     /// The tensor `name` with dims `ne` (ggml order; trailing ones may be left out), or
@@ -168,6 +163,15 @@ impl WeightStore {
             )));
         }
         Ok(t)
+    }
+
+    /// Where each batch's device memory starts: stores that share their weights give
+    /// the same addresses (see the families' `fork`).
+    pub fn base_addresses(&self) -> Vec<usize> {
+        self.batches
+            .iter()
+            .map(FrozenTensors::base_address)
+            .collect()
     }
 
     /// The file the weights came from.

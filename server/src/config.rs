@@ -101,6 +101,46 @@ pub struct ModelEntry {
     /// tiny recurrent steps are slower through a GPU's kernel launches).
     #[serde(default = "default_vad_backend")]
     pub vad_backend: String,
+    /// Requests the model runs at once, each on a worker of its own that shares the
+    /// weights ([`ModelEntry::workers`]); absent: [`default_parallel`] for `asr`
+    /// models, 1 for the others. `vad` models take only 1 (Silero does not fork); a
+    /// `tts` family that does not fork (Qwen3-TTS) serves with one worker and logs it.
+    #[serde(default)]
+    pub parallel: Option<usize>,
+}
+
+/// The most workers one model may have: each holds its own caches and compute buffers
+/// (tens of MB for Whisper tiny, hundreds for large), so a typo such as 1000 is refused
+/// at start instead of exhausting memory.
+pub const MAX_PARALLEL: usize = 64;
+
+/// The default `parallel` of an `asr` model: one worker per two cores of the thread
+/// cap (`threads`, 0: all `cores`), at least 1 and at most 8. Whisper's decoder steps
+/// are small graphs that keep few cores busy, so two requests on two cores each finish
+/// sooner together than one after the other on four; more than 8 workers mostly adds
+/// memory.
+pub fn default_parallel(threads: usize, cores: usize) -> usize {
+    let cores = if threads == 0 {
+        cores
+    } else {
+        threads.min(cores)
+    };
+    (cores / 2).clamp(1, 8)
+}
+
+impl ModelEntry {
+    /// The requests it runs at once: `parallel`, else its task's default (see
+    /// [`default_parallel`]; `threads` is the config's thread cap).
+    pub fn workers(&self, threads: usize) -> usize {
+        self.parallel.unwrap_or_else(|| {
+            if self.task == Task::Asr {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                default_parallel(threads, cores)
+            } else {
+                1
+            }
+        })
+    }
 }
 
 fn default_vad_family() -> String {
@@ -219,6 +259,27 @@ impl Config {
                     m.path.display()
                 ));
             }
+            match m.parallel {
+                Some(0) => {
+                    return Err(format!(
+                        "model '{}': parallel is 0; it must be at least 1",
+                        m.id
+                    ))
+                }
+                Some(n) if n > MAX_PARALLEL => {
+                    return Err(format!(
+                        "model '{}': parallel {n} is more than {MAX_PARALLEL}; each worker holds its own caches",
+                        m.id
+                    ))
+                }
+                Some(n) if n > 1 && m.task == Task::Vad => {
+                    return Err(format!(
+                        "model '{}': parallel {n} is for task 'asr' and 'tts' models; 'vad' models run one request at a time (set parallel to 1)",
+                        m.id
+                    ))
+                }
+                _ => {}
+            }
             if let Some(v) = &m.vad_model {
                 if m.task != Task::Asr {
                     return Err(format!(
@@ -292,5 +353,22 @@ impl Config {
             max_duration_s: self.max_audio_s,
             min_sample_rate_hz: self.min_sample_rate_hz,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_parallel_is_one_worker_per_two_cores_of_the_cap_from_1_to_8() {
+        assert_eq!(default_parallel(0, 1), 1);
+        assert_eq!(default_parallel(0, 2), 1);
+        assert_eq!(default_parallel(0, 8), 4);
+        assert_eq!(default_parallel(0, 64), 8);
+        assert_eq!(default_parallel(4, 16), 2);
+        assert_eq!(default_parallel(1, 16), 1);
+        // A cap above the cores counts the cores.
+        assert_eq!(default_parallel(100, 6), 3);
     }
 }

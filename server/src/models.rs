@@ -1,5 +1,6 @@
 //! `GET /v1/models` and `GET /v1/models/{id}`: the served models as OpenAI's model
-//! objects, with their family, task and load status.
+//! objects, with their family, task, load status and
+//! `parallel` (requests run at once).
 
 use std::sync::Arc;
 
@@ -8,22 +9,17 @@ use axum::Json;
 use serde_json::json;
 
 use crate::error::ApiError;
-use crate::pool::{model_not_found, Slot, SlotState};
+use crate::pool::{model_not_found, Slot};
 use crate::AppState;
 
 /// One model as OpenAI's model object, with its family, task and load status.
 fn model_object(state: &AppState, slot: &Slot) -> serde_json::Value {
-    // A model running (or loading) holds its lock: say so instead of waiting for it.
-    let status = match slot.model.try_lock().as_deref() {
-        Ok(SlotState::Unloaded) => "not_loaded",
-        Ok(SlotState::Ready(_)) => "ready",
-        Ok(SlotState::Failed) => "failed",
-        Err(_) => "busy",
-    };
+    // Workers running (or loading) hold their locks: the status never waits for them.
+    let status = slot.status();
     json!({
         "id": slot.entry.id, "object": "model", "created": state.started_unix_s,
         "owned_by": "audiocpp", "family": slot.entry.family, "task": slot.entry.task,
-        "status": status,
+        "status": status, "parallel": slot.parallel(),
     })
 }
 

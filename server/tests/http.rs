@@ -218,6 +218,18 @@ fn bad_configs_exit_2_with_the_reason() {
             serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "whisper", "task": "asr", "vad_model": "server.json", "vad_backend": "tpu" }] }),
             "model 'a': vad_backend: unknown backend 'tpu'",
         ),
+        (
+            serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "whisper", "task": "asr", "parallel": 0 }] }),
+            "model 'a': parallel is 0; it must be at least 1",
+        ),
+        (
+            serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "whisper", "task": "asr", "parallel": 1000 }] }),
+            "model 'a': parallel 1000 is more than 64",
+        ),
+        (
+            serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "silero_vad", "task": "vad", "parallel": 2 }] }),
+            "model 'a': parallel 2 is for task 'asr' and 'tts' models; 'vad' models run one request at a time",
+        ),
     ];
     for (extra, needle) in cases {
         let cfg = write_config(dir.path(), extra);

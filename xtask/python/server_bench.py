@@ -8,11 +8,19 @@ For each task it prints:
   server's own `X-AudioCPP-Wall-Ms` (decode + inference on the model thread), the
   overhead (latency minus that wall time: HTTP, multipart, JSON, scheduling, the client),
   and requests/s;
-- the server with several concurrent clients: requests/s (one model runs one request at
-  a time, so this shows queueing, not parallel inference).
+- the server with several concurrent clients: requests/s (the model at `parallel` 1, so
+  this shows queueing, not parallel inference);
+- concurrency: 8 clients sending Whisper tiny.en q8_0 transcriptions of a real clip to
+  the server at `parallel` 1 (one request at a time, as before parallel workers) and at
+  2, 4 and 8 workers (all threads 0: every core, fitted per graph), each a fresh
+  server: requests/s, p50/p99 latency, the ratio to parallel 1 and the server's peak
+  RSS; then faster-whisper's BatchedInferencePipeline on the same CTranslate2 weights
+  (int8, beam 1, batch_size 8) driven by the same 8 client threads on one model with
+  8 workers, as the peer.
 
 Usage: server_bench.py --server BIN --cli BIN --vad-model BIN --specs DIR --asr-ct2 DIR
-                       --vad-audio WAV --asr-audio WAV [--repeat N] [--threads N]
+                       --vad-audio WAV --asr-audio WAV --conc-audio WAV [--repeat N]
+                       [--threads N]
 """
 import argparse
 import concurrent.futures
@@ -76,10 +84,11 @@ def request(conn, task, audio_bytes):
     return latency, float(r.getheader("x-audiocpp-wall-ms")), json.loads(data)
 
 
-def serve(args, config):
+def serve(args, config, threads=None):
     port = free_port()
+    threads = args.threads if threads is None else threads
     proc = subprocess.Popen([args.server, "--config", config, "--port", str(port),
-                             "--threads", str(args.threads)],
+                             "--threads", str(threads)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -147,14 +156,108 @@ def bench_task(args, port, task, cli_model, audio):
           f" -> server is {med(walls) / med(lat):.1f}x the CLI's rate")
 
 
+CLIENTS = 8
+
+
+def peak_rss_mb(pid):
+    """The process's peak resident memory (VmHWM) in MB; None where /proc has none."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def eight_clients(one, per_client):
+    """Runs `one()` (returns its latency in ms) per_client times on each of 8 client
+    threads at once: (requests/s, latencies)."""
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(CLIENTS) as ex:
+        lats = [x for xs in ex.map(lambda _: [one() for _ in range(per_client)], range(CLIENTS))
+                for x in xs]
+    return len(lats) / (time.perf_counter() - t0), lats
+
+
+def bench_parallel(args, tmp):
+    """8 clients against the server at parallel 1, 2, 4, 8, then faster-whisper."""
+    q8 = os.path.join(tmp, "whisper-tiny.en-q8_0.gguf")
+    subprocess.run([args.cli, "--task", "convert", "--family", "whisper", "--model", args.asr_ct2,
+                    "--quantize", "q8_0", "--out", q8], check=True, capture_output=True)
+    audio_bytes = open(args.conc_audio, "rb").read()
+    per_client = max(2, args.repeat // 2)
+    print(f"== bench server concurrency: {CLIENTS} clients x {per_client} transcriptions of "
+          f"{os.path.basename(args.conc_audio)}, Whisper tiny.en q8_0, {os.cpu_count()} cores, "
+          f"threads 0 (all, fitted per graph)")
+    print(f"   {'':34} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'x p=1':>6} {'peak RSS':>9}")
+    base, texts = None, set()
+    for parallel in [1, 2, 4, 8]:
+        config = os.path.join(tmp, f"parallel{parallel}.json")
+        with open(config, "w") as f:
+            json.dump({"busy_timeout_ms": 600000, "models": [
+                {"id": "asr", "path": q8, "family": "whisper", "task": "asr",
+                 "parallel": parallel}]}, f)
+        proc, port = serve(args, config, threads=0)
+        try:
+            local = __import__("threading").local()
+
+            def one():
+                if not hasattr(local, "conn"):
+                    local.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+                latency, _, body = request(local.conn, "asr", audio_bytes)
+                texts.add(body["text"])
+                return latency
+
+            one()  # warm: the first request pays one-time work
+            rps, lats = eight_clients(one, per_client)
+            rss = peak_rss_mb(proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        base = base or rps
+        rss_text = f"{rss:7.0f} MB" if rss is not None else "      n/a"
+        label = "audiocpp_server parallel 1 (before)" if parallel == 1 else f"audiocpp_server parallel {parallel}"
+        print(f"   {label:34} {rps:7.2f} {med(lats):8.0f} {p99(lats):8.0f} {rps / base:5.2f}x {rss_text}")
+    print(f"   transcripts: {'one text for every request and setting' if len(texts) == 1 else f'{len(texts)} different texts: {sorted(texts)}'}")
+    try:
+        import resource
+        from faster_whisper import BatchedInferencePipeline, WhisperModel
+    except ImportError as e:
+        print(f"   faster-whisper BatchedInferencePipeline: not run ({e})")
+        return
+    model = WhisperModel(args.asr_ct2, device="cpu", compute_type="int8",
+                         cpu_threads=os.cpu_count(), num_workers=CLIENTS)
+    pipe = BatchedInferencePipeline(model)
+
+    def fw_one():
+        t0 = time.perf_counter()
+        segments, _ = pipe.transcribe(args.conc_audio, language="en", beam_size=1, batch_size=8)
+        "".join(s.text for s in segments)
+        return (time.perf_counter() - t0) * 1000
+
+    fw_one()
+    rps, lats = eight_clients(fw_one, per_client)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"   {'faster-whisper batched (int8)':34} {rps:7.2f} {med(lats):8.0f} {p99(lats):8.0f} "
+          f"{rps / base:5.2f}x {rss:6.0f} MB (driver process)")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    for a in ["--server", "--cli", "--vad-model", "--specs", "--asr-ct2", "--vad-audio", "--asr-audio"]:
+    for a in ["--server", "--cli", "--vad-model", "--specs", "--asr-ct2", "--vad-audio", "--asr-audio",
+              "--conc-audio"]:
         ap.add_argument(a, required=True)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only-concurrency", action="store_true",
+                    help="run just the concurrency section")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        if args.only_concurrency:
+            bench_parallel(args, tmp)
+            return
         vad = os.path.join(tmp, "silero.gguf")
         asr = os.path.join(tmp, "whisper-tiny.en.gguf")
         subprocess.run([args.cli, "--task", "convert", "--family", "silero_vad", "--model", args.vad_model,
@@ -165,7 +268,7 @@ def main():
         with open(config, "w") as f:
             json.dump({"busy_timeout_ms": 600000, "models": [
                 {"id": "vad", "path": vad, "family": "silero_vad", "task": "vad"},
-                {"id": "asr", "path": asr, "family": "whisper", "task": "asr"}]}, f)
+                {"id": "asr", "path": asr, "family": "whisper", "task": "asr", "parallel": 1}]}, f)
         proc, port = serve(args, config)
         try:
             print(f"== bench server: audiocpp_server vs direct audiocpp_cli runs ({args.repeat * 4} requests each)")
@@ -174,6 +277,7 @@ def main():
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+        bench_parallel(args, tmp)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ pub enum Suite {
     /// TTS: Kokoro-82M (f32, f16, q8_0) vs onnxruntime, or with `--family qwen3_tts`
     /// Qwen3-TTS 1.7B (random weights, f16, q8_0) vs the official code; 1 and 2 threads.
     Tts,
-    /// audiocpp_server's per-request overhead for VAD and ASR vs direct CLI runs.
+    /// audiocpp_server's per-request overhead for VAD and ASR vs direct CLI runs, and
+    /// 8 concurrent Whisper clients at parallel 1, 2, 4, 8 vs faster-whisper's
+    /// BatchedInferencePipeline (requests/s, p50/p99, peak RSS).
     Server,
     /// `dist` of a 1.3 GB rocm6-sized SDK vs `zip -r -6` and `7z a -tzip`.
     Dist,
@@ -177,6 +179,10 @@ fn bench_server(repeat: u32) -> Result<()> {
             (
                 "--asr-audio",
                 a.dir.join("clips-asr/phrase_en_us.wav").as_os_str(),
+            ),
+            (
+                "--conc-audio",
+                a.dir.join("clips/speech_gaps.wav").as_os_str(),
             ),
         ],
         &[],

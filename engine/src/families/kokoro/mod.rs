@@ -31,7 +31,7 @@ pub mod text_encoder;
 pub mod weights;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::backend::Runtime;
@@ -186,12 +186,13 @@ pub struct Run {
 /// A loaded Kokoro model.
 pub struct Kokoro {
     hp: HParams,
-    weights: Weights,
+    /// Shared by the model's forks ([`Kokoro::fork`]); read-only once uploaded.
+    weights: Arc<Weights>,
     f0n: prosody::F0N,
     decoder: decoder::Decoder,
     vocab: HashMap<char, i32>,
-    /// Voices in the order listed, each [510 x 256] row-major.
-    voices: Vec<(String, Vec<f32>)>,
+    /// Voices in the order listed, each [510 x 256] row-major (shared by the forks).
+    voices: Arc<Vec<(String, Vec<f32>)>>,
     sample_rate: u32,
     /// The schedulers of graphs 1 and 2 and of the decoder, kept from sentence to
     /// sentence so that their device buffers are allocated (and, on the CPU, their
@@ -207,7 +208,8 @@ pub struct Kokoro {
     /// load (that costs about a quarter second, which a first request would otherwise
     /// wait for); the other dialect on its first use, so a process that speaks one
     /// dialect holds one parsed lexicon (each is a few hundred MiB).
-    front_ends: Vec<FrontEnd>,
+    /// Shared by the forks, so a lexicon is parsed and held once.
+    front_ends: Vec<Arc<FrontEnd>>,
 }
 
 /// A scheduler kept between runs, with the graph size it was made for: a larger graph
@@ -238,16 +240,22 @@ impl SchedulerSlot {
 /// What a dialect's lexicon parse gave (the error is the parser's message).
 type ParsedG2p = std::result::Result<G2p, String>;
 
-/// One dialect's text front end: not parsed yet, being built, or built.
+/// One dialect's text front end: not parsed yet, being built, or built. Behind a
+/// mutex, so that the forks of a model share it and the first that needs it parses it.
 struct FrontEnd {
     dialect: Dialect,
+    state: Mutex<FrontState>,
+}
+
+/// Where a [`FrontEnd`]'s parse stands.
+struct FrontState {
     /// The file's gold and silver lexicon texts, until they are parsed; `None` when the
     /// file has no lexicon for the dialect.
     texts: Option<(String, String)>,
     /// The parse started at load; `None` when none was started, or once it is joined
     /// into `g2p`.
     building: Option<std::thread::JoinHandle<ParsedG2p>>,
-    g2p: Option<ParsedG2p>,
+    g2p: Option<Arc<ParsedG2p>>,
 }
 
 /// Parses a dialect's lexicon texts into its front end.
@@ -407,12 +415,14 @@ impl Kokoro {
                 ),
                 None => None,
             };
-            front_ends.push(FrontEnd {
+            front_ends.push(Arc::new(FrontEnd {
                 dialect,
-                texts,
-                building,
-                g2p: None,
-            });
+                state: Mutex::new(FrontState {
+                    texts,
+                    building,
+                    g2p: None,
+                }),
+            }));
         }
         let weights = Weights::load(file, &runtime)?;
         weights.check(&hp.tensor_shapes())?;
@@ -424,11 +434,11 @@ impl Kokoro {
         )?;
         let kokoro = Kokoro {
             hp,
-            weights,
+            weights: Arc::new(weights),
             f0n,
             decoder,
             vocab,
-            voices,
+            voices: Arc::new(voices),
             sample_rate: spec.sample_rate,
             runtime,
             front_ends,
@@ -440,6 +450,35 @@ impl Kokoro {
             kokoro.warm_up()?;
         }
         Ok(kokoro)
+    }
+
+    /// A second model for another thread: the weights, voices and lexicons shared (not
+    /// copied), schedulers and backends of its own ([`Runtime::fork`]); it speaks as
+    /// `self` does, sample for sample.
+    pub fn fork(&self) -> Result<Self> {
+        let kokoro = Kokoro {
+            hp: self.hp,
+            weights: Arc::clone(&self.weights),
+            f0n: self.f0n.clone(),
+            decoder: self.decoder.clone(),
+            vocab: self.vocab.clone(),
+            voices: Arc::clone(&self.voices),
+            sample_rate: self.sample_rate,
+            runtime: self.runtime.fork()?,
+            front_ends: self.front_ends.clone(),
+            front_sched: SchedulerSlot::default(),
+            frames_sched: SchedulerSlot::default(),
+            decoder_sched: SchedulerSlot::default(),
+        };
+        if kokoro.runtime.device().device_type != DeviceType::Cpu {
+            kokoro.warm_up()?;
+        }
+        Ok(kokoro)
+    }
+
+    /// Where the weights' device memory starts (equal for a model and its forks).
+    pub fn weight_addresses(&self) -> Vec<usize> {
+        self.weights.base_addresses()
     }
 
     /// Speaks one short made-up sentence and drops it: on a GPU the first run pays
@@ -604,7 +643,7 @@ impl Kokoro {
         let decoded = self
             .decoder_sched
             .with(&self.runtime, decoder::GRAPH_NODES, |sched| {
-                self.decoder.synthesize(sched, &self.weights, &input, None)
+                self.decoder.synthesize(sched, &*self.weights, &input, None)
             })?;
         if timed {
             let walls = [
@@ -857,26 +896,28 @@ impl Kokoro {
         })?;
         let front = self
             .front_ends
-            .iter_mut()
+            .iter()
             .find(|f| f.dialect == dialect)
             .expect("a front end per dialect");
-        if front.g2p.is_none() {
-            if let Some(building) = front.building.take() {
-                front.g2p = Some(
-                    building
-                        .join()
-                        .unwrap_or_else(|_| Err("the lexicon parse stopped with a panic".into())),
-                );
-            } else if let Some((gold, silver)) = front.texts.take() {
-                front.g2p = Some(parse_front_end(&gold, &silver, dialect));
-            } else {
-                let (g, s) = lexicon_keys(dialect);
-                return Err(EngineError::Usage(format!(
-                    "parameter 'input': the model file has no '{g}'/'{s}' lexicon for text input; convert it again (task 'convert', family 'kokoro', which embeds misaki's lexicons), or pass phonemes"
-                )));
+        let parsed = {
+            let mut state = front.state.lock().unwrap_or_else(|e| e.into_inner());
+            if state.g2p.is_none() {
+                if let Some(building) = state.building.take() {
+                    state.g2p = Some(Arc::new(building.join().unwrap_or_else(|_| {
+                        Err("the lexicon parse stopped with a panic".into())
+                    })));
+                } else if let Some((gold, silver)) = state.texts.take() {
+                    state.g2p = Some(Arc::new(parse_front_end(&gold, &silver, dialect)));
+                } else {
+                    let (g, s) = lexicon_keys(dialect);
+                    return Err(EngineError::Usage(format!(
+                        "parameter 'input': the model file has no '{g}'/'{s}' lexicon for text input; convert it again (task 'convert', family 'kokoro', which embeds misaki's lexicons), or pass phonemes"
+                    )));
+                }
             }
-        }
-        let g2p = match front.g2p.as_ref().expect("joined above") {
+            Arc::clone(state.g2p.as_ref().expect("parsed above"))
+        };
+        let g2p = match parsed.as_ref() {
             Ok(g2p) => g2p,
             Err(e) => return Err(EngineError::Usage(format!("parameter 'input': {e}"))),
         };
@@ -890,6 +931,14 @@ impl Kokoro {
 impl Synthesizer for Kokoro {
     fn sample_rate(&self) -> u32 {
         self.sample_rate
+    }
+
+    fn fork(&self) -> Result<Box<dyn Synthesizer>> {
+        Ok(Box::new(Kokoro::fork(self)?))
+    }
+
+    fn weight_addresses(&self) -> Vec<usize> {
+        Kokoro::weight_addresses(self)
     }
 
     fn voices(&self) -> Vec<String> {

@@ -144,6 +144,7 @@ pub fn frame_tokens(frames: &[usize]) -> Vec<i32> {
 ///
 /// Upstream: `hexgrad/kokoro@dfb907a02bba` kokoro/modules.py L97-L107
 /// (`ProsodyPredictor.shared`, `F0`, `N`, `F0_proj`, `N_proj`).
+#[derive(Clone)]
 pub struct F0N {
     f0: Vec<AdainResBlk1d>,
     n: Vec<AdainResBlk1d>,

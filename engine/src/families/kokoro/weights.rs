@@ -77,6 +77,11 @@ pub struct Weights {
 }
 
 impl Weights {
+    /// Where each weight buffer's memory starts (see [`WeightStore::base_addresses`]).
+    pub fn base_addresses(&self) -> Vec<usize> {
+        self.store.base_addresses()
+    }
+
     /// Converts and uploads every non-voice tensor of `file` to `runtime`'s device.
     pub fn load(file: &ModelFile, runtime: &Runtime) -> Result<Self> {
         let bad = |reason: String| EngineError::Model {

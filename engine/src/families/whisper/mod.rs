@@ -21,6 +21,7 @@ pub mod timestamps;
 pub mod tokenizer;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::asr::{DecodeOptions, Recognizer, Transcript};
 use crate::backend::Runtime;
@@ -214,6 +215,14 @@ impl Recognizer for Whisper {
     fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript> {
         Whisper::transcribe(self, samples, opts)
     }
+
+    fn fork(&self) -> Result<Box<dyn Recognizer>> {
+        Ok(Box::new(Whisper::fork(self)?))
+    }
+
+    fn weight_addresses(&self) -> Vec<usize> {
+        self.net.weight_addresses()
+    }
 }
 
 /// A loaded Whisper model.
@@ -227,7 +236,8 @@ pub struct Whisper {
     hp: HParams,
     mel: MelParams,
     filters: Vec<f32>,
-    tok: Tokenizer,
+    /// Shared by the model's forks (the vocabulary is the biggest host table).
+    tok: Arc<Tokenizer>,
     suppress: Vec<u32>,
     suppress_begin: Vec<u32>,
     /// The (decoder layer, head) pairs whose cross-attention follows the audio (word
@@ -377,12 +387,35 @@ impl Whisper {
             hp,
             mel,
             filters: to_f32(filters_t).map_err(|e| bad(e.to_string()))?,
-            tok,
+            tok: Arc::new(tok),
             suppress: list(&file, "whisper.suppress_ids"),
             suppress_begin: list(&file, "whisper.suppress_ids_begin"),
             alignment_heads,
             sample_rate: spec.sample_rate,
             defaults: default_options(spec),
+        })
+    }
+
+    /// A second model for another thread: the weights and the vocabulary shared (not
+    /// copied), caches, schedulers and backends of its own; it transcribes as `self`
+    /// does, bit for bit.
+    pub fn fork(&self) -> Result<Self> {
+        let net = self.net.fork()?;
+        let sched = net.scheduler()?;
+        let step_sched = net.scheduler()?;
+        Ok(Whisper {
+            net,
+            sched,
+            step_sched,
+            hp: self.hp,
+            mel: self.mel,
+            filters: self.filters.clone(),
+            tok: Arc::clone(&self.tok),
+            suppress: self.suppress.clone(),
+            suppress_begin: self.suppress_begin.clone(),
+            alignment_heads: self.alignment_heads.clone(),
+            sample_rate: self.sample_rate,
+            defaults: self.defaults.clone(),
         })
     }
 

@@ -8,6 +8,7 @@
 //! CTranslate2; the math is OpenAI's).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::backend::Runtime;
 use crate::error::Result;
@@ -143,7 +144,8 @@ const CONV_KERNEL_WIDTH: i64 = 3;
 /// the caches as `Whisper.install_kv_cache_hooks` L310-L341 keeps them.
 pub struct WhisperNet {
     hp: HParams,
-    weights: WeightStore,
+    /// Shared by the model's forks ([`WhisperNet::fork`]); read-only once uploaded.
+    weights: Arc<WeightStore>,
     cache: Context,
     _cache_buf: Buffer,
     runtime: Runtime,
@@ -181,7 +183,17 @@ impl WhisperNet {
             let usage = weight_use(&t.name);
             Ok(WeightTensor::from(layers.store(t, usage)))
         });
-        let weights = WeightStore::upload(path, tensors, &runtime)?;
+        let weights = Arc::new(WeightStore::upload(path, tensors, &runtime)?);
+        Self::with_weights(hp, weights, runtime, layers)
+    }
+
+    /// A network over `weights` with caches of its own on `runtime`.
+    fn with_weights(
+        hp: HParams,
+        weights: Arc<WeightStore>,
+        runtime: Runtime,
+        layers: Layers,
+    ) -> Result<Self> {
         let cache = Context::new(4 * hp.n_text_layer + 4, 0)?;
         let (t, a_ctx, t_ctx) = (
             hp.n_text_state as i64,
@@ -206,6 +218,22 @@ impl WhisperNet {
             runtime,
             layers,
         })
+    }
+
+    /// A second network for another thread: the same weights (shared, not copied), its
+    /// own caches and its own backends ([`Runtime::fork`]).
+    pub fn fork(&self) -> Result<Self> {
+        Self::with_weights(
+            self.hp,
+            Arc::clone(&self.weights),
+            self.runtime.fork()?,
+            self.layers,
+        )
+    }
+
+    /// Where the weights' device memory starts (equal for a network and its forks).
+    pub fn weight_addresses(&self) -> Vec<usize> {
+        self.weights.base_addresses()
     }
 
     /// The runtime (device) the model runs on.

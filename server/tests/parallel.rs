@@ -1,0 +1,133 @@
+//! A model's `parallel` workers: with two, two transcriptions sent at once both run
+//! (a busy timeout far shorter than one transcription) and give exactly what each gives
+//! alone; with one, the second is refused with 503 `server_busy`. `GET /v1/models`
+//! reports `parallel`. Whisper tiny.en q8_0 on a 14 s clip, one thread per request. A
+//! TTS family that does not fork serves with one worker and says so in the log.
+
+use std::path::Path;
+
+mod common;
+use common::Server;
+
+/// A server of tiny.en q8_0 with `parallel` workers and a 50 ms busy timeout.
+fn start(dir: &Path, parallel: usize) -> Server {
+    let gguf = dir.join("tiny.en-q8_0.gguf");
+    if !gguf.is_file() {
+        audiocpp_engine::tasks::convert(
+            "whisper",
+            &common::assets("whisper-tiny.en-ct2/model.bin").join("whisper-tiny.en-ct2"),
+            None,
+            &gguf,
+            &audiocpp_engine::families::ConvertOptions {
+                quantize: Some("q8_0".into()),
+                sources: Vec::new(),
+            },
+        )
+        .unwrap();
+    }
+    Server::start(
+        dir,
+        &serde_json::json!({
+            "port": 0, "threads": 1, "busy_timeout_ms": 50,
+            "models": [{ "id": "tiny", "path": gguf, "family": "whisper", "task": "asr",
+                         "parallel": parallel }],
+        }),
+    )
+}
+
+/// Status and JSON body of one transcription of `wav`.
+fn transcribe(server: &Server, wav: &[u8]) -> (u16, serde_json::Value) {
+    let (ct, body) = common::multipart(
+        &[("model", "tiny"), ("response_format", "verbose_json")],
+        Some(("a.wav", wav)),
+    );
+    let resp = common::send(
+        ureq::post(&server.url("/v1/audio/transcriptions")),
+        &ct,
+        &body,
+    );
+    let status = resp.status();
+    (status, resp.into_json().unwrap())
+}
+
+/// Two transcriptions of `wav` sent at once.
+fn two_at_once(server: &Server, wav: &[u8]) -> [(u16, serde_json::Value); 2] {
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        let run = || {
+            barrier.wait();
+            transcribe(server, wav)
+        };
+        let (a, b) = (s.spawn(run), s.spawn(run));
+        [a.join().unwrap(), b.join().unwrap()]
+    })
+}
+
+#[test]
+fn two_workers_run_two_requests_at_once_and_one_refuses_the_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let wav = std::fs::read(common::assets("clips/speech_gaps.wav").join("clips/speech_gaps.wav"))
+        .unwrap();
+
+    let server = start(dir.path(), 2);
+    let models: serde_json::Value = ureq::get(&server.url("/v1/models"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(models["data"][0]["parallel"], 2, "{models}");
+    assert_eq!(models["data"][0]["status"], "ready", "{models}");
+    let (status, alone) = transcribe(&server, wav.as_slice());
+    assert_eq!(status, 200, "{alone}");
+    assert!(!alone["text"].as_str().unwrap().is_empty(), "{alone}");
+    for (status, v) in two_at_once(&server, &wav) {
+        assert_eq!(status, 200, "with two workers both run: {v}");
+        assert_eq!(v["text"], alone["text"]);
+        assert_eq!(v["segments"], alone["segments"]);
+    }
+    drop(server);
+
+    let server = start(dir.path(), 1);
+    let mut answers = two_at_once(&server, &wav).to_vec();
+    answers.sort_by_key(|(status, _)| *status);
+    assert_eq!(answers[0].0, 200, "{}", answers[0].1);
+    assert_eq!(answers[0].1["text"], alone["text"]);
+    assert_eq!(
+        (answers[1].0, answers[1].1["error"]["code"].as_str()),
+        (503, Some("server_busy")),
+        "with one worker the second waits 50 ms and is refused: {}",
+        answers[1].1
+    );
+}
+
+#[test]
+fn a_family_that_does_not_fork_serves_with_one_worker_and_logs_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tone = dir.path().join("tone.gguf");
+    audiocpp_engine::families::test_tone::write_model(&tone, 24_000, 0.5, 0).unwrap();
+    let cfg = serde_json::json!({
+        "port": 0, "threads": 1,
+        "models": [{ "id": "tone", "path": tone, "family": "test_tone", "task": "tts", "parallel": 3 }],
+    });
+    let mut cmd = common::server_command(&common::write_config(dir.path(), &cfg));
+    cmd.stderr(std::process::Stdio::piped());
+    let server = Server::spawn(&mut cmd);
+    let models: serde_json::Value = ureq::get(&server.url("/v1/models"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(models["data"][0]["parallel"], 1, "{models}");
+    let spoken = common::post_json(
+        &server,
+        "/v1/audio/speech",
+        &serde_json::json!({ "model": "tone", "input": "hi" }),
+    );
+    assert_eq!(spoken.status, 200);
+    let log = server.stop();
+    assert!(
+        log.contains("model 'tone': this model runs one request at a time")
+            && log.contains("it serves with 1 of 3 workers"),
+        "{log}"
+    );
+}

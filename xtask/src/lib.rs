@@ -5,6 +5,7 @@ pub mod actionlint;
 pub mod assets;
 pub mod bench;
 pub mod build;
+pub mod context;
 pub mod debugger_only;
 pub mod dist;
 pub mod doctor;

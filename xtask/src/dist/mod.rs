@@ -162,14 +162,14 @@ pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
                 "dist: step time {:.1} s: the build of {track_name}",
                 t.elapsed().as_secs_f64()
             );
-            let record = crate::build::BuildRecord::load(&built.record_path)?;
-            built_toolset = record
+            // The record comes back in memory; build-record.json on disk is for people.
+            built_toolset = built
+                .record
                 .plan
                 .toolset
                 .as_ref()
                 .map(|t| t.vc_tools_version.clone());
-            let outputs: Vec<PathBuf> = record.outputs.iter().map(PathBuf::from).collect();
-            list_files(&outputs, &mut binaries)?;
+            list_files(&built.outputs(), &mut binaries)?;
         }
     }
     let facts = gather(&track_name, track, binaries, &args, build.as_ref())?;

@@ -93,7 +93,7 @@ pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if args.winhip {
-        return crate::winhip::wine_test::run_verb(ctx, &assets);
+        return crate::wine_hip_test::run_verb(ctx, &assets);
     }
     let status = cargo()
         .current_dir(project_root())

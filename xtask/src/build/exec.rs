@@ -68,7 +68,7 @@ pub fn execute(plan: &BuildPlan) -> Result<Built> {
     }
     if let Some(prep) = &plan.cross {
         let t = Instant::now();
-        crate::winhip::prepare(prep)
+        crate::cross_backend::prepare(prep)
             .with_context(|| format!("preparing the cross-build of {}", plan.label))?;
         eprintln!(
             "build: step time {:.1} s: preparing the cross-build",

@@ -192,9 +192,9 @@ pub struct BuildPlan {
     /// Remarks worth reading (decisions taken, risks handled).
     pub notes: Vec<String>,
     /// The cross-build preparation the executor does before the commands (tracks with
-    /// `build.cross`: the Windows HIP cross-build, [`crate::winhip`]).
+    /// `build.cross`: the Windows HIP cross-build, [`crate::cross_backend`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cross: Option<crate::winhip::CrossPrep>,
+    pub cross: Option<crate::cross_backend::CrossPrep>,
 }
 
 impl BuildPlan {
@@ -598,7 +598,7 @@ struct BackendStep {
     /// Contents of the GPU-targets CMake file (Windows HIP), written in the target folder.
     files_pending: Option<String>,
     library_globs_extra: Vec<String>,
-    cross_prep: Option<crate::winhip::CrossPrep>,
+    cross_prep: Option<crate::cross_backend::CrossPrep>,
     /// Commands that run before the cargo build (the cross-build of the GPU backend).
     cross_commands: Vec<PlannedCommand>,
     notes: Vec<String>,
@@ -609,17 +609,17 @@ struct BackendStep {
 fn cross_hip_step(
     req: &BuildRequest,
     host: &HostFacts,
-    inputs: &crate::winhip::CrossInputs,
+    inputs: &crate::cross_backend::CrossInputs,
 ) -> Result<BackendStep> {
     let gpu_targets = hip_targets(req, host)?;
-    let c = crate::winhip::plan(
+    let c = crate::cross_backend::plan(
         inputs,
         &gpu_targets,
         &host.workspace,
         &host.target_root,
         req.jobs,
     )?;
-    let runtime = crate::winhip::runtime_root(&host.target_root, &inputs.spec.chroot);
+    let runtime = crate::cross_backend::runtime_root(&host.target_root, &inputs.spec.chroot);
     let mut notes = c.notes;
     notes.push("the executables are built for the CPU with dynamic backends (no `hip` feature): they load ggml-hip.dll at start like any backend".into());
     Ok(BackendStep {

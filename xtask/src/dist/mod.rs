@@ -120,7 +120,7 @@ pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
             return enter_cross_chroot(rel, &args);
         }
         // The plan lists the runtime files: fetch the pinned runtime (a cache) first.
-        fetch_cross_runtime(&crate::winhip::CrossInputs::load(rel)?)?;
+        fetch_cross_runtime(&crate::cross_backend::CrossInputs::load(rel)?)?;
     }
     let track_name = args
         .track
@@ -496,7 +496,7 @@ fn enter_cross_chroot(rel: &str, args: &Args) -> Result<ExitCode> {
     let step = |t: std::time::Instant, what: &str| {
         eprintln!("dist: step time {:.1} s: {what}", t.elapsed().as_secs_f64());
     };
-    let inputs = crate::winhip::CrossInputs::load(rel)?;
+    let inputs = crate::cross_backend::CrossInputs::load(rel)?;
     let suite = inputs.spec.chroot.clone();
     let t = std::time::Instant::now();
     crate::sdk::make_chroot(&crate::sdk::DebianArgs {
@@ -568,12 +568,12 @@ pub fn cross_argv(args: &Args) -> Vec<String> {
     v
 }
 
-fn fetch_cross_runtime(inputs: &crate::winhip::CrossInputs) -> Result<()> {
-    let root = PathBuf::from(crate::winhip::runtime_root(
+fn fetch_cross_runtime(inputs: &crate::cross_backend::CrossInputs) -> Result<()> {
+    let root = PathBuf::from(crate::cross_backend::runtime_root(
         &target_dir().display().to_string(),
         &inputs.spec.chroot,
     ));
-    crate::winhip::runtime::fetch(&inputs.spec.runtime, &root)
+    crate::cross_backend::runtime::fetch(&inputs.spec.runtime, &root)
 }
 
 /// The runtime file `name` of a track in the SDK's `source` folder (or its `*-linux-gnu`

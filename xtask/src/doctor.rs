@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::build::facts::{DiscoverOptions, HostFacts};
+use crate::context::RunContext;
 use crate::toolset::msvc;
 use crate::toolset::rocm;
 use crate::toolset::tools::ToolFact;
@@ -462,18 +463,16 @@ pub fn render(r: &Report) -> String {
 
 /// What `cargo xtask setup --for ci` finds and would install here, from the same needs
 /// data (packaging/needs.toml) the set-up step of `dist` and `test` reads.
-fn setup_section() -> Result<String> {
-    use crate::setup::{plan, probe, render, NeedsFile};
-    let needs = NeedsFile::load(&NeedsFile::default_path())?;
-    let tracks = TracksFile::load(&TracksFile::default_path())?;
-    let req = needs.resolve("ci", None, &tracks)?;
-    Ok(render(&plan(&needs, &req, &probe(&needs, &req))))
+fn setup_section(ctx: &RunContext) -> Result<String> {
+    use crate::setup::{plan, probe, render};
+    let needs = ctx.needs()?;
+    let req = needs.resolve("ci", None, ctx.tracks()?)?;
+    Ok(render(&plan(needs, &req, &probe(needs, &req))))
 }
 
 /// Runs the verb.
-pub fn run(args: Args) -> Result<ExitCode> {
-    let path = TracksFile::default_path();
-    let tracks = TracksFile::load(&path)?;
+pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
+    let tracks = ctx.tracks()?;
     if let Some(t) = &args.track {
         tracks.track(t)?;
     }
@@ -488,12 +487,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .with_context(|| format!("writing {}", out.display()))?;
         eprintln!("doctor: facts saved to {}", out.display());
     }
-    let r = report(&facts, &tracks, args.track.as_deref());
+    let r = report(&facts, tracks, args.track.as_deref());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print!("{}", render(&r));
-        print!("\n{}", setup_section()?);
+        print!("\n{}", setup_section(ctx)?);
     }
     let failed = args.track.is_some() && r.tracks.iter().any(|t| !t.ready);
     Ok(if failed {

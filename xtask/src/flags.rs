@@ -43,6 +43,19 @@ pub enum Command {
     Setup(crate::setup::Args),
 }
 
+impl Command {
+    /// The tracks file the verb names with `--tracks-file` (dist, verify-deps,
+    /// verify-package), which the run's context reads instead of packaging/tracks.toml.
+    pub fn tracks_file(&self) -> Option<&std::path::Path> {
+        match self {
+            Command::Dist(a) => a.tracks_file.as_deref(),
+            Command::VerifyDeps(a) => a.tracks_file.as_deref(),
+            Command::VerifyPackage(a) => a.tracks_file.as_deref(),
+            _ => None,
+        }
+    }
+}
+
 /// Parses the process arguments; clap exits with code 2 on usage errors.
 pub fn parse() -> Cli {
     Cli::parse()

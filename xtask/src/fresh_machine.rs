@@ -18,10 +18,9 @@ use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
 
+use crate::context::RunContext;
 use crate::project::{project_root, target_dir};
 use crate::sdk;
-use crate::setup::NeedsFile;
-use crate::tracks::TracksFile;
 
 /// The suite of packaging/sdk/debian.toml the fresh machine is made from.
 const SUITE: &str = "bookworm";
@@ -34,7 +33,7 @@ const RUSTUP_HOME: &str = "opt/rustup";
 const LIMIT_S: u64 = 1500;
 
 /// Runs the whole check; prints the time of each part.
-pub fn check() -> Result<()> {
+pub fn check(ctx: &RunContext) -> Result<()> {
     ensure!(
         sdk::is_root(),
         "the fresh-machine set-up test needs root (debootstrap, chroot and mount); run `cargo xtask test` as root"
@@ -52,9 +51,8 @@ pub fn check() -> Result<()> {
     copy_local_ca_certificates(&root)?;
     let t_chroot = t0.elapsed().as_secs_f64();
 
-    let needs = NeedsFile::load(&NeedsFile::default_path())?;
-    let tracks = TracksFile::load(&TracksFile::default_path())?;
-    let req = needs.resolve("dist", Some(TRACK), &tracks)?;
+    let needs = ctx.needs()?;
+    let req = needs.resolve("dist", Some(TRACK), ctx.tracks()?)?;
     let packages: Vec<String> = req
         .needs
         .iter()

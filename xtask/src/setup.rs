@@ -17,6 +17,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::context::RunContext;
 use crate::toolset::tools;
 use crate::tracks::{TracksError, TracksFile};
 
@@ -679,12 +680,11 @@ fn stop_message(p: &Plan) -> String {
 /// Checks and installs what `verb` (and building `track`) needs; the one call `dist` and
 /// `test` make first. Quiet when everything is there; an error (exit 2) naming the
 /// commands to run when something cannot be installed here.
-pub fn ensure(verb: &str, track: Option<&str>) -> Result<()> {
+pub fn ensure(ctx: &RunContext, verb: &str, track: Option<&str>) -> Result<()> {
     let started = Instant::now();
-    let file = NeedsFile::load(&NeedsFile::default_path())?;
-    let tracks = TracksFile::load(&TracksFile::default_path())?;
-    let req = file.resolve(verb, track, &tracks)?;
-    let p = plan(&file, &req, &probe(&file, &req));
+    let file = ctx.needs()?;
+    let req = file.resolve(verb, track, ctx.tracks()?)?;
+    let p = plan(file, &req, &probe(file, &req));
     if p.satisfied() {
         eprintln!(
             "setup: the {} needs of {verb} are present ({:.2} s)",
@@ -698,7 +698,7 @@ pub fn ensure(verb: &str, track: Option<&str>) -> Result<()> {
         bail!("{}", stop_message(&p));
     }
     execute(&p)?;
-    let again = plan(&file, &req, &probe(&file, &req));
+    let again = plan(file, &req, &probe(file, &req));
     if !again.satisfied() {
         let still: Vec<&str> = again
             .to_install
@@ -720,23 +720,22 @@ pub fn ensure(verb: &str, track: Option<&str>) -> Result<()> {
 }
 
 /// Runs the verb.
-pub fn run(args: Args) -> Result<ExitCode> {
+pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
     if args.fresh_machine {
-        crate::fresh_machine::check()?;
+        crate::fresh_machine::check(ctx)?;
         return Ok(ExitCode::SUCCESS);
     }
     if args.dry_run {
-        let file = NeedsFile::load(&NeedsFile::default_path())?;
-        let tracks = TracksFile::load(&TracksFile::default_path())?;
-        let req = file.resolve(&args.for_verb, args.track.as_deref(), &tracks)?;
-        let p = plan(&file, &req, &probe(&file, &req));
+        let file = ctx.needs()?;
+        let req = file.resolve(&args.for_verb, args.track.as_deref(), ctx.tracks()?)?;
+        let p = plan(file, &req, &probe(file, &req));
         print!("{}", render(&p));
         if !p.user_commands.is_empty() {
             println!("cannot install here; run: {}", p.user_commands.join(" && "));
         }
         return Ok(ExitCode::SUCCESS);
     }
-    ensure(&args.for_verb, args.track.as_deref())?;
+    ensure(ctx, &args.for_verb, args.track.as_deref())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -8,6 +8,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result};
 
 use crate::assets;
+use crate::context::RunContext;
 use crate::project::project_root;
 
 /// Flags of `cargo xtask test`.
@@ -76,24 +77,23 @@ pub fn cargo() -> Command {
 }
 
 /// Runs the verb.
-pub fn run(args: Args) -> Result<ExitCode> {
-    crate::setup::ensure("test", None)?;
+pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
+    crate::setup::ensure(ctx, "test", None)?;
     let assets = assets::ensure().context("preparing test assets")?;
     eprintln!("test: assets ready in {}", assets.dir.display());
     if args.hip {
-        let tracks_path = crate::tracks::TracksFile::default_path();
-        let tracks = crate::tracks::TracksFile::load(&tracks_path)?;
+        let (tracks, tracks_path) = (ctx.tracks()?, ctx.tracks_path());
         let track = match &args.hip_track {
             Some(t) => t.clone(),
-            None => default_hip_test_track(&tracks, &tracks_path)?.to_owned(),
+            None => default_hip_test_track(tracks, tracks_path)?.to_owned(),
         };
-        hip_end_to_end(&assets, &tracks, &tracks_path, &track)
+        hip_end_to_end(ctx, &assets, &track)
             .with_context(|| format!("{track} built, packaged and run in its Debian chroot"))?;
         eprintln!("test: HIP package test passed");
         return Ok(ExitCode::SUCCESS);
     }
     if args.winhip {
-        return crate::winhip::wine_test::run_verb(&assets);
+        return crate::wine_hip_test::run_verb(ctx, &assets);
     }
     let status = cargo()
         .current_dir(project_root())
@@ -113,8 +113,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     crate::kernels::debian::check_pinned()
         .context("real rocBLAS/hipBLASLt kernel folders from Debian")?;
     if !args.no_dist {
-        dist_end_to_end(&assets).context("dist end to end: package, unpack, run")?;
-        windows_end_to_end(&assets).context("Windows package end to end under Wine")?;
+        dist_end_to_end(ctx, &assets).context("dist end to end: package, unpack, run")?;
+        windows_end_to_end(ctx, &assets).context("Windows package end to end under Wine")?;
     }
     if !args.no_fuzz {
         ensure_cargo_fuzz()?;
@@ -126,30 +126,32 @@ pub fn run(args: Args) -> Result<ExitCode> {
 }
 
 /// Runs `dist` for `track` into `out` and `verify-package` on the zip; returns the zip.
-pub(crate) fn dist_track(track: &str, out: &Path) -> Result<PathBuf> {
-    let code = crate::dist::run(crate::dist::Args {
-        track: Some(track.to_string()),
-        bin_dir: Vec::new(),
-        rocm_path: None,
-        cuda_path: None,
-        crt_dir: None,
-        out_dir: Some(out.to_path_buf()),
-        allow_uncovered: false,
-        gpu_targets: None,
-        chroot: None,
-        dry_run: false,
-        facts: None,
-        tracks_file: None,
-    })?;
+pub(crate) fn dist_track(ctx: &RunContext, track: &str, out: &Path) -> Result<PathBuf> {
+    let code = crate::dist::run(
+        crate::dist::Args {
+            track: Some(track.to_string()),
+            bin_dir: Vec::new(),
+            rocm_path: None,
+            cuda_path: None,
+            crt_dir: None,
+            out_dir: Some(out.to_path_buf()),
+            allow_uncovered: false,
+            gpu_targets: None,
+            chroot: None,
+            dry_run: false,
+            facts: None,
+            tracks_file: None,
+        },
+        ctx,
+    )?;
     anyhow::ensure!(code == ExitCode::SUCCESS, "dist --track {track} failed");
-    verified_zip(track, out)
+    verified_zip(ctx, track, out)
 }
 
 /// The zip `dist --track track --out-dir out` wrote, after `verify-package` passed on it.
-fn verified_zip(track: &str, out: &Path) -> Result<PathBuf> {
-    let tracks = crate::tracks::TracksFile::load(&crate::tracks::TracksFile::default_path())?;
-    let zip = out.join(format!("{}.zip", tracks.track(track)?.package));
-    let problems = crate::verify_package::verify(&zip, None, None)?;
+fn verified_zip(ctx: &RunContext, track: &str, out: &Path) -> Result<PathBuf> {
+    let zip = out.join(format!("{}.zip", ctx.tracks()?.track(track)?.package));
+    let problems = crate::verify_package::verify(ctx, &zip, None)?;
     anyhow::ensure!(
         problems.is_empty(),
         "verify-package {}: {problems:?}",
@@ -207,13 +209,8 @@ fn hip_test_chroot<'a>(
 /// for one target in it (the HIP build through `build`'s planner), `verify-package`, then
 /// the unpacked package run inside the chroot (its binaries need that glibc): it must say
 /// that no HIP device was found and still run VAD on the CPU.
-fn hip_end_to_end(
-    assets: &assets::Assets,
-    tracks: &crate::tracks::TracksFile,
-    tracks_path: &Path,
-    track: &str,
-) -> Result<()> {
-    let suite = hip_test_chroot(tracks, tracks_path, track)?;
+fn hip_end_to_end(ctx: &RunContext, assets: &assets::Assets, track: &str) -> Result<()> {
+    let suite = hip_test_chroot(ctx.tracks()?, ctx.tracks_path(), track)?;
     let t0 = std::time::Instant::now();
     crate::sdk::make_chroot(&crate::sdk::DebianArgs {
         suite: suite.into(),
@@ -249,7 +246,7 @@ fn hip_end_to_end(
         &out_arg,
     ])?;
     let t_build = t0.elapsed().as_secs_f64() - t_chroot;
-    let zip = verified_zip(track, &out)?;
+    let zip = verified_zip(ctx, track, &out)?;
     let root = unzip(&zip, &out.join("unpacked"))?;
     let cli = root.join("audiocpp_cli").display().to_string();
     let log = out.join("run.log");
@@ -518,9 +515,9 @@ fn package_speaks_the_phrase(
 /// working directory (`--version`, `--list-devices`, a VAD run whose spec must come from
 /// the compiled-in catalog, a Whisper conversion and transcription, a Kokoro conversion
 /// and the phrase spoken and heard back).
-fn dist_end_to_end(assets: &assets::Assets) -> Result<()> {
+fn dist_end_to_end(ctx: &RunContext, assets: &assets::Assets) -> Result<()> {
     let out = crate::project::target_dir().join("dist-test");
-    let zip = dist_track(crate::dist::host_track(), &out)?;
+    let zip = dist_track(ctx, crate::dist::host_track(), &out)?;
     let root = unzip(&zip, &out.join("unpacked"))?;
     let cli = root.join(format!("audiocpp_cli{}", std::env::consts::EXE_SUFFIX));
     let cwd = out.join("empty-cwd");
@@ -692,10 +689,10 @@ fn an_unloadable_backend_is_named(
 /// `verify-package` passed on it (which reads back that the MinGW runtime has no debug
 /// sections and the executables no symbol table); then one runtime DLL is removed and both
 /// `verify-package` and Wine (exit code 53) must notice.
-fn windows_end_to_end(assets: &assets::Assets) -> Result<()> {
+fn windows_end_to_end(ctx: &RunContext, assets: &assets::Assets) -> Result<()> {
     let track = "windows-cpu-gnu";
     let out = crate::project::target_dir().join("dist-test");
-    let zip = dist_track(track, &out)?;
+    let zip = dist_track(ctx, track, &out)?;
     let root = unzip(&zip, &out.join("unpacked-windows"))?;
     let wine = crate::wine::Wine::prepare()?;
     let cwd = out.join("empty-cwd-windows");
@@ -741,7 +738,7 @@ fn windows_end_to_end(assets: &assets::Assets) -> Result<()> {
         );
         let broken = out.join("broken-windows.zip");
         rezip_without(&zip, &broken, victim)?;
-        let problems = crate::verify_package::verify(&broken, Some(track), None)?;
+        let problems = crate::verify_package::verify(ctx, &broken, Some(track))?;
         anyhow::ensure!(
             problems
                 .iter()

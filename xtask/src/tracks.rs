@@ -312,7 +312,7 @@ pub struct BuildSpec {
     pub gemm: GemmRoute,
     /// The cross-build recipe (a file under packaging/, e.g.
     /// `windows-hip/cross.toml`): ggml's GPU backend is built by xtask's own CMake run in
-    /// that recipe's Debian chroot ([`crate::winhip`]), the executables there too.
+    /// that recipe's Debian chroot ([`crate::cross_backend`]), the executables there too.
     #[serde(default)]
     pub cross: Option<String>,
     /// The Debian chroot (a suite of packaging/sdk/debian.toml) whose ROCm this track is

@@ -11,9 +11,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
+use crate::context::RunContext;
 use crate::debugger_only::DebuggerOnly;
 use crate::dist::package::Manifest;
-use crate::tracks::{Track, TracksFile};
+use crate::tracks::Track;
 use crate::verify_deps::{self, Policy};
 
 /// Flags of `cargo xtask verify-package`.
@@ -30,12 +31,9 @@ pub struct Args {
 }
 
 /// Runs the verb: exit 0 when the package is intact, 1 with the list of problems.
-pub fn run(args: Args) -> Result<ExitCode> {
-    let problems = verify(
-        &args.zip,
-        args.track.as_deref(),
-        args.tracks_file.as_deref(),
-    )?;
+/// `ctx` reads `--tracks-file` when given.
+pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
+    let problems = verify(ctx, &args.zip, args.track.as_deref())?;
     if problems.is_empty() {
         println!("{}: OK", args.zip.display());
         Ok(ExitCode::SUCCESS)
@@ -52,13 +50,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
 }
 
-/// Checks a package zip; returns the problems found (empty when intact). I/O and
-/// format errors that stop the check are `Err`.
-pub fn verify(
-    zip_path: &Path,
-    track: Option<&str>,
-    tracks_file: Option<&Path>,
-) -> Result<Vec<String>> {
+/// Checks a package zip against the run's tracks (`ctx`); returns the problems found
+/// (empty when intact). I/O and format errors that stop the check are `Err`.
+pub fn verify(ctx: &RunContext, zip_path: &Path, track: Option<&str>) -> Result<Vec<String>> {
     let file =
         std::fs::File::open(zip_path).with_context(|| format!("opening {}", zip_path.display()))?;
     let mut zip = zip::ZipArchive::new(file)
@@ -142,10 +136,8 @@ pub fn verify(
             ));
         }
     }
-    let tracks_path = tracks_file
-        .map(Path::to_path_buf)
-        .unwrap_or_else(TracksFile::default_path);
-    let tracks = TracksFile::load(&tracks_path)?;
+    let tracks_path = ctx.tracks_path();
+    let tracks = ctx.tracks()?;
     let track_name = track.unwrap_or(&manifest.track).to_string();
     let t = tracks.track(&track_name)?;
     for exe in &t.executables {
@@ -221,7 +213,7 @@ pub fn verify(
             ));
         }
     }
-    let policy = Policy::new(&tracks, &tracks_path, Some(&track_name))?;
+    let policy = Policy::new(tracks, tracks_path, Some(&track_name))?;
     for report in verify_deps::verify(&[zip_path.to_path_buf()], &policy)? {
         for f in &report.findings {
             problems.push(format!("dependency check: {f}"));
@@ -299,6 +291,7 @@ fn still_carries(name: &str, bytes: &[u8], track: &str, strip: Stripped) -> Opti
 mod tests {
     use super::*;
     use crate::debugger_only::test_programs::{strip, tiny_program};
+    use crate::tracks::TracksFile;
 
     #[test]
     fn a_file_is_read_only_up_to_the_limit() {

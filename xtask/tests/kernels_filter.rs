@@ -79,7 +79,7 @@ fn listing(dir: &Path) -> BTreeSet<(PathBuf, u64)> {
 #[test]
 fn rocm64_keeps_exactly_the_rocm6_targets_files() {
     let (_tmp, root, files) = tree(&rocm64_windows());
-    let names = rocm6_targets().unwrap();
+    let names = rocm6_targets(&xtask::context::RunContext::default()).unwrap();
     let targets: Vec<&str> = names.iter().map(String::as_str).collect();
     let plan = plan_for(&root, &targets, &CoverageNotes::default());
     let (kept, dropped) = planned(&plan);

@@ -164,7 +164,7 @@ const TRACK_NAME_EXEMPTIONS: &[(&str, &str, &str)] = &[
         "the Windows end-to-end test cross-builds the Windows CPU track on Linux",
     ),
     (
-        "xtask/src/winhip/wine_test.rs",
+        "xtask/src/wine_hip_test.rs",
         "pub const TRACK: &str = \"windows-hip-rocm7-gnu\";",
         "`test --winhip` builds the one Windows HIP track cross-built on Linux",
     ),

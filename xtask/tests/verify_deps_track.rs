@@ -316,7 +316,8 @@ fn parser_never_panics_on_mutated_binaries() {
 #[test]
 fn bench_reads_headers_not_whole_files() {
     let tmp = tempfile::tempdir().unwrap();
-    let r = bench::bench_tree(tmp.path(), 400, 40 << 20).unwrap();
+    let ctx = xtask::context::RunContext::default();
+    let r = bench::bench_tree(&ctx, tmp.path(), 400, 40 << 20).unwrap();
     assert!(r.passed);
     assert_eq!(r.files, 400);
     assert!(r.bytes_total > 35 << 20, "{r:?}");

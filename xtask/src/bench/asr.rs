@@ -104,12 +104,12 @@ fn avx2_package(package: &Path, out: &Path) -> Result<Vec<String>> {
 
 /// Stages the host package, converts each model both ways and runs the Python driver
 /// once per model, as the CPU `isa` says.
-pub fn bench(repeat: u32, isa: CpuIsa) -> Result<()> {
+pub fn bench(ctx: &crate::context::RunContext, repeat: u32, isa: CpuIsa) -> Result<()> {
     let a = assets::ensure()?;
     let root = project_root();
     let out_dir = target_dir().join("bench-asr");
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let mut package = crate::dist::host_package()?;
+    let mut package = crate::dist::host_package(ctx)?;
     if isa == CpuIsa::Avx2 {
         #[cfg(target_arch = "x86_64")]
         anyhow::ensure!(

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 
-use crate::tracks::TracksFile;
+use crate::context::RunContext;
 use crate::verify_deps::synth::{self, PeSpec};
 use crate::verify_deps::{check, input, Policy};
 
@@ -34,9 +34,9 @@ impl BenchResult {
 }
 
 /// The full bench: a 5,000-file, 1 GB rocm6 tree under the target dir, verified warm.
-pub fn bench() -> anyhow::Result<()> {
+pub fn bench(ctx: &RunContext) -> anyhow::Result<()> {
     let dir = crate::project::target_dir().join("verify-deps-bench");
-    let r = bench_tree(&dir, 5_000, 1 << 30)?;
+    let r = bench_tree(ctx, &dir, 5_000, 1 << 30)?;
     println!(
         "verify-deps bench: {} files, {:.1} MB, {:.3} s warm, {:.0} files/s, read {:.2} MB ({:.3}% of the bytes), {}",
         r.files,
@@ -57,7 +57,12 @@ pub fn bench() -> anyhow::Result<()> {
 /// Builds (once; reused while its size marker matches) a rocm6-shaped tree of `files`
 /// files and about `bytes` bytes under `dir`, verifies it once to warm the page cache,
 /// then times a second run.
-pub fn bench_tree(dir: &Path, files: usize, bytes: u64) -> anyhow::Result<BenchResult> {
+pub fn bench_tree(
+    ctx: &RunContext,
+    dir: &Path,
+    files: usize,
+    bytes: u64,
+) -> anyhow::Result<BenchResult> {
     let pkg = dir.join("audiocpp-windows-hip-rocm6");
     let marker = dir.join(format!("complete-{files}-{bytes}"));
     if !marker.exists() {
@@ -67,9 +72,7 @@ pub fn bench_tree(dir: &Path, files: usize, bytes: u64) -> anyhow::Result<BenchR
         write_tree(&pkg, files, bytes)?;
         std::fs::write(&marker, b"")?;
     }
-    let tracks_path = TracksFile::default_path();
-    let tracks = TracksFile::load(&tracks_path)?;
-    let policy = Policy::new(&tracks, &tracks_path, Some("rocm6"))?;
+    let policy = Policy::new(ctx.tracks()?, ctx.tracks_path(), Some("rocm6"))?;
     let run = || -> anyhow::Result<(crate::verify_deps::Report, f64)> {
         let t = Instant::now();
         let p = input::read_dir(&pkg)?;

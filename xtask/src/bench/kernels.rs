@@ -23,13 +23,13 @@ use crate::kernels::report::human_mb;
 pub const CLASSIFY_NAMES: usize = 50_000;
 
 /// Runs the benchmark and prints timings and ratios.
-pub fn bench() -> anyhow::Result<()> {
+pub fn bench(ctx: &crate::context::RunContext) -> anyhow::Result<()> {
     bench_classify()?;
     let dir = crate::project::target_dir().join("kernels-bench");
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing old {}", dir.display()))?;
     }
-    let result = bench_filter(&dir);
+    let result = bench_filter(ctx, &dir);
     let cleanup =
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()));
     result.and(cleanup)
@@ -73,7 +73,7 @@ fn bench_classify() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn bench_filter(dir: &Path) -> anyhow::Result<()> {
+fn bench_filter(ctx: &crate::context::RunContext, dir: &Path) -> anyhow::Result<()> {
     let src = dir.join("sdk");
     let spec = bench_tree();
     let start = Instant::now();
@@ -87,7 +87,7 @@ fn bench_filter(dir: &Path) -> anyhow::Result<()> {
     );
 
     settle();
-    let names = rocm6_targets()?;
+    let names = rocm6_targets(ctx)?;
     let targets = parse_targets(&names.iter().map(String::as_str).collect::<Vec<_>>())?;
     let start = Instant::now();
     let plan = plan(&src, &targets, &CoverageNotes::default())?;

@@ -8,6 +8,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result};
 
 use crate::assets;
+use crate::context::RunContext;
 use crate::project::project_root;
 
 mod asr;
@@ -65,7 +66,7 @@ pub struct Args {
 }
 
 /// Runs the verb.
-pub fn run(args: Args) -> Result<ExitCode> {
+pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
     let all = matches!(args.suite, Suite::All);
     anyhow::ensure!(
         args.cpu_isa == asr::CpuIsa::Native || matches!(args.suite, Suite::Asr),
@@ -79,25 +80,27 @@ pub fn run(args: Args) -> Result<ExitCode> {
         "this xtask is a debug build, not what users run: run the benches as `cargo xtask bench ...` (built with [profile.xtask])"
     );
     if all || matches!(args.suite, Suite::Vad) {
-        bench_vad(args.repeat)?;
+        bench_vad(ctx, args.repeat)?;
     }
     if all || matches!(args.suite, Suite::Deps) {
-        deps::bench()?;
+        deps::bench(ctx)?;
     }
     if all || matches!(args.suite, Suite::Kernels) {
-        kernels::bench()?;
+        kernels::bench(ctx)?;
     }
     if all || matches!(args.suite, Suite::Asr) {
-        asr::bench(args.repeat, args.cpu_isa)?;
+        asr::bench(ctx, args.repeat, args.cpu_isa)?;
     }
     if all || matches!(args.suite, Suite::Tts) {
         match args.family {
-            tts::Family::Kokoro => tts::bench(args.repeat)?,
-            tts::Family::Qwen3Tts => tts::bench_qwen3(args.repeat, args.qwen3_python.as_deref())?,
+            tts::Family::Kokoro => tts::bench(ctx, args.repeat)?,
+            tts::Family::Qwen3Tts => {
+                tts::bench_qwen3(ctx, args.repeat, args.qwen3_python.as_deref())?
+            }
         }
     }
     if all || matches!(args.suite, Suite::Server) {
-        bench_server(args.repeat)?;
+        bench_server(ctx, args.repeat)?;
     }
     if all || matches!(args.suite, Suite::Dist) {
         dist::bench()?;
@@ -135,9 +138,9 @@ fn run_driver(
     Ok(())
 }
 
-fn bench_vad(repeat: u32) -> Result<()> {
+fn bench_vad(ctx: &RunContext, repeat: u32) -> Result<()> {
     let a = assets::ensure()?;
-    let cli = exe(&crate::dist::host_package()?, "audiocpp_cli");
+    let cli = exe(&crate::dist::host_package(ctx)?, "audiocpp_cli");
     println!("== bench vad: audiocpp (ggml) vs onnxruntime (official Silero ONNX)");
     run_driver(
         &a.python,
@@ -155,9 +158,9 @@ fn bench_vad(repeat: u32) -> Result<()> {
     )
 }
 
-fn bench_server(repeat: u32) -> Result<()> {
+fn bench_server(ctx: &RunContext, repeat: u32) -> Result<()> {
     let a = assets::ensure()?;
-    let package = crate::dist::host_package()?;
+    let package = crate::dist::host_package(ctx)?;
     let (cli, server) = (
         exe(&package, "audiocpp_cli"),
         exe(&package, "audiocpp_server"),
@@ -197,14 +200,14 @@ mod tests {
     #[test]
     fn cpu_isa_is_refused_for_other_suites_before_any_work() {
         for suite in [Suite::Vad, Suite::Server, Suite::All] {
-            let err = run(Args {
+            let args = Args {
                 suite,
                 repeat: 1,
                 cpu_isa: asr::CpuIsa::Avx2,
                 family: tts::Family::Kokoro,
                 qwen3_python: None,
-            })
-            .unwrap_err();
+            };
+            let err = run(args, &RunContext::default()).unwrap_err();
             assert!(
                 err.to_string().contains("bench asr --cpu-isa avx2"),
                 "{suite:?}: {err}"

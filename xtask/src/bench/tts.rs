@@ -28,7 +28,11 @@ pub enum Family {
 /// Makes (once) a venv with the Qwen3-TTS reference's pins, the full-size random
 /// checkpoint (once), converts it to f16 and q8_0 with this host's package's CLI, and runs
 /// the Python driver.
-pub fn bench_qwen3(repeat: u32, python: Option<&Path>) -> Result<()> {
+pub fn bench_qwen3(
+    ctx: &crate::context::RunContext,
+    repeat: u32,
+    python: Option<&Path>,
+) -> Result<()> {
     let dir = target_dir().join("bench-qwen3");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let python = match python {
@@ -51,7 +55,7 @@ pub fn bench_qwen3(repeat: u32, python: Option<&Path>) -> Result<()> {
             "the full-size checkpoint could not be made"
         );
     }
-    let cli = super::exe(&crate::dist::host_package()?, "audiocpp_cli");
+    let cli = super::exe(&crate::dist::host_package(ctx)?, "audiocpp_cli");
     let mut ggufs = Vec::new();
     for q in ["f16", "q8_0"] {
         let out = dir.join(format!("qwen3-tts-1b7-{q}.gguf"));
@@ -127,12 +131,12 @@ const WEIGHTS: [(&str, &str); 3] = [("f32", "f32"), ("f16", "f16"), ("q8_0", "q8
 /// Builds and stages this host's package (the CLI users get, with its CPU variant
 /// picked at start, as the other benches run it), converts the Kokoro sources to each
 /// weight type with its CLI and runs the Python driver.
-pub fn bench(repeat: u32) -> Result<()> {
+pub fn bench(ctx: &crate::context::RunContext, repeat: u32) -> Result<()> {
     let a = assets::ensure()?;
     let src = a.dir.join(assets::KOKORO_DIR);
     let out_dir = target_dir().join("bench-tts");
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let cli = super::exe(&crate::dist::host_package()?, "audiocpp_cli");
+    let cli = super::exe(&crate::dist::host_package(ctx)?, "audiocpp_cli");
     let mut ggufs = Vec::new();
     for (suffix, quantize) in WEIGHTS {
         let out = out_dir.join(format!("kokoro-{suffix}.gguf"));

@@ -15,7 +15,7 @@ use super::plan::{BuildPlan, BINDING};
 use crate::tracks::Glob;
 
 /// What `build-record.json` holds: the plan that ran and what it made. `dist` packages
-/// exactly [`BuildRecord::outputs`].
+/// exactly [`BuildRecord::outputs`], taken from [`Built`] in memory, not read back.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BuildRecord {
     /// The plan that ran.
@@ -27,17 +27,8 @@ pub struct BuildRecord {
     pub outputs: Vec<String>,
 }
 
-impl BuildRecord {
-    /// Reads a `build-record.json`.
-    pub fn load(path: &Path) -> Result<BuildRecord> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the build record {}", path.display()))?;
-        serde_json::from_str(&text)
-            .with_context(|| format!("parsing the build record {}", path.display()))
-    }
-}
-
-/// A finished build: where its record is, and the record.
+/// A finished build: the record, handed to the caller in memory (`dist` packages its
+/// outputs), and where the same record was written for people to read.
 #[derive(Debug, Clone)]
 pub struct Built {
     /// `build-record.json` in the plan's target folder.
@@ -77,7 +68,7 @@ pub fn execute(plan: &BuildPlan) -> Result<Built> {
     }
     if let Some(prep) = &plan.cross {
         let t = Instant::now();
-        crate::winhip::prepare(prep)
+        crate::cross_backend::prepare(prep)
             .with_context(|| format!("preparing the cross-build of {}", plan.label))?;
         eprintln!(
             "build: step time {:.1} s: preparing the cross-build",

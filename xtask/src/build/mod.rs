@@ -27,7 +27,8 @@ pub use plan::{
 };
 pub use request::{Bins, BuildRequest, GpuTargets, Link, TrackRef};
 
-use crate::tracks::{Backend, TracksFile};
+use crate::context::RunContext;
+use crate::tracks::Backend;
 
 /// The backends `build` knows how to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -106,13 +107,12 @@ pub struct Args {
     pub facts: Option<PathBuf>,
 }
 
-/// Turns flags into a request (reads packaging/tracks.toml for `--track`).
-pub fn request_from_args(args: &Args) -> Result<BuildRequest> {
+/// Turns flags into a request (the run's tracks for `--track`).
+pub fn request_from_args(args: &Args, ctx: &RunContext) -> Result<BuildRequest> {
     let mut req = match &args.track {
         Some(name) => {
-            let path = TracksFile::default_path();
-            let tracks = TracksFile::load(&path)?;
-            let mut req = BuildRequest::for_track(name, tracks.track(name)?, &path)?;
+            let track = ctx.tracks()?.track(name)?;
+            let mut req = BuildRequest::for_track(name, track, ctx.tracks_path())?;
             req.backend = args.backend.into();
             req
         }
@@ -138,11 +138,11 @@ pub fn request_from_args(args: &Args) -> Result<BuildRequest> {
 }
 
 /// Runs the verb.
-pub fn run(args: Args) -> Result<ExitCode> {
+pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
     if let Some(suite) = &args.chroot {
         return crate::sdk::reexec_in_chroot(suite);
     }
-    let req = request_from_args(&args)?;
+    let req = request_from_args(&args, ctx)?;
     let host = match &args.facts {
         Some(path) => HostFacts::load(path)?,
         None => HostFacts::discover(&DiscoverOptions {

@@ -192,9 +192,9 @@ pub struct BuildPlan {
     /// Remarks worth reading (decisions taken, risks handled).
     pub notes: Vec<String>,
     /// The cross-build preparation the executor does before the commands (tracks with
-    /// `build.cross`: the Windows HIP cross-build, [`crate::winhip`]).
+    /// `build.cross`: the Windows HIP cross-build, [`crate::cross_backend`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cross: Option<crate::winhip::CrossPrep>,
+    pub cross: Option<crate::cross_backend::CrossPrep>,
 }
 
 impl BuildPlan {
@@ -282,33 +282,13 @@ pub fn default_triple(os: Os, arch: crate::tracks::Arch) -> String {
     }
 }
 
-/// Plans a build. Pure: reads only its arguments.
+/// Plans a build. Pure: reads only its arguments. The steps below each own one part of
+/// the plan (the target, the MSVC toolset, the MinGW compilers, the backend's SDK, the CPU
+/// code, the cargo command, the outputs); they run in this order, which is also the order
+/// of the environment the plan prints and fingerprints.
 pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
-    if let Some(t) = &req.track {
-        if t.track.backend != req.backend {
-            bail!(
-                "track {} builds the {} backend, not {}; use --backend {}",
-                t.name,
-                backend_name(t.track.backend),
-                backend_name(req.backend),
-                backend_name(t.track.backend)
-            );
-        }
-    }
-    if req.backend == Backend::Vulkan {
-        bail!("`cargo xtask build` builds cpu, cuda and hip; vulkan has no build recipe yet");
-    }
-    let triple = match (&req.target, &req.track) {
-        (Some(t), _) => Some(t.clone()),
-        (None, Some(t)) => Some(
-            t.track
-                .build
-                .target
-                .clone()
-                .unwrap_or_else(|| default_triple(t.track.os, t.track.arch)),
-        ),
-        (None, None) => None,
-    };
+    check_backend(req)?;
+    let triple = target_triple(req);
     let effective_triple = triple.clone().unwrap_or_else(|| host.host_triple.clone());
     let target_os = if effective_triple.contains("windows") {
         Os::Windows
@@ -334,79 +314,16 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
     let native_cpu = !req.no_native_cpu && !dynamic && req.track.is_none() && req.target.is_none();
 
     // MSVC toolset (rule 3).
-    let mut toolset = None;
-    if msvc_target {
-        let requested = req.effective_msvc_toolset();
-        if req.backend == Backend::Hip {
-            msvc::refuse_for_hip(&requested)?;
-        }
-        if let Some(crt) = req.track.as_ref().and_then(|t| t.track.crt.as_ref()) {
-            if let (Some(want), Some(have)) = (
-                msvc::major_minor(&requested),
-                msvc::major_minor(&crt.toolset),
-            ) {
-                if want > have {
-                    bail!(
-                        "track {} bundles the CRT of MSVC {}, older than the requested toolset {requested}: \
-                         binaries linked by a newer toolset need its newer CRT; build with --msvc-toolset {}",
-                        req.track.as_ref().map(|t| t.name.as_str()).unwrap_or(""),
-                        crt.toolset,
-                        crt.toolset
-                    );
-                }
-            }
-        }
-        let facts = host
-            .msvc
-            .as_ref()
-            .context("no Visual Studio facts: vswhere was not run on this machine")?;
-        let sel = msvc::select(&facts.instances, &requested)
-            .with_context(|| format!("selecting the MSVC toolset (vswhere: {})", facts.vswhere))?;
-        let cap = facts.capture.as_ref().with_context(|| {
-            format!(
-                "{sel} was selected but vcvarsall was never captured for it; run discovery again"
-            )
-        })?;
-        if !cap.vcvarsall.eq_ignore_ascii_case(&sel.vcvarsall()) || cap.requested != requested {
-            bail!(
-                "the recorded vcvarsall capture ({} -vcvars_ver={}) is not the selected one ({} -vcvars_ver={requested}); \
-                 record the facts again",
-                cap.vcvarsall,
-                cap.requested,
-                sel.vcvarsall()
-            );
-        }
-        let what = format!("\"{}\" x64 -vcvars_ver={requested}", cap.vcvarsall);
-        let parsed = msvc::parse_vcvars(&cap.output).with_context(|| format!("running {what}"))?;
-        let version =
-            msvc::check_toolset(&parsed, &requested).with_context(|| format!("running {what}"))?;
-        if req.backend == Backend::Hip {
-            msvc::refuse_for_hip(&version)?;
-        }
-        let why = format!("MSVC {version} environment captured from {what} (passed to every child: cargo, cmake, clang, link)");
-        for (k, v) in parsed.toolset_env() {
-            env.set(&k, v, &why);
-        }
-        toolset = Some(ToolsetRecord {
-            requested: requested.clone(),
-            vc_tools_version: version,
-            instance: format!(
-                "{} {}",
-                sel.instance.display_name, sel.instance.installation_version
-            ),
-            installation_path: sel.instance.installation_path.clone(),
-            vcvarsall: cap.vcvarsall.clone(),
-        });
-    }
+    let toolset = if msvc_target {
+        Some(msvc_step(req, host, &mut env)?)
+    } else {
+        None
+    };
 
     let label = match &req.track {
         Some(t) => t.name.clone(),
         None => backend_name(req.backend).to_string(),
     };
-    let mut gpu_targets: Vec<String> = Vec::new();
-    let mut sdk_record = None;
-    let mut files_pending: Option<String> = None;
-    let mut library_globs_extra: Vec<String> = Vec::new();
 
     if msvc_target {
         env.set(
@@ -416,208 +333,478 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         );
     }
     if let Some(arch) = effective_triple.strip_suffix("-pc-windows-gnu") {
-        // The cmake and cc crates read these per-target variables; the names carry the
-        // triple with `_` for `-`.
-        let key = effective_triple.replace('-', "_");
-        let why_cc = "MinGW-w64's posix-thread compilers: the default win32 thread model has no std::mutex, which ggml needs";
-        env.set(
-            &format!("CC_{key}"),
-            format!("{arch}-w64-mingw32-gcc-posix"),
-            why_cc,
-        );
-        env.set(
-            &format!("CXX_{key}"),
-            format!("{arch}-w64-mingw32-g++-posix"),
-            why_cc,
-        );
-        let why_winnt = "Windows 7 API level: Debian 12's MinGW headers lack THREAD_POWER_THROTTLING_STATE, which ggml uses when _WIN32_WINNT >= 0x0602";
-        env.set(&format!("CFLAGS_{key}"), "-D_WIN32_WINNT=0x0601", why_winnt);
-        env.set(
-            &format!("CXXFLAGS_{key}"),
-            "-D_WIN32_WINNT=0x0601",
-            why_winnt,
-        );
+        mingw_step(&effective_triple, arch, &mut env);
     }
 
     let cross = req.track.as_ref().and_then(|t| t.cross.as_ref());
-    let mut cross_prep = None;
-    let mut cross_commands = Vec::new();
-    match req.backend {
-        Backend::Hip if cross.is_some() => {
-            let inputs = cross.expect("checked by the match guard");
-            gpu_targets = hip_targets(req, host)?;
-            let c = crate::winhip::plan(
-                inputs,
-                &gpu_targets,
-                &host.workspace,
-                &host.target_root,
-                req.jobs,
-            )?;
-            let runtime = crate::winhip::runtime_root(&host.target_root, &inputs.spec.chroot);
-            sdk_record = Some(SdkRecord {
-                kind: "rocm".into(),
-                version: inputs.spec.runtime.hip_version.clone(),
-                root: runtime,
-                version_source: format!(
-                    "{}=={} (sha256 {})",
-                    inputs.spec.runtime.name,
-                    inputs.spec.runtime.version,
-                    inputs.spec.runtime.sha256
-                ),
-            });
-            notes.extend(c.notes);
-            notes.push("the executables are built for the CPU with dynamic backends (no `hip` feature): they load ggml-hip.dll at start like any backend".into());
-            cross_prep = Some(c.prep.clone());
-            library_globs_extra.push(c.prep.output.clone());
-            cross_commands = c.commands;
-        }
-        Backend::Hip => {
-            let sdk = select_rocm(req, host)?;
-            let v = &sdk.version;
-            gpu_targets = hip_targets(req, host)?;
-            let root = sdk.root_trimmed().to_string();
-            let sdk_why = format!(
-                "ROCm {v} ({}, version read from {}): ggml-hip finds hip/hipblas/rocblas through ROCM_PATH, and the binding links from ROCM_PATH/HIP_PATH",
-                origin_name(sdk.origin),
-                sdk.version_source
-            );
-            if root == "/usr" {
-                notes.push("ROCm is the distribution's (/usr): ROCM_PATH stays unset, since clang then cannot find its device libraries".into());
-            } else {
-                env.set("HIP_PATH", &root, &sdk_why);
-                env.set("ROCM_PATH", &root, &sdk_why);
-            }
-            let clangxx = sdk
-                .clangxx
-                .as_ref()
-                .map(|r| sdk.tool_path(r, os))
-                .with_context(|| format!("ROCm SDK at {root} has no clang++ (looked in llvm/bin, lib/llvm/bin, lib/llvm-*/bin, bin)"))?;
-            if os == Os::Windows {
-                let clang = sdk
-                    .clang
-                    .as_ref()
-                    .map(|r| sdk.tool_path(r, os))
-                    .with_context(|| format!("ROCm SDK at {root} has no clang.exe"))?;
-                env.set("CMAKE_PREFIX_PATH", &root, "find_package(hip/hipblas/rocblas) looks here (ggml-hip reads ROCM_PATH only when that folder exists)");
-                let why_cc = "ROCm clang compiles all of ggml (C, C++, and the HIP .cu files, which ggml-hip builds as C++ on Windows since CMake has no HIP language there)";
-                env.set("CMAKE_C_COMPILER", &clang, why_cc);
-                env.set("CMAKE_CXX_COMPILER", &clangxx, why_cc);
-                env.set(
-                    "CMAKE_ASM_COMPILER",
-                    &clang,
-                    "ggml declares ASM; without this the cmake crate names cl.exe as the assembler",
-                );
-                env.set("CMAKE_C_FLAGS", HIP_WINDOWS_C_FLAGS, WHY_FLAGS);
-                env.set("CMAKE_CXX_FLAGS", HIP_WINDOWS_CXX_FLAGS, WHY_FLAGS);
-                env.set("CMAKE_ASM_FLAGS", HIP_WINDOWS_ASM_FLAGS, WHY_FLAGS);
-                env.set(
-                    "CMAKE_POLICY_DEFAULT_CMP0091",
-                    "NEW",
-                    "let CMAKE_MSVC_RUNTIME_LIBRARY pick the CRT",
-                );
-                env.set(
-                    "CMAKE_MSVC_RUNTIME_LIBRARY",
-                    "MultiThreadedDLL",
-                    "release CRT as a DLL (/MD), as Rust links it; never the debug CRT",
-                );
-                notes.push("MSVC-style flags: llama-cpp-sys-2 adds `/O2 /DNDEBUG /Ob2` through the cmake crate on MSVC release profiles; they only reach CMake through the CMAKE_<LANG>_FLAGS the cmake crate writes when those are undefined, so defining them (above) keeps them away from GNU-style ROCm clang++".into());
-            } else {
-                env.set(
-                    "CMAKE_HIP_COMPILER",
-                    &clangxx,
-                    "ROCm clang++ compiles the HIP .cu files (CMake's HIP language); C and C++ stay with the host compiler",
-                );
-            }
-            if let Some(dir) = &sdk.libclang_dir {
-                env.set("LIBCLANG_PATH", sdk.tool_path(dir, os), "bindgen (in llama-cpp-sys-2's build script) loads libclang from the SDK's LLVM");
-            }
-            env.set(
-                "CMAKE_HIP_ARCHITECTURES",
-                gpu_targets.join(";"),
-                "GPU targets of the HIP kernels (ggml-hip copies it; GPU_TARGETS itself is not forwarded by the binding)",
-            );
-            if os == Os::Windows {
-                files_pending = Some(format!(
-                    "# Written by `cargo xtask build`: the GPU targets of hip::device (--offload-arch).\nset(GPU_TARGETS \"{t}\" CACHE STRING \"GPU targets\" FORCE)\nset(AMDGPU_TARGETS \"{t}\" CACHE STRING \"GPU targets\" FORCE)\n",
-                    t = gpu_targets.join(";")
-                ));
-            }
-            if req.track.as_ref().map(|t| t.track.build.gemm) == Some(GemmRoute::Hipblaslt) {
-                env.set(
-                    "CMAKE_PROJECT_ggml_INCLUDE",
-                    format!("{}/gemm/cmake/ggml_hook.cmake", host.workspace.replace('\\', "/")),
-                    "the track's GEMM route (build.gemm = \"hipblaslt\"): ggml-hip's BLAS products go to our library over hipBLASLt (gemm/README.md), since rocBLAS ends the process on GPUs it has no kernels for (gfx1103, gfx1150)",
-                );
-            }
-            env.set("GGML_HIP_NO_VMM", "ON", "no HIP virtual memory management: it fails on Windows drivers and on many consumer GPUs");
-            env.set(
-                "GGML_HIP_GRAPHS",
-                "OFF",
-                "HIP graphs off (distribution default; immature on consumer drivers)",
-            );
-            env.set(
-                "GGML_CUDA_GRAPHS",
-                "OFF",
-                "the shared CUDA/HIP code keeps graphs off",
-            );
-            sdk_record = Some(SdkRecord {
-                kind: "rocm".into(),
-                version: v.to_string(),
-                root,
-                version_source: sdk.version_source.clone(),
-            });
-            notes.push("GGML_HIP=ON comes from the cargo feature `hip` (the binding's `rocm`), not from the environment".into());
-        }
-        Backend::Cuda => {
-            let cuda = host
-                .cuda
-                .as_ref()
-                .context("no CUDA toolkit found (CUDA_PATH, /usr/local/cuda*, C:\\Program Files\\NVIDIA GPU Computing Toolkit\\CUDA\\v*); install one or set CUDA_PATH")?;
-            gpu_targets = cuda_targets(req)?;
-            env.set(
-                "CUDA_PATH",
-                &cuda.root,
-                "the CUDA toolkit CMake's FindCUDAToolkit uses",
-            );
-            if let Some(nvcc) = &cuda.nvcc {
-                env.set(
-                    "CMAKE_CUDA_COMPILER",
-                    join(&cuda.root, nvcc, os),
-                    "nvcc of that toolkit, not whichever is first on PATH",
-                );
-            }
-            env.set(
-                "CMAKE_CUDA_ARCHITECTURES",
-                gpu_targets.join(";"),
-                "CUDA architectures of the kernels",
-            );
-            env.set(
-                "GGML_CUDA_GRAPHS",
-                "OFF",
-                "CUDA graphs off (distribution default)",
-            );
-            notes.push("CUDA keeps ggml's default VMM (NVIDIA drivers support it; there is no HIP-style failure to avoid)".into());
-            notes.push("GGML_CUDA=ON comes from the cargo feature `cuda`".into());
-            sdk_record = Some(SdkRecord {
-                kind: "cuda".into(),
-                version: cuda.version.clone(),
-                root: cuda.root.clone(),
-                version_source: "version.json".into(),
-            });
-        }
+    let step = match req.backend {
+        Backend::Hip => match cross {
+            Some(inputs) => cross_hip_step(req, host, inputs)?,
+            None => hip_step(req, host, &mut env)?,
+        },
+        Backend::Cuda => cuda_step(req, host, &mut env)?,
         Backend::Cpu => {
             if !matches!(req.gpu_targets, GpuTargets::Default) {
                 bail!("--gpu-targets applies to the hip and cuda backends, not cpu");
             }
+            BackendStep::default()
         }
-        Backend::Vulkan => unreachable!("refused above"),
-    }
+        Backend::Vulkan => unreachable!("refused by check_backend"),
+    };
+    notes.extend(step.notes);
 
     env.set(
         "GGML_OPENMP",
         "OFF",
         "no OpenMP runtime to ship (libomp140/vcomp140/libgomp are forbidden in packages)",
     );
+    cpu_code_step(
+        native_cpu,
+        dynamic,
+        target_os,
+        &effective_triple,
+        &mut env,
+        &mut notes,
+    );
+    if let Some(j) = req.jobs {
+        env.set(
+            "CMAKE_BUILD_PARALLEL_LEVEL",
+            j.to_string(),
+            "--jobs for ggml's CMake build too",
+        );
+    }
+
+    // Features and packages.
+    let packages = packages(req.bins);
+    let features = features(req, &packages, cross.is_some(), dynamic, &mut env)?;
+
+    // A target folder per configuration: the binding never reconfigures an existing CMake
+    // cache, so two configurations must never share one.
+    let fingerprint = fingerprint(
+        &label,
+        &effective_triple,
+        &env.0,
+        dynamic,
+        &toolset,
+        &step.sdk,
+    );
+    let target_dir = join(
+        &host.target_root,
+        &format!("build/{label}-{fingerprint}"),
+        os,
+    );
+
+    let mut files = Vec::new();
+    if let Some(contents) = step.files_pending {
+        let path = join(&target_dir, "audiocpp-gpu-targets.cmake", os);
+        env.set(
+            "CMAKE_PROJECT_INCLUDE_BEFORE",
+            &path,
+            "sets GPU_TARGETS before ggml's project(): on Windows hip::device takes its --offload-arch list from it",
+        );
+        files.push(PlannedFile {
+            path,
+            contents,
+            why: "the GPU targets for hip::device (the binding forwards only CMAKE_* and GGML_* variables)".into(),
+        });
+    }
+
+    let mut commands = step.cross_commands;
+    commands.push(PlannedCommand {
+        program: "cargo".into(),
+        args: cargo_args(
+            &packages,
+            &features,
+            &target_dir,
+            triple.as_deref(),
+            req.jobs,
+        ),
+        cwd: host.workspace.clone(),
+        why: "builds ggml (CMake, through llama-cpp-sys-2) and the executables".into(),
+    });
+
+    let profile_dir = match &triple {
+        Some(t) => join(&target_dir, &format!("{t}/release"), os),
+        None => join(&target_dir, "release", os),
+    };
+    let exe = if target_os == Os::Windows { ".exe" } else { "" };
+    let executables: Vec<String> = packages
+        .iter()
+        .map(|p| join(&profile_dir, &format!("{}{exe}", p.replace('-', "_")), os))
+        .collect();
+    let (mut library_globs, binding_globs) = if dynamic {
+        library_globs(target_os, &profile_dir, os)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+
+    library_globs.extend(step.library_globs_extra);
+    Ok(BuildPlan {
+        label,
+        backend: req.backend,
+        track: req.track.as_ref().map(|t| t.name.clone()),
+        os,
+        target: triple,
+        target_dir,
+        packages,
+        features,
+        link: req.link,
+        native_cpu,
+        gpu_targets: step.gpu_targets,
+        toolset,
+        sdk: step.sdk,
+        env: env.0,
+        files,
+        commands,
+        executables,
+        library_globs,
+        binding_globs,
+        notes,
+        cross: step.cross_prep,
+    })
+}
+
+/// Refuses a request whose backend its track does not build, and the backend with no
+/// build recipe (Vulkan).
+fn check_backend(req: &BuildRequest) -> Result<()> {
+    if let Some(t) = &req.track {
+        if t.track.backend != req.backend {
+            bail!(
+                "track {} builds the {} backend, not {}; use --backend {}",
+                t.name,
+                backend_name(t.track.backend),
+                backend_name(req.backend),
+                backend_name(t.track.backend)
+            );
+        }
+    }
+    if req.backend == Backend::Vulkan {
+        bail!("`cargo xtask build` builds cpu, cuda and hip; vulkan has no build recipe yet");
+    }
+    Ok(())
+}
+
+/// The `--target` triple: `--target`, else the track's (its `build.target` or the
+/// default for its OS and arch); `None` builds for the host.
+fn target_triple(req: &BuildRequest) -> Option<String> {
+    match (&req.target, &req.track) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(t)) => Some(
+            t.track
+                .build
+                .target
+                .clone()
+                .unwrap_or_else(|| default_triple(t.track.os, t.track.arch)),
+        ),
+        (None, None) => None,
+    }
+}
+
+/// The MSVC toolset of an MSVC target (rule 3): picks it, checks it against the track's
+/// CRT and the HIP limit, and puts the environment vcvarsall printed into `env`.
+fn msvc_step(req: &BuildRequest, host: &HostFacts, env: &mut Env) -> Result<ToolsetRecord> {
+    let requested = req.effective_msvc_toolset();
+    if req.backend == Backend::Hip {
+        msvc::refuse_for_hip(&requested)?;
+    }
+    if let Some(crt) = req.track.as_ref().and_then(|t| t.track.crt.as_ref()) {
+        if let (Some(want), Some(have)) = (
+            msvc::major_minor(&requested),
+            msvc::major_minor(&crt.toolset),
+        ) {
+            if want > have {
+                bail!(
+                    "track {} bundles the CRT of MSVC {}, older than the requested toolset {requested}: \
+                     binaries linked by a newer toolset need its newer CRT; build with --msvc-toolset {}",
+                    req.track.as_ref().map(|t| t.name.as_str()).unwrap_or(""),
+                    crt.toolset,
+                    crt.toolset
+                );
+            }
+        }
+    }
+    let facts = host
+        .msvc
+        .as_ref()
+        .context("no Visual Studio facts: vswhere was not run on this machine")?;
+    let sel = msvc::select(&facts.instances, &requested)
+        .with_context(|| format!("selecting the MSVC toolset (vswhere: {})", facts.vswhere))?;
+    let cap = facts.capture.as_ref().with_context(|| {
+        format!("{sel} was selected but vcvarsall was never captured for it; run discovery again")
+    })?;
+    if !cap.vcvarsall.eq_ignore_ascii_case(&sel.vcvarsall()) || cap.requested != requested {
+        bail!(
+            "the recorded vcvarsall capture ({} -vcvars_ver={}) is not the selected one ({} -vcvars_ver={requested}); \
+             record the facts again",
+            cap.vcvarsall,
+            cap.requested,
+            sel.vcvarsall()
+        );
+    }
+    let what = format!("\"{}\" x64 -vcvars_ver={requested}", cap.vcvarsall);
+    let parsed = msvc::parse_vcvars(&cap.output).with_context(|| format!("running {what}"))?;
+    let version =
+        msvc::check_toolset(&parsed, &requested).with_context(|| format!("running {what}"))?;
+    if req.backend == Backend::Hip {
+        msvc::refuse_for_hip(&version)?;
+    }
+    let why = format!("MSVC {version} environment captured from {what} (passed to every child: cargo, cmake, clang, link)");
+    for (k, v) in parsed.toolset_env() {
+        env.set(&k, v, &why);
+    }
+    Ok(ToolsetRecord {
+        requested: requested.clone(),
+        vc_tools_version: version,
+        instance: format!(
+            "{} {}",
+            sel.instance.display_name, sel.instance.installation_version
+        ),
+        installation_path: sel.instance.installation_path.clone(),
+        vcvarsall: cap.vcvarsall.clone(),
+    })
+}
+
+/// The MinGW-w64 compilers and API level of a `*-pc-windows-gnu` target (`arch` is its
+/// CPU part), as the per-target variables the cmake and cc crates read.
+fn mingw_step(effective_triple: &str, arch: &str, env: &mut Env) {
+    // The cmake and cc crates read these per-target variables; the names carry the
+    // triple with `_` for `-`.
+    let key = effective_triple.replace('-', "_");
+    let why_cc = "MinGW-w64's posix-thread compilers: the default win32 thread model has no std::mutex, which ggml needs";
+    env.set(
+        &format!("CC_{key}"),
+        format!("{arch}-w64-mingw32-gcc-posix"),
+        why_cc,
+    );
+    env.set(
+        &format!("CXX_{key}"),
+        format!("{arch}-w64-mingw32-g++-posix"),
+        why_cc,
+    );
+    let why_winnt = "Windows 7 API level: Debian 12's MinGW headers lack THREAD_POWER_THROTTLING_STATE, which ggml uses when _WIN32_WINNT >= 0x0602";
+    env.set(&format!("CFLAGS_{key}"), "-D_WIN32_WINNT=0x0601", why_winnt);
+    env.set(
+        &format!("CXXFLAGS_{key}"),
+        "-D_WIN32_WINNT=0x0601",
+        why_winnt,
+    );
+}
+
+/// What a backend's step adds to the plan besides environment variables.
+#[derive(Default)]
+struct BackendStep {
+    gpu_targets: Vec<String>,
+    sdk: Option<SdkRecord>,
+    /// Contents of the GPU-targets CMake file (Windows HIP), written in the target folder.
+    files_pending: Option<String>,
+    library_globs_extra: Vec<String>,
+    cross_prep: Option<crate::cross_backend::CrossPrep>,
+    /// Commands that run before the cargo build (the cross-build of the GPU backend).
+    cross_commands: Vec<PlannedCommand>,
+    notes: Vec<String>,
+}
+
+/// HIP built apart from the executables by a cross recipe (the track's `cross` inputs):
+/// the executables are CPU builds that load the GPU backend at start.
+fn cross_hip_step(
+    req: &BuildRequest,
+    host: &HostFacts,
+    inputs: &crate::cross_backend::CrossInputs,
+) -> Result<BackendStep> {
+    let gpu_targets = hip_targets(req, host)?;
+    let c = crate::cross_backend::plan(
+        inputs,
+        &gpu_targets,
+        &host.workspace,
+        &host.target_root,
+        req.jobs,
+    )?;
+    let runtime = crate::cross_backend::runtime_root(&host.target_root, &inputs.spec.chroot);
+    let mut notes = c.notes;
+    notes.push("the executables are built for the CPU with dynamic backends (no `hip` feature): they load ggml-hip.dll at start like any backend".into());
+    Ok(BackendStep {
+        gpu_targets,
+        sdk: Some(SdkRecord {
+            kind: "rocm".into(),
+            version: inputs.spec.runtime.hip_version.clone(),
+            root: runtime,
+            version_source: format!(
+                "{}=={} (sha256 {})",
+                inputs.spec.runtime.name, inputs.spec.runtime.version, inputs.spec.runtime.sha256
+            ),
+        }),
+        files_pending: None,
+        library_globs_extra: vec![c.prep.output.clone()],
+        cross_prep: Some(c.prep),
+        cross_commands: c.commands,
+        notes,
+    })
+}
+
+/// HIP through a ROCm SDK on the build machine: its compilers, GPU targets and the HIP
+/// options of ggml.
+fn hip_step(req: &BuildRequest, host: &HostFacts, env: &mut Env) -> Result<BackendStep> {
+    let mut step = BackendStep::default();
+    let os = host.os;
+    let sdk = select_rocm(req, host)?;
+    let v = &sdk.version;
+    step.gpu_targets = hip_targets(req, host)?;
+    let root = sdk.root_trimmed().to_string();
+    let sdk_why = format!(
+        "ROCm {v} ({}, version read from {}): ggml-hip finds hip/hipblas/rocblas through ROCM_PATH, and the binding links from ROCM_PATH/HIP_PATH",
+        origin_name(sdk.origin),
+        sdk.version_source
+    );
+    if root == "/usr" {
+        step.notes.push("ROCm is the distribution's (/usr): ROCM_PATH stays unset, since clang then cannot find its device libraries".into());
+    } else {
+        env.set("HIP_PATH", &root, &sdk_why);
+        env.set("ROCM_PATH", &root, &sdk_why);
+    }
+    let clangxx = sdk
+        .clangxx
+        .as_ref()
+        .map(|r| sdk.tool_path(r, os))
+        .with_context(|| format!("ROCm SDK at {root} has no clang++ (looked in llvm/bin, lib/llvm/bin, lib/llvm-*/bin, bin)"))?;
+    if os == Os::Windows {
+        let clang = sdk
+            .clang
+            .as_ref()
+            .map(|r| sdk.tool_path(r, os))
+            .with_context(|| format!("ROCm SDK at {root} has no clang.exe"))?;
+        env.set("CMAKE_PREFIX_PATH", &root, "find_package(hip/hipblas/rocblas) looks here (ggml-hip reads ROCM_PATH only when that folder exists)");
+        let why_cc = "ROCm clang compiles all of ggml (C, C++, and the HIP .cu files, which ggml-hip builds as C++ on Windows since CMake has no HIP language there)";
+        env.set("CMAKE_C_COMPILER", &clang, why_cc);
+        env.set("CMAKE_CXX_COMPILER", &clangxx, why_cc);
+        env.set(
+            "CMAKE_ASM_COMPILER",
+            &clang,
+            "ggml declares ASM; without this the cmake crate names cl.exe as the assembler",
+        );
+        env.set("CMAKE_C_FLAGS", HIP_WINDOWS_C_FLAGS, WHY_FLAGS);
+        env.set("CMAKE_CXX_FLAGS", HIP_WINDOWS_CXX_FLAGS, WHY_FLAGS);
+        env.set("CMAKE_ASM_FLAGS", HIP_WINDOWS_ASM_FLAGS, WHY_FLAGS);
+        env.set(
+            "CMAKE_POLICY_DEFAULT_CMP0091",
+            "NEW",
+            "let CMAKE_MSVC_RUNTIME_LIBRARY pick the CRT",
+        );
+        env.set(
+            "CMAKE_MSVC_RUNTIME_LIBRARY",
+            "MultiThreadedDLL",
+            "release CRT as a DLL (/MD), as Rust links it; never the debug CRT",
+        );
+        step.notes.push("MSVC-style flags: llama-cpp-sys-2 adds `/O2 /DNDEBUG /Ob2` through the cmake crate on MSVC release profiles; they only reach CMake through the CMAKE_<LANG>_FLAGS the cmake crate writes when those are undefined, so defining them (above) keeps them away from GNU-style ROCm clang++".into());
+    } else {
+        env.set(
+            "CMAKE_HIP_COMPILER",
+            &clangxx,
+            "ROCm clang++ compiles the HIP .cu files (CMake's HIP language); C and C++ stay with the host compiler",
+        );
+    }
+    if let Some(dir) = &sdk.libclang_dir {
+        env.set(
+            "LIBCLANG_PATH",
+            sdk.tool_path(dir, os),
+            "bindgen (in llama-cpp-sys-2's build script) loads libclang from the SDK's LLVM",
+        );
+    }
+    env.set(
+        "CMAKE_HIP_ARCHITECTURES",
+        step.gpu_targets.join(";"),
+        "GPU targets of the HIP kernels (ggml-hip copies it; GPU_TARGETS itself is not forwarded by the binding)",
+    );
+    if os == Os::Windows {
+        step.files_pending = Some(format!(
+            "# Written by `cargo xtask build`: the GPU targets of hip::device (--offload-arch).\nset(GPU_TARGETS \"{t}\" CACHE STRING \"GPU targets\" FORCE)\nset(AMDGPU_TARGETS \"{t}\" CACHE STRING \"GPU targets\" FORCE)\n",
+            t = step.gpu_targets.join(";")
+        ));
+    }
+    if req.track.as_ref().map(|t| t.track.build.gemm) == Some(GemmRoute::Hipblaslt) {
+        env.set(
+            "CMAKE_PROJECT_ggml_INCLUDE",
+            format!("{}/gemm/cmake/ggml_hook.cmake", host.workspace.replace('\\', "/")),
+            "the track's GEMM route (build.gemm = \"hipblaslt\"): ggml-hip's BLAS products go to our library over hipBLASLt (gemm/README.md), since rocBLAS ends the process on GPUs it has no kernels for (gfx1103, gfx1150)",
+        );
+    }
+    env.set(
+        "GGML_HIP_NO_VMM",
+        "ON",
+        "no HIP virtual memory management: it fails on Windows drivers and on many consumer GPUs",
+    );
+    env.set(
+        "GGML_HIP_GRAPHS",
+        "OFF",
+        "HIP graphs off (distribution default; immature on consumer drivers)",
+    );
+    env.set(
+        "GGML_CUDA_GRAPHS",
+        "OFF",
+        "the shared CUDA/HIP code keeps graphs off",
+    );
+    step.sdk = Some(SdkRecord {
+        kind: "rocm".into(),
+        version: v.to_string(),
+        root,
+        version_source: sdk.version_source.clone(),
+    });
+    step.notes.push("GGML_HIP=ON comes from the cargo feature `hip` (the binding's `rocm`), not from the environment".into());
+    Ok(step)
+}
+
+/// CUDA through the toolkit on the build machine: nvcc, architectures, graphs off.
+fn cuda_step(req: &BuildRequest, host: &HostFacts, env: &mut Env) -> Result<BackendStep> {
+    let mut step = BackendStep::default();
+    let os = host.os;
+    let cuda = host
+        .cuda
+        .as_ref()
+        .context("no CUDA toolkit found (CUDA_PATH, /usr/local/cuda*, C:\\Program Files\\NVIDIA GPU Computing Toolkit\\CUDA\\v*); install one or set CUDA_PATH")?;
+    step.gpu_targets = cuda_targets(req)?;
+    env.set(
+        "CUDA_PATH",
+        &cuda.root,
+        "the CUDA toolkit CMake's FindCUDAToolkit uses",
+    );
+    if let Some(nvcc) = &cuda.nvcc {
+        env.set(
+            "CMAKE_CUDA_COMPILER",
+            join(&cuda.root, nvcc, os),
+            "nvcc of that toolkit, not whichever is first on PATH",
+        );
+    }
+    env.set(
+        "CMAKE_CUDA_ARCHITECTURES",
+        step.gpu_targets.join(";"),
+        "CUDA architectures of the kernels",
+    );
+    env.set(
+        "GGML_CUDA_GRAPHS",
+        "OFF",
+        "CUDA graphs off (distribution default)",
+    );
+    step.notes.push("CUDA keeps ggml's default VMM (NVIDIA drivers support it; there is no HIP-style failure to avoid)".into());
+    step.notes
+        .push("GGML_CUDA=ON comes from the cargo feature `cuda`".into());
+    step.sdk = Some(SdkRecord {
+        kind: "cuda".into(),
+        version: cuda.version.clone(),
+        root: cuda.root.clone(),
+        version_source: "version.json".into(),
+    });
+    Ok(step)
+}
+
+/// The CPU code of ggml and Rust: this machine's CPU for a native build, else portable
+/// (every variant for dynamic backends, the x86-64 baseline for a static one).
+fn cpu_code_step(
+    native_cpu: bool,
+    dynamic: bool,
+    target_os: Os,
+    effective_triple: &str,
+    env: &mut Env,
+    notes: &mut Vec<String>,
+) {
     if native_cpu {
         env.set(
             "GGML_NATIVE",
@@ -661,23 +848,30 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
             }
         }
     }
-    if let Some(j) = req.jobs {
-        env.set(
-            "CMAKE_BUILD_PARALLEL_LEVEL",
-            j.to_string(),
-            "--jobs for ggml's CMake build too",
-        );
-    }
+}
 
-    // Features and packages.
-    let packages: Vec<String> = match req.bins {
+/// The cargo packages `--bins` names.
+fn packages(bins: Bins) -> Vec<String> {
+    match bins {
         Bins::Cli => vec!["audiocpp-cli".into()],
         Bins::Server => vec!["audiocpp-server".into()],
         Bins::All => vec!["audiocpp-cli".into(), "audiocpp-server".into()],
-    };
+    }
+}
+
+/// The cargo features (`package/feature`) of the build: the backend's (none for a cross
+/// HIP build), dynamic backends, deployment, then the track's; the track's own `build.env`
+/// goes into `env` here, after every rule.
+fn features(
+    req: &BuildRequest,
+    packages: &[String],
+    cross: bool,
+    dynamic: bool,
+    env: &mut Env,
+) -> Result<Vec<String>> {
     let mut feats: Vec<&str> = Vec::new();
     match req.backend {
-        Backend::Hip if cross.is_some() => {}
+        Backend::Hip if cross => {}
         Backend::Hip => feats.push("hip"),
         Backend::Cuda => feats.push("cuda"),
         _ => {}
@@ -694,44 +888,22 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
                 feats.push(f);
             }
         }
-        add_track_env(&t.name, &t.track.build.env, &mut env)?;
+        add_track_env(&t.name, &t.track.build.env, env)?;
     }
-    let features: Vec<String> = packages
+    Ok(packages
         .iter()
         .flat_map(|p| feats.iter().map(move |f| format!("{p}/{f}")))
-        .collect();
+        .collect())
+}
 
-    // A target folder per configuration: the binding never reconfigures an existing CMake
-    // cache, so two configurations must never share one.
-    let fingerprint = fingerprint(
-        &label,
-        &effective_triple,
-        &env.0,
-        dynamic,
-        &toolset,
-        &sdk_record,
-    );
-    let target_dir = join(
-        &host.target_root,
-        &format!("build/{label}-{fingerprint}"),
-        os,
-    );
-
-    let mut files = Vec::new();
-    if let Some(contents) = files_pending {
-        let path = join(&target_dir, "audiocpp-gpu-targets.cmake", os);
-        env.set(
-            "CMAKE_PROJECT_INCLUDE_BEFORE",
-            &path,
-            "sets GPU_TARGETS before ggml's project(): on Windows hip::device takes its --offload-arch list from it",
-        );
-        files.push(PlannedFile {
-            path,
-            contents,
-            why: "the GPU targets for hip::device (the binding forwards only CMAKE_* and GGML_* variables)".into(),
-        });
-    }
-
+/// The arguments of the `cargo build` that makes the executables.
+fn cargo_args(
+    packages: &[String],
+    features: &[String],
+    target_dir: &str,
+    triple: Option<&str>,
+    jobs: Option<u32>,
+) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "build".into(),
         "--release".into(),
@@ -740,7 +912,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         // binding's OUT_DIR from it instead of searching the target folder.
         "--message-format=json-render-diagnostics".into(),
     ];
-    for p in &packages {
+    for p in packages {
         args.push("-p".into());
         args.push(p.clone());
     }
@@ -749,76 +921,35 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         args.push(features.join(","));
     }
     args.push("--target-dir".into());
-    args.push(target_dir.clone());
-    if let Some(t) = &triple {
+    args.push(target_dir.to_string());
+    if let Some(t) = triple {
         args.push("--target".into());
-        args.push(t.clone());
+        args.push(t.to_string());
     }
-    if let Some(j) = req.jobs {
+    if let Some(j) = jobs {
         args.push("--jobs".into());
         args.push(j.to_string());
     }
-    let mut commands = cross_commands;
-    commands.push(PlannedCommand {
-        program: "cargo".into(),
-        args,
-        cwd: host.workspace.clone(),
-        why: "builds ggml (CMake, through llama-cpp-sys-2) and the executables".into(),
-    });
+    args
+}
 
-    let profile_dir = match &triple {
-        Some(t) => join(&target_dir, &format!("{t}/release"), os),
-        None => join(&target_dir, "release", os),
+/// Where the binding leaves ggml's libraries in a dynamic build: links (or copies) in the
+/// profile folder, and, relative to its OUT_DIR (the one cargo reports for this build,
+/// `build-script-executed`), the libraries in `lib/` (`bin/` for DLLs) and the backends in
+/// `backends/`.
+fn library_globs(target_os: Os, profile_dir: &str, os: Os) -> (Vec<String>, Vec<String>) {
+    let (lib, plugin) = match target_os {
+        Os::Windows => ("ggml*.dll", "*.dll"),
+        Os::Linux => ("libggml*.so*", "*.so*"),
     };
-    let exe = if target_os == Os::Windows { ".exe" } else { "" };
-    let executables: Vec<String> = packages
-        .iter()
-        .map(|p| join(&profile_dir, &format!("{}{exe}", p.replace('-', "_")), os))
-        .collect();
-    // Where the binding leaves ggml's libraries: links (or copies) in the profile folder,
-    // the libraries in its OUT_DIR's `lib/` (`bin/` for DLLs), the backends in `backends/`.
-    // The OUT_DIR is the one cargo reports for this build (`build-script-executed`).
-    let (mut library_globs, binding_globs) = if dynamic {
-        let (lib, plugin) = match target_os {
-            Os::Windows => ("ggml*.dll", "*.dll"),
-            Os::Linux => ("libggml*.so*", "*.so*"),
-        };
-        (
-            vec![join(&profile_dir, lib, os)],
-            vec![
-                format!("lib/{lib}"),
-                format!("bin/{lib}"),
-                format!("backends/{plugin}"),
-            ],
-        )
-    } else {
-        (Vec::new(), Vec::new())
-    };
-
-    library_globs.extend(library_globs_extra);
-    Ok(BuildPlan {
-        label,
-        backend: req.backend,
-        track: req.track.as_ref().map(|t| t.name.clone()),
-        os,
-        target: triple,
-        target_dir,
-        packages,
-        features,
-        link: req.link,
-        native_cpu,
-        gpu_targets,
-        toolset,
-        sdk: sdk_record,
-        env: env.0,
-        files,
-        commands,
-        executables,
-        library_globs,
-        binding_globs,
-        notes,
-        cross: cross_prep,
-    })
+    (
+        vec![join(profile_dir, lib, os)],
+        vec![
+            format!("lib/{lib}"),
+            format!("bin/{lib}"),
+            format!("backends/{plugin}"),
+        ],
+    )
 }
 
 fn fingerprint(
@@ -1086,4 +1217,95 @@ pub fn render(plan: &BuildPlan) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(env: &Env) -> Vec<&str> {
+        env.0.iter().map(|e| e.name.as_str()).collect()
+    }
+
+    #[test]
+    fn the_cpu_step_is_native_or_portable() {
+        let mut env = Env(Vec::new());
+        let mut notes = Vec::new();
+        cpu_code_step(
+            true,
+            false,
+            Os::Linux,
+            "x86_64-unknown-linux-gnu",
+            &mut env,
+            &mut notes,
+        );
+        assert_eq!(names(&env), ["GGML_NATIVE", "CARGO_ENCODED_RUSTFLAGS"]);
+        assert_eq!(env.0[1].value, "-Ctarget-cpu=native");
+
+        let mut env = Env(Vec::new());
+        cpu_code_step(
+            false,
+            false,
+            Os::Linux,
+            "x86_64-unknown-linux-gnu",
+            &mut env,
+            &mut notes,
+        );
+        assert_eq!(
+            env.0.len(),
+            2 + X86_ISA_OPTIONS.len(),
+            "every x86 ISA option off"
+        );
+        assert!(notes.is_empty());
+
+        let mut env = Env(Vec::new());
+        cpu_code_step(
+            true,
+            true,
+            Os::Linux,
+            "x86_64-unknown-linux-gnu",
+            &mut env,
+            &mut notes,
+        );
+        assert_eq!(env.0[0].value, "ON", "native_cpu decides, not dynamic");
+        let mut env = Env(Vec::new());
+        cpu_code_step(
+            false,
+            true,
+            Os::Linux,
+            "x86_64-unknown-linux-gnu",
+            &mut env,
+            &mut notes,
+        );
+        assert!(names(&env).contains(&"CMAKE_BUILD_RPATH"));
+        assert_eq!(notes.len(), 1, "the CPU variants note");
+    }
+
+    #[test]
+    fn the_mingw_step_names_the_posix_compilers_per_target() {
+        let mut env = Env(Vec::new());
+        mingw_step("x86_64-pc-windows-gnu", "x86_64", &mut env);
+        assert_eq!(env.0[0].name, "CC_x86_64_pc_windows_gnu");
+        assert_eq!(env.0[0].value, "x86_64-w64-mingw32-gcc-posix");
+        assert_eq!(env.0.len(), 4);
+    }
+
+    #[test]
+    fn the_cargo_command_lists_packages_features_and_target() {
+        let packages = packages(Bins::All);
+        let args = cargo_args(
+            &packages,
+            &["audiocpp-cli/hip".into()],
+            "/t",
+            Some("x86_64-pc-windows-gnu"),
+            Some(3),
+        );
+        assert_eq!(
+            args[4..].join(" "),
+            "-p audiocpp-cli -p audiocpp-server --features audiocpp-cli/hip --target-dir /t --target x86_64-pc-windows-gnu --jobs 3"
+        );
+        assert!(cargo_args(&packages, &[], "/t", None, None)
+            .iter()
+            .all(|a| a != "--features" && a != "--target"));
+    }
 }

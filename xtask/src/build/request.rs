@@ -72,7 +72,7 @@ pub struct TrackRef {
     /// Its table from packaging/tracks.toml.
     pub track: Track,
     /// Its cross-build recipe (`build.cross`), loaded.
-    pub cross: Option<crate::winhip::CrossInputs>,
+    pub cross: Option<crate::cross_backend::CrossInputs>,
 }
 
 /// What to build.
@@ -135,12 +135,13 @@ impl BuildRequest {
             );
         };
         let mut req = BuildRequest::new(track.backend);
-        let cross = match &track.build.cross {
-            Some(rel) => Some(crate::winhip::CrossInputs::load(rel).with_context(|| {
-                format!("{}: tracks.{name}.build.cross", tracks_path.display())
-            })?),
-            None => None,
-        };
+        let cross =
+            match &track.build.cross {
+                Some(rel) => Some(crate::cross_backend::CrossInputs::load(rel).with_context(
+                    || format!("{}: tracks.{name}.build.cross", tracks_path.display()),
+                )?),
+                None => None,
+            };
         req.track = Some(TrackRef {
             name: name.to_string(),
             track: track.clone(),

@@ -20,9 +20,10 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 
+use crate::context::RunContext;
 use crate::kernels::filter::{self as kfilter, CoverageNotes};
 use crate::project::target_dir;
-use crate::tracks::{SdkKind, Track, TracksFile};
+use crate::tracks::{SdkKind, Track};
 use plan::{DistFacts, FoundFile};
 
 /// Flags of `cargo xtask dist`.
@@ -84,38 +85,42 @@ pub fn host_track() -> &'static str {
 
 /// Builds and stages this host's package (`cargo xtask dist` with no flags) and returns
 /// its folder: benches run the binaries users get, with the CPU variants picked at start.
-pub fn host_package() -> Result<PathBuf> {
-    run(Args::default())?;
-    let tracks = TracksFile::load(&TracksFile::default_path())?;
+pub fn host_package(ctx: &RunContext) -> Result<PathBuf> {
+    run(Args::default(), ctx)?;
     Ok(target_dir()
         .join("dist")
-        .join(&tracks.track(host_track())?.package))
+        .join(&ctx.tracks()?.track(host_track())?.package))
 }
 
-/// Runs the verb.
-pub fn run(args: Args) -> Result<ExitCode> {
+/// Runs the verb on the run's tracks (`ctx`, made from `--tracks-file` when given).
+pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
     if let Some(suite) = &args.chroot {
         return crate::sdk::reexec_in_chroot(suite);
     }
-    let tracks_path = args
-        .tracks_file
-        .clone()
-        .unwrap_or_else(TracksFile::default_path);
-    let tracks = TracksFile::load(&tracks_path)?;
+    if let Some(file) = &args.tracks_file {
+        anyhow::ensure!(
+            file == ctx.tracks_path(),
+            "dist was given --tracks-file {} but its run context reads {} (a caller must make the RunContext from the same file)",
+            file.display(),
+            ctx.tracks_path().display()
+        );
+    }
+    let tracks_path = ctx.tracks_path().to_path_buf();
+    let tracks = ctx.tracks()?;
     let cross = match &args.track {
         Some(t) => tracks.track(t)?.build.cross.clone(),
         None => None,
     };
     let inside_chroot = std::env::var_os("AUDIOCPP_CHROOT").is_some();
     if args.bin_dir.is_empty() && !args.dry_run && !(cross.is_some() && inside_chroot) {
-        crate::setup::ensure("dist", args.track.as_deref())?;
+        crate::setup::ensure(ctx, "dist", args.track.as_deref())?;
     }
     if let (Some(rel), false, true) = (&cross, inside_chroot, args.bin_dir.is_empty()) {
         if !args.dry_run {
             return enter_cross_chroot(rel, &args);
         }
         // The plan lists the runtime files: fetch the pinned runtime (a cache) first.
-        fetch_cross_runtime(&crate::winhip::CrossInputs::load(rel)?)?;
+        fetch_cross_runtime(&crate::cross_backend::CrossInputs::load(rel)?)?;
     }
     let track_name = args
         .track
@@ -157,14 +162,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 "dist: step time {:.1} s: the build of {track_name}",
                 t.elapsed().as_secs_f64()
             );
-            let record = crate::build::BuildRecord::load(&built.record_path)?;
-            built_toolset = record
+            // The record comes back in memory; build-record.json on disk is for people.
+            built_toolset = built
+                .record
                 .plan
                 .toolset
                 .as_ref()
                 .map(|t| t.vc_tools_version.clone());
-            let outputs: Vec<PathBuf> = record.outputs.iter().map(PathBuf::from).collect();
-            list_files(&outputs, &mut binaries)?;
+            list_files(&built.outputs(), &mut binaries)?;
         }
     }
     let facts = gather(&track_name, track, binaries, &args, build.as_ref())?;
@@ -190,16 +195,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
         print!("{}", plan.to_text());
         return Ok(ExitCode::SUCCESS);
     }
-    let ctx = package::PackageContext {
+    let package_ctx = package::PackageContext {
         tracks_path: &tracks_path,
-        tracks: &tracks,
+        tracks,
         track,
         out_dir: &out_dir,
         kernels: facts.kernels.as_ref(),
         allow_uncovered: args.allow_uncovered,
         built_toolset,
     };
-    let result = package::execute(&plan, &ctx)?;
+    let result = package::execute(&plan, &package_ctx)?;
     print!("{}", result.size_table);
     Ok(ExitCode::SUCCESS)
 }
@@ -491,7 +496,7 @@ fn enter_cross_chroot(rel: &str, args: &Args) -> Result<ExitCode> {
     let step = |t: std::time::Instant, what: &str| {
         eprintln!("dist: step time {:.1} s: {what}", t.elapsed().as_secs_f64());
     };
-    let inputs = crate::winhip::CrossInputs::load(rel)?;
+    let inputs = crate::cross_backend::CrossInputs::load(rel)?;
     let suite = inputs.spec.chroot.clone();
     let t = std::time::Instant::now();
     crate::sdk::make_chroot(&crate::sdk::DebianArgs {
@@ -563,12 +568,12 @@ pub fn cross_argv(args: &Args) -> Vec<String> {
     v
 }
 
-fn fetch_cross_runtime(inputs: &crate::winhip::CrossInputs) -> Result<()> {
-    let root = PathBuf::from(crate::winhip::runtime_root(
+fn fetch_cross_runtime(inputs: &crate::cross_backend::CrossInputs) -> Result<()> {
+    let root = PathBuf::from(crate::cross_backend::runtime_root(
         &target_dir().display().to_string(),
         &inputs.spec.chroot,
     ));
-    crate::winhip::runtime::fetch(&inputs.spec.runtime, &root)
+    crate::cross_backend::runtime::fetch(&inputs.spec.runtime, &root)
 }
 
 /// The runtime file `name` of a track in the SDK's `source` folder (or its `*-linux-gnu`
@@ -636,6 +641,7 @@ fn msvc_redist_dir(crt: &crate::tracks::Crt, build: &crate::build::BuildPlan) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tracks::TracksFile;
 
     #[test]
     fn the_chroot_run_repeats_the_dist_flags() {

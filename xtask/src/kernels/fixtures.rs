@@ -35,10 +35,10 @@ pub const HIPBLASLT_724_LISTING: &str = include_str!(
     "../../tests/fixtures/rocm-library-listings/hipblaslt-library-experimental-7.2.4+dfsg-1~exp1.tsv"
 );
 
-/// The rocm6 track's GPU targets, read from packaging/tracks.toml so the tests and the
-/// benchmark filter for exactly what the release does.
-pub fn rocm6_targets() -> anyhow::Result<Vec<String>> {
-    let tracks = crate::tracks::TracksFile::load(&crate::tracks::TracksFile::default_path())?;
+/// The rocm6 track's GPU targets, read from the run's tracks (packaging/tracks.toml) so
+/// the tests and the benchmark filter for exactly what the release does.
+pub fn rocm6_targets(ctx: &crate::context::RunContext) -> anyhow::Result<Vec<String>> {
+    let tracks = ctx.tracks()?;
     Ok(tracks.track("rocm6")?.gpu_targets.clone())
 }
 

@@ -31,7 +31,7 @@ pub use input::{read_inputs, Package};
 pub use policy::Policy;
 pub use report::{Finding, Report, Rule};
 
-use crate::tracks::TracksFile;
+use crate::context::RunContext;
 
 /// Flags of `cargo xtask verify-deps`.
 #[derive(Debug, clap::Args)]
@@ -53,19 +53,17 @@ pub struct Args {
     pub tracks_file: Option<PathBuf>,
 }
 
-/// Runs the verb: 0 when every package is clean, 1 when any has violations.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let tracks_path = args
-        .tracks_file
-        .clone()
-        .unwrap_or_else(TracksFile::default_path);
-    let tracks = TracksFile::load(&tracks_path)?;
-    let policy = Policy::new(&tracks, &tracks_path, args.track.as_deref()).with_context(|| {
-        format!(
-            "loading the dependency policy from {}",
-            tracks_path.display()
-        )
-    })?;
+/// Runs the verb: 0 when every package is clean, 1 when any has violations. `ctx`
+/// reads `--tracks-file` when given.
+pub fn run(args: Args, ctx: &RunContext) -> anyhow::Result<ExitCode> {
+    let tracks_path = ctx.tracks_path();
+    let policy =
+        Policy::new(ctx.tracks()?, tracks_path, args.track.as_deref()).with_context(|| {
+            format!(
+                "loading the dependency policy from {}",
+                tracks_path.display()
+            )
+        })?;
     let reports = verify(&args.inputs, &policy)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);

@@ -1,20 +1,21 @@
-//! The Windows x64 HIP package cross-built on Linux (issue 14 item 2): ggml's HIP backend
-//! as a real `ggml-hip.dll`, compiled by xtask's own CMake run in a Debian chroot
-//! (`packaging/sdk/debian.toml` suite `winhip`) with clang-22 for a MinGW host, against a
+//! The cross-build recipe: a GPU backend of ggml built as a Windows DLL on Linux, by
+//! xtask's own CMake run in a Debian chroot, for executables cross-built in the same chroot
+//! that load it as a dynamic backend. A track names its recipe in `build.cross`; today one
+//! recipe exists, the Windows x64 HIP package's (issue 14 item 2): `ggml-hip.dll` from
+//! clang-22 for a MinGW host (`packaging/sdk/debian.toml` suite `winhip`), against a
 //! private "Windows ROCm root" and import libraries made from AMD's real `amdhip64_7.dll`
-//! and from hipBLASLt's export list; the executables are built in the same chroot with the
-//! same MinGW-w64, and load it as a dynamic backend.
+//! and from hipBLASLt's export list. Its end-to-end test is [`crate::wine_hip_test`].
 //!
 //! The recipe is data (`packaging/windows-hip/cross.toml`, named by a track's
 //! `build.cross`). Deciding and doing are apart: [`plan`] is pure (recipe and targets in,
 //! the preparation steps and CMake commands out) and is called by `build`'s planner, the
 //! only place that decides how a track is built; [`prepare`] and the build executor carry
 //! the plan out inside the chroot; [`runtime::fetch`] gets the pinned runtime on the host.
+//! The chroot's folder keeps its name (`/opt/winhip`): builds already cached there stay valid.
 
 pub mod implib;
 pub mod root;
 pub mod runtime;
-pub mod wine_test;
 
 use std::path::{Path, PathBuf};
 

@@ -15,6 +15,7 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 
 use crate::assets::Assets;
+use crate::context::RunContext;
 use crate::verify_deps::report::{Class, Report, Role};
 use crate::verify_deps::{binary::DepKind, Policy};
 
@@ -122,10 +123,10 @@ fn check_import_tables(report: &Report) -> Result<Vec<String>> {
 }
 
 /// Runs the test; `assets` are the pinned test assets.
-pub fn run(assets: &Assets) -> Result<()> {
+pub fn run(ctx: &RunContext, assets: &Assets) -> Result<()> {
     let t0 = Instant::now();
     let out = crate::project::target_dir().join("dist-test-winhip");
-    let zip = crate::test::dist_track(TRACK, &out)?;
+    let zip = crate::test::dist_track(ctx, TRACK, &out)?;
     let t_dist = t0.elapsed().as_secs_f64();
     let root = crate::test::unzip(&zip, &out.join("unpacked"))?;
     for name in std::fs::read_dir(&root)?.flatten().map(|e| e.file_name()) {
@@ -135,9 +136,7 @@ pub fn run(assets: &Assets) -> Result<()> {
             "the package itself carries {n}: hipBLASLt comes only from a Windows SDK"
         );
     }
-    let tracks_path = crate::tracks::TracksFile::default_path();
-    let tracks = crate::tracks::TracksFile::load(&tracks_path)?;
-    let policy = Policy::new(&tracks, &tracks_path, Some(TRACK))?;
+    let policy = Policy::new(ctx.tracks()?, ctx.tracks_path(), Some(TRACK))?;
     let reports = crate::verify_deps::verify(std::slice::from_ref(&root), &policy)?;
     let report = reports.first().context("verify-deps gave no report")?;
     ensure!(
@@ -276,8 +275,8 @@ pub fn run(assets: &Assets) -> Result<()> {
 }
 
 /// `test --winhip` as a verb step.
-pub fn run_verb(assets: &Assets) -> Result<ExitCode> {
-    run(assets).context("the Windows HIP package cross-built, packaged and run under Wine")?;
+pub fn run_verb(ctx: &RunContext, assets: &Assets) -> Result<ExitCode> {
+    run(ctx, assets).context("the Windows HIP package cross-built, packaged and run under Wine")?;
     eprintln!("test: Windows HIP package test passed");
     Ok(ExitCode::SUCCESS)
 }

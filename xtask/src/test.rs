@@ -402,13 +402,22 @@ fn package_transcribes_the_phrase(
     // Opus (what browsers record) goes through the libopus linked into the package: the
     // MinGW link once lacked libssp's stack-protector symbols.
     for name in ["phrase.opus", "phrase_opus.webm"] {
-        let clip = crate::project::project_root().join("test-support/fixtures/formats").join(name);
+        let clip = crate::project::project_root()
+            .join("test-support/fixtures/formats")
+            .join(name);
         let mut args = args.clone();
-        let at = args.iter().position(|a| *a == "--audio").expect("phrase args name --audio") + 1;
+        let at = args
+            .iter()
+            .position(|a| *a == "--audio")
+            .expect("phrase args name --audio")
+            + 1;
         let clip = clip.to_string_lossy();
         args[at] = &clip;
         let asr = run_env(&args, &[])?;
-        let heard = asr.lines().find_map(|l| l.strip_prefix("text=")).unwrap_or("");
+        let heard = asr
+            .lines()
+            .find_map(|l| l.strip_prefix("text="))
+            .unwrap_or("");
         let said = words(PHRASE);
         let got = words(heard);
         let kept = said.iter().filter(|w| got.contains(w)).count();

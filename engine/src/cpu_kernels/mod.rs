@@ -12,6 +12,7 @@
 //! - [`attention`]: multi-head self-attention (heads of 64) whose score rows stay in
 //!   cache, so the softmax is exact in one pass.
 //! - [`gelu`]: the exact (erf) GELU with a vectorisable rational erf.
+//! - [`logits`]: the argmax and softmax normaliser of a logits row (a token choice).
 //! - [`snake`]: the AdaIN affine part and Snake of iSTFTNet's residual blocks in one
 //!   pass.
 //! - `simd`: the vector layer the float kernels are written over, once per
@@ -34,6 +35,7 @@ pub mod conv_f32;
 pub mod f16_product;
 pub mod f32_product;
 pub mod gelu;
+pub mod logits;
 pub mod q8;
 pub mod snake;
 

@@ -465,7 +465,6 @@ impl WindowDecoder<'_, '_, '_> {
     ) -> Result<(Vec<u32>, f32, f32, f64)> {
         let s = self.tok.specials().clone();
         let n_vocab = self.n_vocab;
-        let mut banned = vec![false; n_vocab];
         let fixed = [
             s.transcribe,
             s.translate,
@@ -475,15 +474,17 @@ impl WindowDecoder<'_, '_, '_> {
             s.no_speech,
             s.no_timestamps,
         ];
-        for &id in self.suppress.iter().chain(&fixed) {
-            if let Some(b) = banned.get_mut(id as usize) {
-                *b = true;
-            }
-        }
+        // Token ids masked at every step (a short list: a pass over the whole vocabulary
+        // per step costs as much as the rest of the host's work).
+        let mut banned: Vec<usize> = self
+            .suppress
+            .iter()
+            .chain(&fixed)
+            .map(|&id| id as usize)
+            .filter(|&id| id < n_vocab)
+            .collect();
         if max_initial.is_none() {
-            for b in banned.iter_mut().skip(s.timestamp_begin as usize) {
-                *b = true;
-            }
+            banned.extend(s.timestamp_begin as usize..n_vocab);
         }
         let logits = self.net.decode(self.sched, prompt, 0, prompt.len())?;
         let sot_pos = prompt.iter().position(|&t| t == s.sot).unwrap_or(0);
@@ -501,9 +502,17 @@ impl WindowDecoder<'_, '_, '_> {
         let started = std::time::Instant::now();
         let steps_before = self.steps;
         loop {
-            for (i, l) in last.iter_mut().enumerate() {
-                let begin = tokens.is_empty() && self.suppress_begin.contains(&(i as u32));
-                if banned[i] || begin {
+            let begin: &[u32] = if tokens.is_empty() {
+                &self.suppress_begin
+            } else {
+                &[]
+            };
+            for i in banned
+                .iter()
+                .copied()
+                .chain(begin.iter().map(|&t| t as usize))
+            {
+                if let Some(l) = last.get_mut(i) {
                     *l = f32::NEG_INFINITY;
                 }
             }
@@ -556,25 +565,11 @@ pub(super) fn softmax_at(logits: &[f32], i: usize) -> f32 {
     (((logits[i] - max) as f64).exp() / sum) as f32
 }
 
-/// The largest logit's index and its log-probability, `-ln(sum(exp(l - max)))`: one
-/// pass of f32 exponentials (each exact to an ulp) summed in f64.
+/// The largest logit's index and its log-probability, `-ln(sum(exp(l - max)))`, from
+/// the vectorised row summary (f32 exponentials within 3e-7, summed in f64).
 pub(super) fn argmax_logprob(logits: &[f32]) -> (usize, f32) {
-    let (best, &max) = logits
-        .iter()
-        .enumerate()
-        .fold((0, &f32::NEG_INFINITY), |acc, (i, l)| {
-            if *l > *acc.1 {
-                (i, l)
-            } else {
-                acc
-            }
-        });
-    let sum: f64 = logits
-        .iter()
-        .filter(|l| l.is_finite())
-        .map(|&l| (l - max).exp() as f64)
-        .sum();
-    (best, -(sum.ln() as f32))
+    let s = crate::cpu_kernels::logits::summarize(logits);
+    (s.argmax, -(s.sum_exp.ln() as f32))
 }
 
 #[cfg(test)]

@@ -41,16 +41,12 @@ pub fn apply_timestamp_rules(
             logits[last_allowed + 1..].fill(f32::NEG_INFINITY);
         }
     }
-    let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let text_max = crate::cpu_kernels::logits::max(&logits[..tb]);
+    let max = text_max.max(crate::cpu_kernels::logits::max(&logits[tb..]));
     if max == f32::NEG_INFINITY {
         return;
     }
-    let sum = |r: &[f32]| -> f64 { r.iter().map(|&l| ((l - max) as f64).exp()).sum() };
-    let ts_mass = sum(&logits[tb..]);
-    let text_max = logits[..tb]
-        .iter()
-        .cloned()
-        .fold(f32::NEG_INFINITY, f32::max);
+    let ts_mass: f64 = logits[tb..].iter().map(|&l| ((l - max) as f64).exp()).sum();
     if ts_mass > 0.0 && ts_mass.ln() > (text_max - max) as f64 {
         logits[..tb].fill(f32::NEG_INFINITY);
     }

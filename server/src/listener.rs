@@ -167,7 +167,9 @@ pub async fn serve(
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_timeout)
                 .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service);
+                .serve_connection(TokioIo::new(stream), service)
+                // The realtime endpoint's WebSocket takes the connection over.
+                .with_upgrades();
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => return,

@@ -4,7 +4,7 @@
 //! model pool (`pool`: loading, one request at a time per model, a busy model answering
 //! 503 `server_busy` after `busy_timeout_ms`), errors (`error`), body limits (`body`)
 //! and the API key (`auth`) sit below one module per route (`health`, `models`,
-//! `transcriptions`, `tasks_run`, `speech` (its FLAC answers by `flac`), `voices` over the `voice_store`). All audio work is the engine's, run off the
+//! `transcriptions`, `realtime` (live transcription over a WebSocket), `tasks_run`, `speech` (its FLAC answers by `flac`), `voices` over the `voice_store`). All audio work is the engine's, run off the
 //! async workers on blocking threads.
 
 mod auth;
@@ -18,6 +18,7 @@ mod languages;
 mod listener;
 mod models;
 mod pool;
+mod realtime;
 mod speech;
 mod tasks_run;
 mod transcriptions;
@@ -203,6 +204,7 @@ fn router(state: Arc<AppState>) -> Router {
             post(transcriptions::transcriptions),
         )
         .route("/v1/audio/speech", post(speech::speech))
+        .route("/v1/realtime", get(realtime::realtime))
         .route(
             "/v1/audio/voices",
             post(voices::create_voice).get(voices::list_voices),

@@ -1,0 +1,348 @@
+//! Live transcription over `/v1/realtime?intent=transcription` (OpenAI's realtime
+//! transcription protocol), driven by a plain WebSocket client (tungstenite, the one
+//! axum serves with) against the real server with Whisper tiny.en and Silero VAD:
+//!
+//! - the ASR phrase, one second of silence on each side, resampled to OpenAI's 24 kHz
+//!   and appended in 100 ms chunks, gives one server-VAD turn: speech_started, then
+//!   deltas, speech_stopped, committed, item created and completed, in that order, on
+//!   one item id; at least one delta comes before speech_stopped (a partial), the
+//!   deltas joined are the completed transcript, and its words (lowercase, punctuation
+//!   stripped) are the transcription endpoint's for the same 24 kHz audio;
+//! - bad events (not JSON, not base64, odd PCM bytes, unknown types, bad settings, an
+//!   empty commit) each get an `error` event naming the fault, and the session goes on;
+//! - the upgrade needs the API key like every `/v1` route.
+
+use std::net::TcpStream;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, Message, WebSocket};
+
+mod common;
+use common::Server;
+
+const KEY: &str = "realtime-test-key";
+
+/// The client's rate (OpenAI's pcm16).
+const RATE: u32 = 24_000;
+
+/// A server with Whisper tiny.en cut by Silero, behind the API key.
+fn server() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = common::whisper_tiny_gguf(dir.path());
+    let silero = common::assets("ggml-silero-v6.2.0.bin").join("ggml-silero-v6.2.0.bin");
+    let cfg = json!({
+        "port": 0, "threads": 2, "api_key": KEY,
+        "models": [{ "id": "tiny", "path": gguf, "family": "whisper", "task": "asr", "vad_model": silero }],
+    });
+    Server::start(dir.path(), &cfg).owning(dir)
+}
+
+/// Opens a session with `key` (none: no Authorization header).
+fn connect(server: &Server, key: Option<&str>) -> Result<WebSocket<TcpStream>, tungstenite::Error> {
+    let url = server
+        .url("/v1/realtime?intent=transcription")
+        .replace("http://", "ws://");
+    let mut req = url.into_client_request().unwrap();
+    if let Some(k) = key {
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {k}").parse().unwrap());
+    }
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let stream = TcpStream::connect(addr).unwrap();
+    // A server that stops answering fails the test instead of hanging it.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(600)))
+        .unwrap();
+    tungstenite::client(req, stream)
+        .map(|(ws, _)| ws)
+        .map_err(|e| match e {
+            tungstenite::HandshakeError::Failure(e) => e,
+            tungstenite::HandshakeError::Interrupted(_) => panic!("handshake interrupted"),
+        })
+}
+
+fn send(ws: &mut WebSocket<TcpStream>, event: &Value) {
+    ws.send(Message::text(event.to_string())).unwrap();
+}
+
+/// The next server event (failing on a close or a non-text message).
+fn next(ws: &mut WebSocket<TcpStream>) -> Value {
+    loop {
+        match ws.read().unwrap() {
+            Message::Text(t) => return serde_json::from_str(t.as_str()).unwrap(),
+            Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("expected a text event, got {other:?}"),
+        }
+    }
+}
+
+/// Events up to and including the first of type `last`.
+fn until(ws: &mut WebSocket<TcpStream>, last: &str) -> Vec<Value> {
+    let mut events = Vec::new();
+    loop {
+        let e = next(ws);
+        let done = e["type"] == last;
+        events.push(e);
+        if done {
+            return events;
+        }
+    }
+}
+
+/// The ASR phrase with a second of silence on each side, at 24 kHz.
+fn phrase_24k() -> Vec<f32> {
+    let wav = common::assets("clips-asr/phrase_en_us.wav").join("clips-asr/phrase_en_us.wav");
+    let a = audiocpp_engine::audio::load(&wav, 16_000).unwrap();
+    let a = audiocpp_engine::audio::resample(a, RATE).unwrap();
+    let pad = vec![0.0f32; RATE as usize];
+    [&pad[..], &a.samples, &pad].concat()
+}
+
+fn pcm16(samples: &[f32]) -> Vec<u8> {
+    samples
+        .iter()
+        .flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes())
+        .collect()
+}
+
+/// Appends `samples` in 100 ms chunks.
+fn stream(ws: &mut WebSocket<TcpStream>, samples: &[f32]) {
+    for chunk in samples.chunks(RATE as usize / 10) {
+        let audio = base64::engine::general_purpose::STANDARD.encode(pcm16(chunk));
+        send(
+            ws,
+            &json!({ "type": "input_audio_buffer.append", "audio": audio }),
+        );
+    }
+}
+
+/// The transcription endpoint's text for `samples` (24 kHz) as a WAV of PCM16.
+fn http_transcript(server: &Server, samples: &[f32]) -> String {
+    let mut wav = std::io::Cursor::new(Vec::new());
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: RATE,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::new(&mut wav, spec).unwrap();
+    for s in samples {
+        w.write_sample((s.clamp(-1.0, 1.0) * 32767.0).round() as i16)
+            .unwrap();
+    }
+    w.finalize().unwrap();
+    let (ct, body) = common::multipart(&[("model", "tiny")], Some(("a.wav", wav.get_ref())));
+    let resp = common::send(
+        ureq::post(&server.url("/v1/audio/transcriptions"))
+            .set("Authorization", &format!("Bearer {KEY}")),
+        &ct,
+        &body,
+    );
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.into_json().unwrap();
+    v["text"].as_str().unwrap().to_string()
+}
+
+/// The types of `events`, in order.
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+}
+
+/// Checks one turn's events (from its first event to `completed`): the item events on
+/// one id, the deltas joined equal to the transcript; returns the transcript and how
+/// many deltas came before `committed`.
+fn check_turn(events: &[Value]) -> (String, usize) {
+    let t = types(events);
+    let at = |name: &str| {
+        t.iter()
+            .position(|x| *x == name)
+            .unwrap_or_else(|| panic!("no {name} in {t:?}"))
+    };
+    let (committed, created, completed) = (
+        at("input_audio_buffer.committed"),
+        at("conversation.item.created"),
+        at("conversation.item.input_audio_transcription.completed"),
+    );
+    assert!(committed < created && created < completed, "{t:?}");
+    let item = events[committed]["item_id"].as_str().unwrap();
+    assert_eq!(events[created]["item"]["id"], item);
+    assert_eq!(events[created]["item"]["role"], "user");
+    let mut joined = String::new();
+    let mut early = 0;
+    for (i, e) in events.iter().enumerate() {
+        if e["type"] == "conversation.item.input_audio_transcription.delta" {
+            assert_eq!(e["item_id"], item);
+            joined.push_str(e["delta"].as_str().unwrap());
+            if i < committed {
+                early += 1;
+            }
+        }
+        assert!(e["event_id"].is_string(), "{e}");
+    }
+    let transcript = events[completed]["transcript"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(events[completed]["item_id"], item);
+    assert_eq!(joined, transcript, "the deltas joined are the transcript");
+    (transcript, early)
+}
+
+#[test]
+fn a_streamed_phrase_is_one_turn_with_partials_and_the_http_transcript() {
+    let server = server();
+    let audio = phrase_24k();
+    let reference = http_transcript(&server, &audio);
+    assert!(
+        common::words(&reference).len() >= 5,
+        "reference: {reference:?}"
+    );
+
+    let mut ws = connect(&server, Some(KEY)).unwrap();
+    let created = next(&mut ws);
+    assert_eq!(
+        created["type"], "transcription_session.created",
+        "{created}"
+    );
+    assert_eq!(created["session"]["turn_detection"]["type"], "server_vad");
+    send(
+        &mut ws,
+        &json!({ "type": "transcription_session.update", "session": {
+            "input_audio_format": "pcm16",
+            "input_audio_transcription": { "model": "tiny", "language": "en" },
+            "turn_detection": { "type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500 },
+        }}),
+    );
+    let updated = next(&mut ws);
+    assert_eq!(
+        updated["type"], "transcription_session.updated",
+        "{updated}"
+    );
+    assert_eq!(
+        updated["session"]["input_audio_transcription"]["language"],
+        "en"
+    );
+
+    stream(&mut ws, &audio);
+    let events = until(
+        &mut ws,
+        "conversation.item.input_audio_transcription.completed",
+    );
+    let t = types(&events);
+    assert_eq!(t[0], "input_audio_buffer.speech_started", "{t:?}");
+    let stopped = t
+        .iter()
+        .position(|x| *x == "input_audio_buffer.speech_stopped")
+        .unwrap_or_else(|| panic!("no speech_stopped: {t:?}"));
+    assert!(!t.contains(&"error"), "{events:?}");
+    let item = events[0]["item_id"].as_str().unwrap();
+    assert_eq!(events[stopped]["item_id"], item);
+    // The turn starts within the leading second of silence's last 300 ms (the prefix
+    // padding) or in the clip, and stops after the speech, within the audio sent (the
+    // phrase clip has its own trailing silence, so before the padded end).
+    let start_ms = events[0]["audio_start_ms"].as_u64().unwrap();
+    let end_ms = events[stopped]["audio_end_ms"].as_u64().unwrap();
+    let total_ms = audio.len() as u64 * 1000 / RATE as u64;
+    assert!(
+        (600..2000).contains(&start_ms),
+        "speech started at {start_ms} ms"
+    );
+    assert!(
+        end_ms > start_ms + 2500 && end_ms <= total_ms,
+        "speech from {start_ms} ms stopped at {end_ms} ms of {total_ms}"
+    );
+    let (transcript, early) = check_turn(&events);
+    let partials_before_stop = events[..stopped]
+        .iter()
+        .filter(|e| e["type"] == "conversation.item.input_audio_transcription.delta")
+        .count();
+    assert!(
+        partials_before_stop >= 1 && early >= 1,
+        "no delta while speech went on: {t:?}"
+    );
+    assert_eq!(
+        common::words(&transcript),
+        common::words(&reference),
+        "realtime {transcript:?} vs HTTP {reference:?}"
+    );
+}
+
+#[test]
+fn bad_events_get_error_events_and_the_key_is_needed() {
+    let server = server();
+    for key in [None, Some("wrong")] {
+        match connect(&server, key) {
+            Err(tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 401),
+            other => panic!("key {key:?}: expected a 401, got {:?}", other.map(|_| ())),
+        }
+    }
+    let mut ws = connect(&server, Some(KEY)).unwrap();
+    assert_eq!(next(&mut ws)["type"], "transcription_session.created");
+    let cases: [(Message, &str); 8] = [
+        (Message::text("{not json"), "invalid_json"),
+        (Message::text("[1, 2]"), "invalid_request"),
+        (
+            Message::text(
+                r#"{"type": "input_audio_buffer.append", "audio": "@@@", "event_id": "c1"}"#,
+            ),
+            "invalid_request",
+        ),
+        (
+            Message::text(r#"{"type": "input_audio_buffer.append", "audio": "AAAA"}"#),
+            "invalid_request",
+        ),
+        (
+            Message::text(r#"{"type": "response.create"}"#),
+            "unknown_event_type",
+        ),
+        (
+            Message::text(
+                r#"{"type": "transcription_session.update", "session": {"turn_detection": {"type": "server_vad", "threshold": 7}}}"#,
+            ),
+            "invalid_request",
+        ),
+        (
+            Message::text(
+                r#"{"type": "transcription_session.update", "session": {"input_audio_transcription": {"model": "nope"}}}"#,
+            ),
+            "model_not_found",
+        ),
+        (
+            Message::text(r#"{"type": "input_audio_buffer.commit"}"#),
+            "input_audio_buffer_commit_empty",
+        ),
+    ];
+    let mut errors = Vec::new();
+    for (msg, code) in cases {
+        let shown = format!("{msg:?}");
+        ws.send(msg).unwrap();
+        let e = next(&mut ws);
+        assert_eq!(e["type"], "error", "{shown}: {e}");
+        assert_eq!(e["error"]["code"], code, "{shown}: {e}");
+        assert_eq!(e["error"]["type"], "invalid_request_error", "{shown}: {e}");
+        assert!(!e["error"]["message"].as_str().unwrap().is_empty());
+        errors.push(e);
+    }
+    // The bad base64 names its client event; the threshold names its field.
+    assert_eq!(errors[2]["error"]["event_id"], "c1");
+    assert_eq!(
+        errors[5]["error"]["param"],
+        "session.turn_detection.threshold"
+    );
+    // The session is still usable and unchanged by the refused updates.
+    send(&mut ws, &json!({ "type": "input_audio_buffer.clear" }));
+    assert_eq!(next(&mut ws)["type"], "input_audio_buffer.cleared");
+    send(
+        &mut ws,
+        &json!({ "type": "session.update", "session": { "type": "transcription" } }),
+    );
+    let updated = next(&mut ws);
+    assert_eq!(updated["type"], "session.updated", "{updated}");
+    assert_eq!(updated["session"]["turn_detection"]["threshold"], 0.5);
+    assert_eq!(
+        updated["session"]["input_audio_transcription"]["model"],
+        "tiny"
+    );
+}

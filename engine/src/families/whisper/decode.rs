@@ -503,7 +503,7 @@ impl WindowDecoder<'_, '_, '_> {
         let steps_before = self.steps;
         loop {
             let begin: &[u32] = if tokens.is_empty() {
-                &self.suppress_begin
+                self.suppress_begin
             } else {
                 &[]
             };

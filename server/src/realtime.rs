@@ -7,9 +7,9 @@
 //!
 //! Partial text follows LocalAgreement-2 (whisper_streaming): the growing turn is decoded
 //! every [`PARTIAL_EVERY_S`] of audio, and only the words two consecutive decodes agree
-//! on are sent, so deltas only append. At the end of a turn the words already sent stay;
-//! the final decode's words past them follow in a last delta, so the deltas joined are
-//! the completed transcript.
+//! on are sent, so deltas only append. At the end of a turn the final decode's words
+//! past those sent follow in a last delta, and `completed` carries the final decode: the
+//! deltas joined equal it whenever the partials agreed with it (the usual case).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,6 +41,13 @@ const PARTIAL_EVERY_S: f64 = 1.0;
 /// Audio before the unprocessed part that each VAD run starts with, so the detector
 /// (fresh state per run) has warmed up by the new windows.
 const VAD_CONTEXT_S: f64 = 0.5;
+
+/// Audio before the window where server VAD found speech that Whisper also decodes
+/// (not part of the turn's times): Silero crosses its threshold several hundred ms into
+/// a soft onset ("Speech" crossed 0.5 at 576-632 ms into the phrase clip), and with
+/// OpenAI's 300 ms prefix padding alone the turn's first word was cut ("The recognition
+/// ..."). The buffer keeps this much before the VAD's position between turns.
+const DECODE_LEAD_S: f64 = 1.0;
 
 /// The most `prefix_padding_ms` and `silence_duration_ms` taken.
 const MAX_VAD_MS: u64 = 10_000;
@@ -128,6 +135,8 @@ struct ModelInfo {
 struct Turn {
     item_id: String,
     start: usize,
+    /// Where its decodes start: `start`, or up to `DECODE_LEAD_S` before it (server VAD).
+    decode_from: usize,
     /// Trailing samples of silence (server VAD).
     silence: usize,
     /// Turn length at the last partial decode.
@@ -455,7 +464,7 @@ impl Session {
                 self.vad_at = end;
                 if self.turn.is_none() && end > self.base {
                     let item_id = self.new_item();
-                    self.turn = Some(Turn::new(item_id, self.base));
+                    self.turn = Some(Turn::new(item_id, self.base, self.base));
                 }
             }
         }
@@ -546,7 +555,9 @@ impl Session {
                         json!({ "audio_start_ms": start_ms, "item_id": item_id }),
                     )
                     .await;
-                    self.turn = Some(Turn::new(item_id, start));
+                    let lead = self.seconds(DECODE_LEAD_S);
+                    let decode_from = start.min(w_start.saturating_sub(lead)).max(self.base);
+                    self.turn = Some(Turn::new(item_id, start, decode_from));
                 }
                 None => {}
                 Some(t) if p < neg => {
@@ -616,7 +627,7 @@ impl Session {
     /// agree on beyond those sent (LocalAgreement-2).
     async fn partial(&mut self, heard: usize) -> Result<(), ApiError> {
         let Some(t) = &self.turn else { return Ok(()) };
-        let samples = self.audio[t.start - self.base..heard - self.base].to_vec();
+        let samples = self.audio[t.decode_from - self.base..heard - self.base].to_vec();
         let len = heard - t.start;
         let text = self.decode(samples, true).await?;
         let Some(t) = &mut self.turn else {
@@ -669,8 +680,8 @@ impl Session {
             }),
         )
         .await;
-        let samples = self.audio[t.start - self.base..end - self.base].to_vec();
-        let seconds = samples.len() as f64 / self.info.rate as f64;
+        let samples = self.audio[t.decode_from - self.base..end - self.base].to_vec();
+        let seconds = (end - t.start) as f64 / self.info.rate as f64;
         // The audio up to the turn's end is done with.
         self.trim_to(end);
         match self.decode(samples, false).await {
@@ -689,13 +700,9 @@ impl Session {
                     )
                     .await;
                 }
-                let transcript = t
-                    .sent
-                    .iter()
-                    .chain(&rest)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(" ");
+                // The final decode, as the transcription endpoint gives it: partials at
+                // 1 s and 2 s of a turn can agree on a word the whole turn corrects.
+                let transcript = words.join(" ");
                 self.emit(
                     "conversation.item.input_audio_transcription.completed",
                     json!({
@@ -757,7 +764,10 @@ impl Session {
             .settings
             .turn_detection
             .map_or(0, |v| self.seconds(v.prefix_padding_ms as f64 / 1000.0));
-        let keep = pad.max(self.seconds(VAD_CONTEXT_S)) + self.window.unwrap_or(0);
+        let keep = pad
+            .max(self.seconds(VAD_CONTEXT_S))
+            .max(self.seconds(DECODE_LEAD_S))
+            + self.window.unwrap_or(0);
         self.trim_to(self.vad_at.saturating_sub(keep));
     }
 
@@ -848,10 +858,11 @@ impl Session {
 }
 
 impl Turn {
-    fn new(item_id: String, start: usize) -> Turn {
+    fn new(item_id: String, start: usize, decode_from: usize) -> Turn {
         Turn {
             item_id,
             start,
+            decode_from,
             silence: 0,
             decoded_at: 0,
             hypothesis: Vec::new(),

@@ -3,39 +3,12 @@
 //! libm `expf` per token. Whisper picks one of 51,864 tokens each decoder step this way;
 //! the libm loop was a large share of a step on a GPU, where the rest is fast.
 
+use super::simd::exp_nonpositive;
 use super::SimdLevel;
 
 /// Lanes of the partial sums: values `i` with the same `i % LANES` add up in one lane,
 /// and the lanes are added in one fixed order, so every level gives the same bits.
 const LANES: usize = 16;
-
-/// e^x for x <= 0 in plain operations (no fused multiply-add, so each level compiles it
-/// to the same bits): 2^n times a degree-6 Taylor polynomial on r = x - n ln 2,
-/// |r| <= ln(2)/2; relative error below 3e-7. -inf gives 0, and so does anything below -87.
-#[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    // Adding 1.5 * 2^23 rounds to an integer (ties to even) in the low mantissa bits.
-    const SHIFT: f32 = 12_582_912.0;
-    let c = x.max(-87.0);
-    let t = c * LOG2E + SHIFT;
-    let n = t - SHIFT;
-    let r = (c - n * LN2_HI) - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (0.166_666_67
-                    + r * (0.041_666_668 + r * (0.008_333_334 + r * 0.001_388_889)))));
-    // n + 127 in the exponent field: the low bits of t hold n (offset by 2^22).
-    let two_n = f32::from_bits(t.to_bits().wrapping_sub(SHIFT.to_bits()).wrapping_add(127) << 23);
-    if x < -87.0 {
-        0.0
-    } else {
-        p * two_n
-    }
-}
 
 /// The summary of one logits row (see [`summarize`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -162,20 +135,6 @@ pub fn summarize(x: &[f32]) -> LogitsSummary {
 mod tests {
     use super::super::test_support::*;
     use super::*;
-
-    #[test]
-    fn exp_is_within_3e_7_relative_and_zero_for_minus_infinity() {
-        let mut worst = 0f64;
-        for i in 0..=870_000 {
-            let x = -(i as f32) * 1e-4;
-            let want = (x as f64).exp();
-            worst = worst.max((exp_nonpositive(x) as f64 - want).abs() / want);
-        }
-        assert!(worst < 3e-7, "worst relative error {worst}");
-        assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp_nonpositive(-90.0), 0.0);
-        assert_eq!(exp_nonpositive(0.0), 1.0);
-    }
 
     #[test]
     fn summary_matches_f64_and_is_the_same_at_every_level() {

@@ -5,16 +5,27 @@
 //! operations, so a result does not depend on the CPU.
 
 /// e^x for x <= 0 (softmax arguments), branch-free so loops vectorise: 2^n times a
-/// degree-6 polynomial on the reduced argument; relative error below 3e-7 (2 ulp). Arguments
-/// below -87 give (nearly) 0. The plain form of `exp_nonpositive_avx512`.
-#[cfg(test)]
-fn exp_nonpositive(x: f32) -> f32 {
-    let x = x.max(-87.0);
-    let n = (x * std::f32::consts::LOG2_E).round_ties_even();
+/// degree-6 polynomial on the reduced argument; relative error below 3e-7 (2 ulp). -inf
+/// and arguments below -87 give 0. The plain form of `exp_nonpositive_avx512`, in plain
+/// operations (no fused multiply-add), so every level compiles it to the same bits; the
+/// logits row summary (`logits.rs`) runs it.
+#[inline(always)]
+pub(super) fn exp_nonpositive(x: f32) -> f32 {
+    // Adding 1.5 * 2^23 rounds to an integer (ties to even) in the low mantissa bits.
+    const SHIFT: f32 = 12_582_912.0;
+    let c = x.max(-87.0);
+    let t = c * std::f32::consts::LOG2_E + SHIFT;
+    let n = t - SHIFT;
     // x - n ln 2 in two steps, so the reduced argument keeps full precision.
-    let r = (x - n * EXP_LN2_HI) - n * EXP_LN2_LO;
+    let r = (c - n * EXP_LN2_HI) - n * EXP_LN2_LO;
     let p = EXP_POLY.iter().rev().fold(0.0, |acc, &c| acc * r + c);
-    p * f32::from_bits(((n as i32 + 127) << 23) as u32)
+    // n + 127 in the exponent field: the low bits of t hold n (offset by 2^22).
+    let two_n = f32::from_bits(t.to_bits().wrapping_sub(SHIFT.to_bits()).wrapping_add(127) << 23);
+    if x < -87.0 {
+        0.0
+    } else {
+        p * two_n
+    }
 }
 
 /// ln 2 split so that `n * EXP_LN2_HI` is exact for the exponents softmax meets.
@@ -428,6 +439,9 @@ mod tests {
             worst = worst.max((exp_nonpositive(x) as f64 - want).abs() / want);
         }
         assert!(worst < 3e-7, "worst relative error {worst}");
+        assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_nonpositive(-90.0), 0.0);
+        assert_eq!(exp_nonpositive(0.0), 1.0);
         let levels = float_levels();
         report_missing("exp", &levels);
         #[cfg(target_arch = "x86_64")]

@@ -98,6 +98,10 @@ pub struct PlannedCommand {
     pub cwd: String,
     /// Why.
     pub why: String,
+    /// The command is skipped when this file exists: a build step whose result is cached
+    /// outside the clone (the Vulkan backend, [`crate::vulkan`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_if_exists: Option<String>,
 }
 
 impl PlannedCommand {
@@ -195,6 +199,10 @@ pub struct BuildPlan {
     /// `build.cross`: the Windows HIP cross-build, [`crate::winhip`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross: Option<crate::winhip::CrossPrep>,
+    /// What the executor lays out for the Vulkan backend's build before the commands
+    /// (tracks with `build.vulkan`, [`crate::vulkan`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vulkan: Option<crate::vulkan::VulkanPrep>,
 }
 
 impl BuildPlan {
@@ -295,8 +303,12 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
             );
         }
     }
-    if req.backend == Backend::Vulkan {
-        bail!("`cargo xtask build` builds cpu, cuda and hip; vulkan has no build recipe yet");
+    if req.backend == Backend::Vulkan
+        && req.track.as_ref().and_then(|t| t.vulkan.as_ref()).is_none()
+    {
+        bail!(
+            "the vulkan backend is built for a track whose build names its recipe (`build.vulkan` in packaging/tracks.toml): pass --track linux-vulkan or --track windows-vulkan-gnu"
+        );
     }
     let triple = match (&req.target, &req.track) {
         (Some(t), _) => Some(t.clone()),
@@ -440,7 +452,18 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
     }
 
     let cross = req.track.as_ref().and_then(|t| t.cross.as_ref());
+    if effective_triple.ends_with("-windows-gnu") && dynamic && cross.is_none() {
+        env.set(
+            "CMAKE_PROJECT_ggml_INCLUDE",
+            format!(
+                "{}/packaging/windows-gnu/no-amx.cmake",
+                host.workspace.replace('\\', "/")
+            ),
+            "dynamic backends with the build host's MinGW-w64 (Debian 12's binutils 2.40, which cannot assemble AMX tile loads for a PE target): ggml's sapphirerapids CPU variant is built without its AMX kernels",
+        );
+    }
     let mut cross_prep = None;
+    let mut vulkan_prep = None;
     let mut cross_commands = Vec::new();
     match req.backend {
         Backend::Hip if cross.is_some() => {
@@ -610,7 +633,31 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
                 bail!("--gpu-targets applies to the hip and cuda backends, not cpu");
             }
         }
-        Backend::Vulkan => unreachable!("refused above"),
+        Backend::Vulkan => {
+            let inputs = req
+                .track
+                .as_ref()
+                .and_then(|t| t.vulkan.as_ref())
+                .expect("checked at the top");
+            if !dynamic {
+                bail!("the Vulkan backend is a plugin loaded at start: build it with --link dynamic (the track's cpu_variants = \"all\")");
+            }
+            if host.cache_root.is_empty() {
+                bail!("these host facts name no cache folder (`cache_root`), where the Vulkan backend's build is kept: record them again with `cargo xtask doctor --save-facts`");
+            }
+            let v = crate::vulkan::plan(
+                inputs,
+                &effective_triple,
+                &host.cache_root,
+                &host.workspace,
+                req.jobs,
+            )?;
+            notes.extend(v.notes);
+            notes.push("the executables are the CPU build (no `vulkan` cargo feature): they load the Vulkan backend at start like any backend, so one build serves the CPU track and this one".into());
+            library_globs_extra.push(v.prep.output.clone());
+            vulkan_prep = Some(v.prep);
+            cross_commands = v.commands;
+        }
     }
 
     env.set(
@@ -694,9 +741,16 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         .collect();
 
     // A target folder per configuration: the binding never reconfigures an existing CMake
-    // cache, so two configurations must never share one.
+    // cache, so two configurations must never share one. It is named by what cargo builds,
+    // not by the track: the Vulkan backend is a plugin built apart (above), so a vulkan
+    // track's executables are its CPU track's, built once in one folder.
+    let cargo_backend = match req.backend {
+        Backend::Vulkan => Backend::Cpu,
+        b => b,
+    };
+    let folder = backend_name(cargo_backend);
     let fingerprint = fingerprint(
-        &label,
+        folder,
         &effective_triple,
         &env.0,
         dynamic,
@@ -705,7 +759,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
     );
     let target_dir = join(
         &host.target_root,
-        &format!("build/{label}-{fingerprint}"),
+        &format!("build/{folder}-{fingerprint}"),
         os,
     );
 
@@ -756,6 +810,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         args,
         cwd: host.workspace.clone(),
         why: "builds ggml (CMake, through llama-cpp-sys-2) and the executables".into(),
+        skip_if_exists: None,
     });
 
     let profile_dir = match &triple {
@@ -810,11 +865,12 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         binding_globs,
         notes,
         cross: cross_prep,
+        vulkan: vulkan_prep,
     })
 }
 
 fn fingerprint(
-    label: &str,
+    cargo_backend: &str,
     triple: &str,
     env: &[EnvVar],
     dynamic: bool,
@@ -828,7 +884,7 @@ fn fingerprint(
         h.update(s.as_bytes());
         h.update(b"\n");
     };
-    line(label);
+    line(cargo_backend);
     line(triple);
     line(if dynamic { "dynamic" } else { "static" });
     if let Some(t) = toolset {
@@ -1057,9 +1113,32 @@ pub fn render(plan: &BuildPlan) -> String {
             }
         }
     }
+    if let Some(v) = &plan.vulkan {
+        let _ = writeln!(s, "\nvulkan backend (cache {}):", v.dir);
+        let _ = writeln!(
+            s,
+            "  # the pinned packages of {} extracted into {}",
+            v.recipe, v.sysroot
+        );
+        let _ = writeln!(
+            s,
+            "  write {} (the pinned glslc on its own libraries)",
+            v.glslc
+        );
+        for (path, _) in &v.files {
+            let _ = writeln!(s, "  write {path}");
+        }
+        if let Some((dll, lib)) = &v.implib {
+            let _ = writeln!(s, "  make {lib} (import library of {dll})");
+        }
+    }
     let _ = writeln!(s, "\ncommands:");
     for c in &plan.commands {
-        let _ = writeln!(s, "  # {}\n  (in {}) {}", c.why, c.cwd, c.display());
+        let _ = writeln!(s, "  # {}", c.why);
+        if let Some(done) = &c.skip_if_exists {
+            let _ = writeln!(s, "  # (skipped when {done} exists: a cache hit)");
+        }
+        let _ = writeln!(s, "  (in {}) {}", c.cwd, c.display());
     }
     let _ = writeln!(s, "\noutputs:");
     for e in &plan.executables {

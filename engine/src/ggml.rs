@@ -56,7 +56,10 @@ mod transformer;
 
 use checks::{require, require_view_inside, GraphRoom};
 use custom_op::{OpState, Operand};
-pub use device::{backend_library_error, devices, registry_names, Backend, DeviceInfo, DeviceType};
+pub use device::{
+    backend_library_error, devices, registry_names, vulkan_physical_devices, Backend, DeviceInfo,
+    DeviceType, VulkanPhysicalDevice,
+};
 pub use gguf::{read_gguf, read_gguf_file, write_gguf, GgufContents, GgufValue, HostTensor};
 
 /// Whether this CPU runs the custom ops' float kernels, asked here by callers of the

@@ -54,7 +54,7 @@ pub struct Ran {
 }
 
 impl Ran {
-    fn from(o: Output) -> Ran {
+    fn of(o: Output) -> Ran {
         Ran {
             code: o.status.code(),
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -161,7 +161,7 @@ fn run(host: &Host, cli: &Path, cwd: &Path, args: &[&str], env: &[(&str, &str)])
             wine.run_env(cli, args, cwd, &all)?
         }
     };
-    Ok(Ran::from(out))
+    Ok(Ran::of(out))
 }
 
 /// `GGML_VK_VISIBLE_DEVICES=0`: lavapipe, which ggml hides as a CPU-type device, shown.

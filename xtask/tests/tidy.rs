@@ -174,7 +174,7 @@ const TRACK_NAME_EXEMPTIONS: &[(&str, &str, &str)] = &[
     (
         "xtask/src/vulkan/lavapipe.rs",
         "pub const LINUX_TRACK: &str = \"linux-vulkan\";",
-        "`cargo xtask test` runs the Linux Vulkan track's package on lavapipe",
+        "`test --vulkan` runs the Linux Vulkan track's package on lavapipe",
     ),
     (
         "xtask/src/vulkan/lavapipe.rs",

@@ -1,6 +1,7 @@
 //! The Vulkan packages end to end on Mesa's lavapipe (Vulkan 1.3 on the CPU), for `cargo
-//! xtask test`: `linux-vulkan` natively, `windows-vulkan-gnu` under Wine with an Xvfb
-//! display (winevulkan reaches the host's Vulkan loader only through an X display).
+//! xtask test --vulkan` (`linux-vulkan` natively) and `--winvulkan` (`windows-vulkan-gnu`
+//! under Wine with an Xvfb display: winevulkan reaches the host's Vulkan loader only
+//! through an X display).
 //!
 //! Each run packages the track (`dist`, then `verify-package`), unzips it and runs its CLI
 //! from an empty folder: `--list-devices` must name lavapipe as a hidden CPU-type device and
@@ -22,7 +23,7 @@ use crate::test::{phrase_asr_args, says_the_phrase, PHRASE};
 
 /// The largest difference allowed between a speech probability of Silero VAD on lavapipe
 /// and on the CPU backend, per 32 ms window (ggml-vulkan computes in f32, in another
-/// order; measured 2026-12-05: see docs/build/VULKAN.md). The segments must be identical.
+/// order). The segments must be identical.
 pub const VAD_MAX_PROBABILITY_DIFF: f32 = 0.02;
 
 /// The most the length of Kokoro's speech on lavapipe may differ from the CPU backend's,

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::sync::OnceLock;
 
 use crate::error::{EngineError, Result};
-use crate::ggml::{self, Backend, DeviceInfo, DeviceType, Scheduler};
+use crate::ggml::{self, Backend, DeviceInfo, DeviceType, Scheduler, VulkanPhysicalDevice};
 
 /// Backends users can ask for (`rocm` is an alias of `hip`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +21,7 @@ pub enum BackendKind {
     Vulkan,
     /// Apple GPUs.
     Metal,
-    /// The first GPU found, else the CPU.
+    /// The first GPU found, in the order CUDA, HIP, Vulkan (then Metal), else the CPU.
     Best,
 }
 
@@ -237,12 +237,133 @@ fn unloadable_backend(kind: BackendKind) -> Option<UnloadableBackend> {
     })
 }
 
-/// Every GPU backend library in the package that does not load, for `--list-devices`.
+/// Every GPU backend library in the package that does not load, for `--list-devices`,
+/// and a Vulkan backend that loaded but whose devices ggml hides (all of CPU type).
 pub fn unloadable_backends() -> Vec<UnloadableBackend> {
     GPU_KINDS
         .into_iter()
-        .filter_map(unloadable_backend)
+        .filter_map(unloadable_explained)
+        .chain(hidden_vulkan_devices().map(|h| h.listing()))
         .collect()
+}
+
+/// What to do when the Vulkan backend's library does not start: it is the driver side
+/// (the Vulkan loader and the driver's ICD), not the package, that is missing.
+const VULKAN_DRIVER_ADVICE: &str = "install or update the GPU driver with its Vulkan support (the Vulkan loader, libvulkan.so.1 or vulkan-1.dll, and the driver's ICD), or set parameter 'backend' to cpu";
+
+/// [`unloadable_backend`]; for the Vulkan backend, whose failure ggml's loader does not
+/// explain, the Vulkan loader's own reason (no loader, no driver) and the driver advice.
+fn unloadable_explained(kind: BackendKind) -> Option<UnloadableBackend> {
+    let mut u = unloadable_backend(kind)?;
+    if kind == BackendKind::Vulkan {
+        if let Err(why) = ggml::vulkan_physical_devices() {
+            u.reason = if u.reason.is_empty() {
+                why
+            } else {
+                format!("{}; {why}", u.reason)
+            };
+            u.advice = VULKAN_DRIVER_ADVICE.into();
+        }
+    }
+    Some(u)
+}
+
+/// Vulkan devices ggml hides: the backend loaded and lists none, and every device the
+/// Vulkan loader has is of CPU type (a software driver such as Mesa's llvmpipe).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HiddenVulkanDevices {
+    /// Why there is no Vulkan device.
+    reason: String,
+    /// How to use them anyway.
+    show: String,
+}
+
+impl HiddenVulkanDevices {
+    /// The note for `hidden` (the loader's CPU-type devices; not empty).
+    fn new(hidden: &[VulkanPhysicalDevice]) -> Self {
+        let names: Vec<String> = hidden
+            .iter()
+            .map(|d| format!("{} (Vulkan device {})", d.name, d.index))
+            .collect();
+        let indices: Vec<String> = hidden.iter().map(|d| d.index.to_string()).collect();
+        let (devices, are, them) = if hidden.len() == 1 {
+            ("device", "is", "it")
+        } else {
+            ("devices", "are", "them")
+        };
+        HiddenVulkanDevices {
+            reason: format!(
+                "the Vulkan backend loaded, but the only Vulkan {devices} here {are} of CPU type (a software driver), which ggml hides: {}",
+                names.join(", ")
+            ),
+            show: format!(
+                "set the environment variable GGML_VK_VISIBLE_DEVICES={} to use {them} anyway (it computes on the CPU, more slowly than parameter 'backend' cpu)",
+                indices.join(",")
+            ),
+        }
+    }
+
+    /// The note as `--list-devices` prints it, beside the backends that do not load.
+    fn listing(&self) -> UnloadableBackend {
+        UnloadableBackend {
+            backend: BackendKind::Vulkan.flag_name().into(),
+            file: if cfg!(windows) {
+                "ggml-vulkan.dll"
+            } else {
+                "libggml-vulkan.so"
+            }
+            .into(),
+            reason: self.reason.clone(),
+            advice: format!("{}, or set parameter 'backend' to cpu", self.show),
+        }
+    }
+}
+
+/// [`HiddenVulkanDevices`] when this machine has them.
+fn hidden_vulkan_devices() -> Option<HiddenVulkanDevices> {
+    if !cfg!(feature = "dynamic-backends")
+        || !backend_registered(BackendKind::Vulkan)
+        || ggml::devices()
+            .iter()
+            .any(|d| BackendKind::of_device(d) == Some(BackendKind::Vulkan))
+    {
+        return None;
+    }
+    let hidden: Vec<VulkanPhysicalDevice> = ggml::vulkan_physical_devices()
+        .ok()?
+        .into_iter()
+        .filter(|d| d.cpu_type)
+        .collect();
+    (!hidden.is_empty()).then(|| HiddenVulkanDevices::new(&hidden))
+}
+
+/// The one warning `--backend best` prints before it runs on the CPU because the GPU
+/// backend libraries in the package could not start (`unloadable`); `None` when all that
+/// is missing is a GPU.
+fn best_fallback_warning(unloadable: &[UnloadableBackend]) -> Option<String> {
+    if unloadable.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = unloadable
+        .iter()
+        .map(|u| {
+            let kind = BackendKind::from_str(&u.backend)
+                .map(BackendKind::display_name)
+                .unwrap_or("GPU");
+            if u.reason.is_empty() {
+                format!("the {kind} backend ({}) could not start", u.file)
+            } else {
+                format!(
+                    "the {kind} backend ({}) could not start: {}",
+                    u.file, u.reason
+                )
+            }
+        })
+        .collect();
+    Some(format!(
+        "{}; parameter 'backend' best runs on the CPU instead",
+        each.join("; ")
+    ))
 }
 
 /// What the user asked for.
@@ -433,6 +554,15 @@ impl Runtime {
                 .unwrap_or(BackendKind::Cpu),
             k => k,
         };
+        if opts.backend == BackendKind::Best && wanted == BackendKind::Cpu {
+            let unloadable: Vec<UnloadableBackend> = GPU_KINDS
+                .into_iter()
+                .filter_map(unloadable_explained)
+                .collect();
+            if let Some(w) = best_fallback_warning(&unloadable) {
+                crate::error::warn(&w);
+            }
+        }
         let candidates = of_kind(wanted);
         if candidates.is_empty() {
             let dynamic = cfg!(feature = "dynamic-backends");
@@ -442,7 +572,7 @@ impl Runtime {
                     available: compiled_backends().join(", "),
                 });
             }
-            if let Some(u) = unloadable_backend(wanted) {
+            if let Some(u) = unloadable_explained(wanted) {
                 return Err(EngineError::BackendNotLoadable {
                     requested: wanted.display_name().to_string(),
                     file: u.file,
@@ -464,6 +594,15 @@ impl Runtime {
                 return Err(EngineError::BackendUnavailable {
                     requested: wanted.display_name().to_string(),
                     available: present.join(", "),
+                });
+            }
+            if let Some(h) = (wanted == BackendKind::Vulkan)
+                .then(hidden_vulkan_devices)
+                .flatten()
+            {
+                return Err(EngineError::NoDevice {
+                    requested: wanted.display_name().to_string(),
+                    detail: format!("{}; {}", h.reason, h.show),
                 });
             }
             return Err(EngineError::NoDevice {
@@ -498,7 +637,20 @@ impl Runtime {
             }
             GuardOutcome::Refuse(line) => return Err(EngineError::GpuNotCovered(line)),
         }
-        let main = Backend::new(dev)?;
+        let main = match Backend::new(dev) {
+            Ok(b) => b,
+            Err(e) if opts.backend == BackendKind::Best => {
+                crate::error::warn(&format!(
+                    "{label} could not start ({e}); parameter 'backend' best runs on the CPU instead"
+                ));
+                return Runtime::new(&RuntimeOptions {
+                    backend: BackendKind::Cpu,
+                    device: None,
+                    threads: opts.threads,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
@@ -759,6 +911,74 @@ mod tests {
             guard_outcome(BackendKind::Best, Some(line.into())),
             GuardOutcome::UseCpu(line.into())
         );
+    }
+
+    #[test]
+    fn hidden_cpu_type_vulkan_devices_are_named_with_how_to_show_them() {
+        let one = HiddenVulkanDevices::new(&[VulkanPhysicalDevice {
+            index: 0,
+            name: "llvmpipe (LLVM 15.0.6, 256 bits)".into(),
+            cpu_type: true,
+        }]);
+        assert!(
+            one.reason
+                .contains("the only Vulkan device here is of CPU type")
+                && one
+                    .reason
+                    .ends_with("llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan device 0)"),
+            "{}",
+            one.reason
+        );
+        assert!(
+            one.show
+                .starts_with("set the environment variable GGML_VK_VISIBLE_DEVICES=0 to use it"),
+            "{}",
+            one.show
+        );
+        let listed = one.listing();
+        assert_eq!(listed.backend, "vulkan");
+        assert!(listed.advice.ends_with("or set parameter 'backend' to cpu"));
+        let two = HiddenVulkanDevices::new(&[
+            VulkanPhysicalDevice {
+                index: 1,
+                name: "llvmpipe".into(),
+                cpu_type: true,
+            },
+            VulkanPhysicalDevice {
+                index: 3,
+                name: "SwiftShader Device".into(),
+                cpu_type: true,
+            },
+        ]);
+        assert!(two.reason.contains("devices here are of CPU type"));
+        assert!(two.show.contains("GGML_VK_VISIBLE_DEVICES=1,3 to use them"));
+    }
+
+    #[test]
+    fn best_warns_once_naming_every_gpu_backend_that_could_not_start() {
+        assert_eq!(best_fallback_warning(&[]), None);
+        let vk = UnloadableBackend {
+            backend: "vulkan".into(),
+            file: "ggml-vulkan.dll".into(),
+            reason:
+                "vkCreateInstance failed (ERROR_INITIALIZATION_FAILED): no Vulkan driver answered"
+                    .into(),
+            advice: VULKAN_DRIVER_ADVICE.into(),
+        };
+        let hip = UnloadableBackend {
+            backend: "hip".into(),
+            file: "ggml-hip.dll".into(),
+            reason: String::new(),
+            advice: String::new(),
+        };
+        let w = best_fallback_warning(std::slice::from_ref(&vk)).unwrap();
+        assert_eq!(
+            w,
+            "the Vulkan backend (ggml-vulkan.dll) could not start: vkCreateInstance failed (ERROR_INITIALIZATION_FAILED): no Vulkan driver answered; parameter 'backend' best runs on the CPU instead"
+        );
+        let w = best_fallback_warning(&[hip, vk]).unwrap();
+        assert!(w.starts_with("the HIP backend (ggml-hip.dll) could not start; the Vulkan"));
+        assert_eq!(w.lines().count(), 1);
     }
 
     #[test]

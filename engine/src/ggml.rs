@@ -57,8 +57,8 @@ mod transformer;
 use checks::{require, require_view_inside, GraphRoom};
 use custom_op::{OpState, Operand};
 pub use device::{
-    backend_library_error, devices, registry_names, Backend, CpuThreads, DeviceInfo, DeviceType,
-    PoolParams, THREADPOOL_POLL,
+    backend_library_error, devices, registry_names, vulkan_physical_devices, Backend, CpuThreads,
+    DeviceInfo, DeviceType, PoolParams, VulkanPhysicalDevice, THREADPOOL_POLL,
 };
 pub use gguf::{
     read_gguf, read_gguf_file, read_gguf_metadata_file, write_gguf, GgufContents, GgufValue,

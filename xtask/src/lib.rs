@@ -24,5 +24,6 @@ pub mod toolset;
 pub mod tracks;
 pub mod verify_deps;
 pub mod verify_package;
+pub mod vulkan;
 pub mod wine;
 pub mod wine_hip_test;

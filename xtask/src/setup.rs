@@ -839,7 +839,7 @@ mod tests {
                 "DEBIAN_FRONTEND=noninteractive apt-get update",
                 "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
                  gcc libc6-dev g++ make cmake ninja-build clang libclang-dev pkg-config git \
-                 binutils ca-certificates gcc-mingw-w64-x86-64 mingw-w64-x86-64-dev \
+                 binutils ca-certificates curl dpkg gcc-mingw-w64-x86-64 mingw-w64-x86-64-dev \
                  g++-mingw-w64-x86-64 binutils-mingw-w64-x86-64",
                 "rustup target add x86_64-pc-windows-gnu",
             ]

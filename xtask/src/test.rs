@@ -39,6 +39,19 @@ pub struct Args {
     /// runtime. The ggml-hip build is cached in the chroot; CI does not run it.
     #[arg(long, conflicts_with = "hip")]
     pub winhip: bool,
+    /// Instead of the suite above: package linux-vulkan (libggml-vulkan.so from the cache
+    /// outside the clone, built on a miss) and run it on Mesa's lavapipe: the hidden-device
+    /// listing, then VAD, ASR and TTS on `--backend vulkan` against the CPU backend. Left
+    /// out of the default suite for time: a cold ggml-vulkan build and the lavapipe runs
+    /// come near or above what CI's 2 cores can spare (docs/build/VULKAN.md has the numbers).
+    #[arg(long, conflicts_with_all = ["hip", "winhip"])]
+    pub vulkan: bool,
+    /// Instead of the suite above: package windows-vulkan-gnu (MinGW-w64, dynamic backends,
+    /// ggml-vulkan.dll from the cache outside the clone) and run it under Wine with an Xvfb
+    /// display on Mesa's lavapipe, as `--vulkan` does natively. Left out of the default
+    /// suite for time, as `--vulkan` is.
+    #[arg(long, conflicts_with_all = ["hip", "winhip", "vulkan"])]
+    pub winvulkan: bool,
     /// Extra arguments passed to `cargo test` (after `--`).
     #[arg(last = true)]
     pub cargo_args: Vec<String>,
@@ -94,6 +107,18 @@ pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
     }
     if args.winhip {
         return crate::wine_hip_test::run_verb(ctx, &assets);
+    }
+    if args.vulkan {
+        crate::vulkan::lavapipe::linux_end_to_end(ctx, &assets)
+            .context("linux-vulkan end to end on Mesa's lavapipe")?;
+        eprintln!("test: Linux Vulkan package test passed");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.winvulkan {
+        crate::vulkan::lavapipe::windows_end_to_end(ctx, &assets)
+            .context("windows-vulkan-gnu under Wine on lavapipe")?;
+        eprintln!("test: Windows Vulkan package test passed");
+        return Ok(ExitCode::SUCCESS);
     }
     let status = cargo()
         .current_dir(project_root())
@@ -431,11 +456,11 @@ fn package_transcribes_the_phrase(
 }
 
 /// The voice the packaged CLI speaks the phrase with (the bench's voice).
-const PHRASE_VOICE: &str = "af_heart";
+pub(crate) const PHRASE_VOICE: &str = "af_heart";
 
 /// The words of a transcript, for comparing what Whisper heard with what was said:
 /// lower case, punctuation dropped (Whisper chooses both itself).
-fn words(text: &str) -> Vec<String> {
+pub(crate) fn words(text: &str) -> Vec<String> {
     text.split_whitespace()
         .map(|w| {
             w.chars()

@@ -319,6 +319,12 @@ pub struct BuildSpec {
     /// built against, for the Linux HIP tracks: `cargo xtask test --hip` builds it there.
     #[serde(default)]
     pub chroot: Option<String>,
+    /// The recipe of ggml's Vulkan backend (a file under packaging/, e.g.
+    /// `vulkan/ggml-vulkan.toml`): built by xtask's own CMake run as a plugin beside the
+    /// executables, from pinned Vulkan headers and glslc, and cached outside the clone
+    /// ([`crate::vulkan`]). Required by, and only allowed for, `backend = "vulkan"`.
+    #[serde(default)]
+    pub vulkan: Option<String>,
 }
 
 /// One package: everything `dist` builds and `verify-deps` checks for it.
@@ -746,6 +752,30 @@ fn validate_build(name: &str, t: &Track) -> Result<(), (String, String)> {
             format!("tracks.{name}.build.cpu_variants"),
             "\"baseline\" is the x86-64 SSE2 baseline; an arm64 track takes \"all\"".into(),
         ));
+    }
+    match (t.backend, &b.vulkan, b.cpu_variants) {
+        (Backend::Vulkan, None, Some(_)) => {
+            return Err((
+                format!("tracks.{name}.build.vulkan"),
+                "a vulkan track's build names the recipe of ggml's Vulkan backend (e.g. \"vulkan/ggml-vulkan.toml\")".into(),
+            ));
+        }
+        (Backend::Vulkan, Some(_), Some(CpuVariants::Baseline)) => {
+            return Err((
+                format!("tracks.{name}.build.cpu_variants"),
+                "the Vulkan backend is a plugin loaded at start, so a vulkan track takes \"all\" (dynamic backends)".into(),
+            ));
+        }
+        (Backend::Cpu | Backend::Hip | Backend::Cuda, Some(_), _) => {
+            return Err((
+                format!("tracks.{name}.build.vulkan"),
+                format!(
+                    "only a vulkan track builds ggml's Vulkan backend (this one is {:?})",
+                    t.backend
+                ),
+            ));
+        }
+        _ => {}
     }
     if b.gemm == GemmRoute::Hipblaslt && t.backend != Backend::Hip {
         return Err((

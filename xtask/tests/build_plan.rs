@@ -466,7 +466,7 @@ fn one_target_dir_per_configuration() {
     assert_eq!(r6.target_dir, again.target_dir);
     assert!(r6
         .target_dir
-        .starts_with(r"C:\src\audiocpp-rs\target\build\rocm6-"));
+        .starts_with(r"C:\src\audiocpp-rs\target\build\hip-"));
     // The deployment feature does not touch ggml: same folder, ggml is reused.
     let mut dep = track_request("rocm6");
     dep.deployment = true;

@@ -174,6 +174,16 @@ const TRACK_NAME_EXEMPTIONS: &[(&str, &str, &str)] = &[
         "the fresh-machine test builds the track whose needs a new machine lacks most (apt packages and a Rust target)",
     ),
     (
+        "xtask/src/vulkan/lavapipe.rs",
+        "pub const LINUX_TRACK: &str = \"linux-vulkan\";",
+        "`test --vulkan` runs the Linux Vulkan track's package on lavapipe",
+    ),
+    (
+        "xtask/src/vulkan/lavapipe.rs",
+        "pub const WINDOWS_TRACK: &str = \"windows-vulkan-gnu\";",
+        "`test --winvulkan` runs the Windows Vulkan track's package under Wine on lavapipe",
+    ),
+    (
         "xtask/src/bench/deps.rs",
         "Some(\"rocm6\")",
         "the dependency-walk benchmark checks against one track's policy",

@@ -163,6 +163,57 @@ pub fn devices() -> Vec<DeviceInfo> {
     }
 }
 
+/// A Vulkan device as the system's Vulkan loader lists it, before ggml's own choice (ggml
+/// uses the dedicated GPUs, else the first integrated one, and hides devices of CPU type).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VulkanPhysicalDevice {
+    /// Its index in the loader's order: what `GGML_VK_VISIBLE_DEVICES` takes.
+    pub index: usize,
+    /// The driver's name for it (`llvmpipe (LLVM 15.0.6, 256 bits)`).
+    pub name: String,
+    /// The driver reports it as a CPU (a software rasterizer such as Mesa's llvmpipe).
+    pub cpu_type: bool,
+}
+
+/// Asks the system's Vulkan loader itself for its devices, to say why ggml's Vulkan backend
+/// shows none. `Err` is the reason the loader gives: no loader library, or no driver
+/// (`vkCreateInstance` refused). The loader is opened at run time, never linked.
+pub fn vulkan_physical_devices() -> std::result::Result<Vec<VulkanPhysicalDevice>, String> {
+    use ash::vk;
+    // SAFETY: loading the system's Vulkan loader runs its initialisers, as loading
+    // ggml's Vulkan backend (which imports it) does.
+    let entry = unsafe { ash::Entry::load() }
+        .map_err(|e| format!("the Vulkan loader could not be loaded: {e}"))?;
+    let app = vk::ApplicationInfo::default().api_version(vk::make_api_version(0, 1, 2, 0));
+    let info = vk::InstanceCreateInfo::default().application_info(&app);
+    // SAFETY: `info` and `app` outlive the call; no allocation callbacks.
+    let instance = unsafe { entry.create_instance(&info, None) }
+        .map_err(|e| format!("vkCreateInstance failed ({e}): no Vulkan driver answered"))?;
+    // SAFETY: the instance is live until it is destroyed at the end of this block and
+    // every device handle comes from it; the properties are plain values.
+    unsafe {
+        let listed = instance.enumerate_physical_devices().map(|handles| {
+            handles
+                .iter()
+                .enumerate()
+                .map(|(index, &handle)| {
+                    let p = instance.get_physical_device_properties(handle);
+                    VulkanPhysicalDevice {
+                        index,
+                        name: p
+                            .device_name_as_c_str()
+                            .map(|c| c.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                        cpu_type: p.device_type == vk::PhysicalDeviceType::CPU,
+                    }
+                })
+                .collect()
+        });
+        instance.destroy_instance(None);
+        listed.map_err(|e| format!("vkEnumeratePhysicalDevices failed ({e})"))
+    }
+}
+
 /// An initialised backend (a stream on one device). Freed on drop.
 pub struct Backend {
     pub(super) raw: NonNull<sys::ggml_backend>,
@@ -444,5 +495,28 @@ impl Drop for Backend {
         // SAFETY: we own the backend. Its pool (in `threads`) is freed after it, when
         // the last scheduler holding the threads lets go.
         unsafe { sys::ggml_backend_free(self.raw.as_ptr()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test machines have Mesa's lavapipe (`cargo xtask setup` installs
+    /// mesa-vulkan-drivers and libvulkan1): the loader must list it, of CPU type, which is
+    /// the device ggml hides and `--list-devices` explains.
+    #[test]
+    fn the_vulkan_loader_lists_lavapipe_as_a_cpu_type_device() {
+        let listed = vulkan_physical_devices().unwrap_or_else(|e| {
+            panic!("{e}; install Mesa's lavapipe and the loader (`cargo xtask setup`)")
+        });
+        let indices: Vec<usize> = listed.iter().map(|d| d.index).collect();
+        assert_eq!(indices, (0..listed.len()).collect::<Vec<_>>(), "{listed:?}");
+        assert!(
+            listed
+                .iter()
+                .any(|d| d.cpu_type && d.name.starts_with("llvmpipe")),
+            "lavapipe (llvmpipe, CPU type) must be among the loader's devices: {listed:?}"
+        );
     }
 }

@@ -75,8 +75,25 @@ pub fn execute(plan: &BuildPlan) -> Result<Built> {
             t.elapsed().as_secs_f64()
         );
     }
+    if let Some(prep) = &plan.vulkan {
+        let t = Instant::now();
+        crate::vulkan::prepare(prep)
+            .with_context(|| format!("preparing the Vulkan backend's build for {}", plan.label))?;
+        eprintln!(
+            "build: step time {:.1} s: preparing the Vulkan backend's build",
+            t.elapsed().as_secs_f64()
+        );
+    }
     let mut binding_out_dir: Option<String> = None;
     for c in &plan.commands {
+        if let Some(done) = c
+            .skip_if_exists
+            .as_deref()
+            .filter(|p| Path::new(p).is_file())
+        {
+            eprintln!("build: cached ({done}), skipped: {}", c.display());
+            continue;
+        }
         eprintln!("build: {}", c.display());
         let t = Instant::now();
         let is_cargo = c.program == "cargo";

@@ -85,6 +85,10 @@ pub struct HostFacts {
     /// Generic tools (filled by doctor).
     #[serde(default)]
     pub tools: Tools,
+    /// The cache outside the clone (`~/.cache/audiocpp-rs`), where builds that take long
+    /// and depend only on pinned inputs keep their results (the Vulkan backend).
+    #[serde(default)]
+    pub cache_root: String,
 }
 
 /// The Rust host triple xtask itself runs on.
@@ -136,6 +140,7 @@ impl HostFacts {
             } else {
                 Tools::default()
             },
+            cache_root: crate::vulkan::cache_root().display().to_string(),
         }
     }
 

@@ -39,6 +39,8 @@ pub enum BackendArg {
     Cuda,
     /// AMD GPUs through HIP/ROCm.
     Hip,
+    /// Any GPU with a Vulkan driver (a track's build: --track linux-vulkan).
+    Vulkan,
 }
 
 impl From<BackendArg> for Backend {
@@ -47,6 +49,7 @@ impl From<BackendArg> for Backend {
             BackendArg::Cpu => Backend::Cpu,
             BackendArg::Cuda => Backend::Cuda,
             BackendArg::Hip => Backend::Hip,
+            BackendArg::Vulkan => Backend::Vulkan,
         }
     }
 }

@@ -98,6 +98,10 @@ pub struct PlannedCommand {
     pub cwd: String,
     /// Why.
     pub why: String,
+    /// The command is skipped when this file exists: a build step whose result is cached
+    /// outside the clone (the Vulkan backend, [`crate::vulkan`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_if_exists: Option<String>,
 }
 
 impl PlannedCommand {
@@ -195,6 +199,10 @@ pub struct BuildPlan {
     /// `build.cross`: the Windows HIP cross-build, [`crate::cross_backend`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross: Option<crate::cross_backend::CrossPrep>,
+    /// What the executor lays out for the Vulkan backend's build before the commands
+    /// (tracks with `build.vulkan`, [`crate::vulkan`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vulkan: Option<crate::vulkan::VulkanPrep>,
 }
 
 impl BuildPlan {
@@ -337,6 +345,16 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
     }
 
     let cross = req.track.as_ref().and_then(|t| t.cross.as_ref());
+    if effective_triple.ends_with("-windows-gnu") && dynamic && cross.is_none() {
+        env.set(
+            "CMAKE_PROJECT_ggml_INCLUDE",
+            format!(
+                "{}/packaging/windows-gnu/no-amx.cmake",
+                host.workspace.replace('\\', "/")
+            ),
+            "dynamic backends with the build host's MinGW-w64 (Debian 12's binutils 2.40, which cannot assemble AMX tile loads for a PE target): ggml's sapphirerapids CPU variant is built without its AMX kernels",
+        );
+    }
     let step = match req.backend {
         Backend::Hip => match cross {
             Some(inputs) => cross_hip_step(req, host, inputs)?,
@@ -349,7 +367,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
             }
             BackendStep::default()
         }
-        Backend::Vulkan => unreachable!("refused by check_backend"),
+        Backend::Vulkan => vulkan_step(req, host, &effective_triple, dynamic)?,
     };
     notes.extend(step.notes);
 
@@ -379,9 +397,16 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
     let features = features(req, &packages, cross.is_some(), dynamic, &mut env)?;
 
     // A target folder per configuration: the binding never reconfigures an existing CMake
-    // cache, so two configurations must never share one.
+    // cache, so two configurations must never share one. It is named by what cargo builds,
+    // not by the track: the Vulkan backend is a plugin built apart (above), so a vulkan
+    // track's executables are its CPU track's, built once in one folder.
+    let cargo_backend = match req.backend {
+        Backend::Vulkan => Backend::Cpu,
+        b => b,
+    };
+    let folder = backend_name(cargo_backend);
     let fingerprint = fingerprint(
-        &label,
+        folder,
         &effective_triple,
         &env.0,
         dynamic,
@@ -390,7 +415,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
     );
     let target_dir = join(
         &host.target_root,
-        &format!("build/{label}-{fingerprint}"),
+        &format!("build/{folder}-{fingerprint}"),
         os,
     );
 
@@ -421,6 +446,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         ),
         cwd: host.workspace.clone(),
         why: "builds ggml (CMake, through llama-cpp-sys-2) and the executables".into(),
+        skip_if_exists: None,
     });
 
     let profile_dir = match &triple {
@@ -461,6 +487,7 @@ pub fn plan(req: &BuildRequest, host: &HostFacts) -> Result<BuildPlan> {
         binding_globs,
         notes,
         cross: step.cross_prep,
+        vulkan: step.vulkan_prep,
     })
 }
 
@@ -478,8 +505,12 @@ fn check_backend(req: &BuildRequest) -> Result<()> {
             );
         }
     }
-    if req.backend == Backend::Vulkan {
-        bail!("`cargo xtask build` builds cpu, cuda and hip; vulkan has no build recipe yet");
+    if req.backend == Backend::Vulkan
+        && req.track.as_ref().and_then(|t| t.vulkan.as_ref()).is_none()
+    {
+        bail!(
+            "the vulkan backend is built for a track whose build names its recipe (`build.vulkan` in packaging/tracks.toml): pass --track linux-vulkan or --track windows-vulkan-gnu"
+        );
     }
     Ok(())
 }
@@ -599,9 +630,48 @@ struct BackendStep {
     files_pending: Option<String>,
     library_globs_extra: Vec<String>,
     cross_prep: Option<crate::cross_backend::CrossPrep>,
+    vulkan_prep: Option<crate::vulkan::VulkanPrep>,
     /// Commands that run before the cargo build (the cross-build of the GPU backend).
     cross_commands: Vec<PlannedCommand>,
     notes: Vec<String>,
+}
+
+/// The Vulkan backend, a plugin built apart from the executables by its recipe (the
+/// track's `vulkan` inputs) into a cache outside the clone: the executables are the CPU
+/// build, which loads it at start.
+fn vulkan_step(
+    req: &BuildRequest,
+    host: &HostFacts,
+    effective_triple: &str,
+    dynamic: bool,
+) -> Result<BackendStep> {
+    let inputs = req
+        .track
+        .as_ref()
+        .and_then(|t| t.vulkan.as_ref())
+        .expect("checked by check_backend");
+    if !dynamic {
+        bail!("the Vulkan backend is a plugin loaded at start: build it with --link dynamic (the track's cpu_variants = \"all\")");
+    }
+    if host.cache_root.is_empty() {
+        bail!("these host facts name no cache folder (`cache_root`), where the Vulkan backend's build is kept: record them again with `cargo xtask doctor --save-facts`");
+    }
+    let v = crate::vulkan::plan(
+        inputs,
+        effective_triple,
+        &host.cache_root,
+        &host.workspace,
+        req.jobs,
+    )?;
+    let mut notes = v.notes;
+    notes.push("the executables are the CPU build (no `vulkan` cargo feature): they load the Vulkan backend at start like any backend, so one build serves the CPU track and this one".into());
+    Ok(BackendStep {
+        library_globs_extra: vec![v.prep.output.clone()],
+        vulkan_prep: Some(v.prep),
+        cross_commands: v.commands,
+        notes,
+        ..BackendStep::default()
+    })
 }
 
 /// HIP built apart from the executables by a cross recipe (the track's `cross` inputs):
@@ -638,6 +708,7 @@ fn cross_hip_step(
         cross_prep: Some(c.prep),
         cross_commands: c.commands,
         notes,
+        ..BackendStep::default()
     })
 }
 
@@ -953,7 +1024,7 @@ fn library_globs(target_os: Os, profile_dir: &str, os: Os) -> (Vec<String>, Vec<
 }
 
 fn fingerprint(
-    label: &str,
+    cargo_backend: &str,
     triple: &str,
     env: &[EnvVar],
     dynamic: bool,
@@ -967,7 +1038,7 @@ fn fingerprint(
         h.update(s.as_bytes());
         h.update(b"\n");
     };
-    line(label);
+    line(cargo_backend);
     line(triple);
     line(if dynamic { "dynamic" } else { "static" });
     if let Some(t) = toolset {
@@ -1196,9 +1267,32 @@ pub fn render(plan: &BuildPlan) -> String {
             }
         }
     }
+    if let Some(v) = &plan.vulkan {
+        let _ = writeln!(s, "\nvulkan backend (cache {}):", v.dir);
+        let _ = writeln!(
+            s,
+            "  # the pinned packages of {} extracted into {}",
+            v.recipe, v.sysroot
+        );
+        let _ = writeln!(
+            s,
+            "  write {} (the pinned glslc on its own libraries)",
+            v.glslc
+        );
+        for (path, _) in &v.files {
+            let _ = writeln!(s, "  write {path}");
+        }
+        if let Some((dll, lib)) = &v.implib {
+            let _ = writeln!(s, "  make {lib} (import library of {dll})");
+        }
+    }
     let _ = writeln!(s, "\ncommands:");
     for c in &plan.commands {
-        let _ = writeln!(s, "  # {}\n  (in {}) {}", c.why, c.cwd, c.display());
+        let _ = writeln!(s, "  # {}", c.why);
+        if let Some(done) = &c.skip_if_exists {
+            let _ = writeln!(s, "  # (skipped when {done} exists: a cache hit)");
+        }
+        let _ = writeln!(s, "  (in {}) {}", c.cwd, c.display());
     }
     let _ = writeln!(s, "\noutputs:");
     for e in &plan.executables {

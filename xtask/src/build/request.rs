@@ -73,6 +73,8 @@ pub struct TrackRef {
     pub track: Track,
     /// Its cross-build recipe (`build.cross`), loaded.
     pub cross: Option<crate::cross_backend::CrossInputs>,
+    /// The recipe of its Vulkan backend (`build.vulkan`), loaded.
+    pub vulkan: Option<crate::vulkan::VulkanInputs>,
 }
 
 /// What to build.
@@ -142,10 +144,17 @@ impl BuildRequest {
                 )?),
                 None => None,
             };
+        let vulkan = match &track.build.vulkan {
+            Some(rel) => Some(crate::vulkan::VulkanInputs::load(rel).with_context(|| {
+                format!("{}: tracks.{name}.build.vulkan", tracks_path.display())
+            })?),
+            None => None,
+        };
         req.track = Some(TrackRef {
             name: name.to_string(),
             track: track.clone(),
             cross,
+            vulkan,
         });
         req.link = match cpu {
             CpuVariants::All => Link::Dynamic,

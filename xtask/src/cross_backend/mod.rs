@@ -245,6 +245,7 @@ pub fn plan(
             args,
             cwd: workspace.to_string(),
             why: "configures ggml (the pinned llama.cpp tree) for a Windows host with HIP".into(),
+            skip_if_exists: None,
         },
         PlannedCommand {
             program: "cmake".into(),
@@ -254,6 +255,7 @@ pub fn plan(
                 "compiles ggml's HIP backend as {} (about 35 min per GPU target on 2 cores the first time; cached in {build_dir})",
                 inputs.spec.cmake.output
             ),
+            skip_if_exists: None,
         },
     ];
     Ok(CrossPlan {

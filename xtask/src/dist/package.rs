@@ -162,9 +162,15 @@ pub fn render_readme(track: &Track, plan: &DistPlan, commit: &str) -> Result<Str
         .as_str()
         .unwrap_or("cpu")
         .to_string();
-    let backend_note = if track.gpu_targets.is_empty() {
+    let backend_note = if track.backend == crate::tracks::Backend::Cpu {
         "This package runs on the CPU; the best CPU code for the machine is picked at start."
             .to_string()
+    } else if track.gpu_targets.is_empty() {
+        // Vulkan: no kernels compiled per GPU; the driver compiles the shaders.
+        format!(
+            "`--backend {backend}` runs on the GPU through its driver; the driver compiles the shaders for the GPU it has. \
+             If no Vulkan driver answers (or none is installed), `--backend cpu` still works."
+        )
     } else {
         let alias = if track.backend == crate::tracks::Backend::Hip {
             " (`--backend rocm` is the same)"

@@ -207,7 +207,9 @@ impl DebCheck {
     }
 }
 
-fn download(url: &str, dest: &Path, sha256: &str) -> Result<()> {
+/// Downloads `url` to `dest` through a `.part` file and keeps it only when its SHA-256 is
+/// `sha256`; `pin_file` (the data file holding the pin) is named in the error.
+pub(crate) fn download(url: &str, dest: &Path, sha256: &str, pin_file: &str) -> Result<()> {
     let part = dest.with_extension("deb.part");
     let status = Command::new("curl")
         .args(["-fsSL", "--retry", "3", "-o"])
@@ -224,7 +226,7 @@ fn download(url: &str, dest: &Path, sha256: &str) -> Result<()> {
     let got = sha256_file(&part)?;
     if got != sha256 {
         let _ = std::fs::remove_file(&part);
-        bail!("{url}: SHA-256 is {got}, the pin says {sha256}; the mirror serves another file (update the pin in packaging/sdk/debian.toml only after checking why)");
+        bail!("{url}: SHA-256 is {got}, the pin says {sha256}; the mirror serves another file (update the pin in {pin_file} only after checking why)");
     }
     std::fs::rename(&part, dest).with_context(|| format!("renaming {}", part.display()))
 }
@@ -303,7 +305,7 @@ pub fn check(deb: &KernelDeb, mirror: &str, cache: &Path) -> Result<DebCheck> {
                 let url = format!("{}/{}", mirror.trim_end_matches('/'), deb.pool_path);
                 eprintln!("kernels: downloading {url}");
                 let t = Instant::now();
-                download(&url, &deb_path, &deb.sha256)?;
+                download(&url, &deb_path, &deb.sha256, "packaging/sdk/debian.toml")?;
                 download_s = t.elapsed().as_secs_f64();
             }
             let t = Instant::now();

@@ -27,6 +27,7 @@ pub fn track(name: &str) -> TrackRef {
         name: name.into(),
         track: tracks.track(name).unwrap().clone(),
         cross: None,
+        vulkan: None,
     }
 }
 
@@ -134,6 +135,7 @@ pub fn windows_facts(vcvars_fixture: &str, requested: &str, sdks: Vec<RocmSdk>) 
         gpus: None,
         cuda: None,
         tools: Default::default(),
+        cache_root: r"C:\Users\build\.cache\audiocpp-rs".into(),
     }
 }
 
@@ -152,6 +154,7 @@ pub fn linux_facts(sdks: Vec<RocmSdk>, gpus: Option<GpuProbe>) -> HostFacts {
         gpus,
         cuda: None,
         tools: Default::default(),
+        cache_root: "/root/.cache/audiocpp-rs".into(),
     }
 }
 

@@ -166,7 +166,7 @@ const TRACK_NAME_EXEMPTIONS: &[(&str, &str, &str)] = &[
     (
         "xtask/src/wine_hip_test.rs",
         "pub const TRACK: &str = \"windows-hip-rocm7-gnu\";",
-        "`test --winhip` builds the one Windows HIP track cross-built on Linux",
+        "`test cross-hip` builds the one Windows HIP track cross-built on Linux",
     ),
     (
         "xtask/src/fresh_machine.rs",

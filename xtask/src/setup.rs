@@ -2,6 +2,8 @@
 //! (`packaging/needs.toml`) and installs what is missing where it can: Debian packages
 //! with apt as root, Rust targets and components with rustup. `dist` and `test` run it
 //! first, so the README's two commands work on a fresh machine (issue 14, item 0).
+//! `cargo xtask setup fresh-machine` instead tries that on a new Debian chroot
+//! ([`crate::fresh_machine`]).
 //!
 //! Deciding and doing are apart: [`NeedsFile::resolve`] and [`plan`] are pure (needs,
 //! probed [`Facts`], verb in; a [`Plan`] out) and tested with fake facts; [`probe`] is the

@@ -1,6 +1,8 @@
 //! `cargo xtask test`: fetch the pinned test assets, then run every test of the workspace
 //! (in release mode, sharing the ggml build with `dist` and `bench`), then a bounded fuzz
-//! run of the PE/ELF parser.
+//! run of the PE/ELF parser. Its sub-verbs run one end-to-end package test instead of
+//! all that: `test hip [--track T]` (a Linux HIP package built in its Debian chroot) and
+//! `test cross-hip` (the Windows HIP package cross-built here, run under Wine).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};

@@ -5,7 +5,7 @@
 //! set-up step installed every apt package and the Rust target that build needs and the
 //! build got as far as a configured ggml CMake tree; the build is stopped there.
 //!
-//! Run by `cargo xtask setup --fresh-machine`, its own switch rather than a step of every
+//! Run by `cargo xtask setup fresh-machine`, its own sub-verb rather than a step of every
 //! `cargo xtask test`: it took 1203 s here (chroot 292 s, toolchain copy 18 s, set-up and
 //! build up to ggml's configure 894 s, at a load average of ~20 on 2 cores), above the
 //! ~8 minutes a default test step may take. It needs root (debootstrap, chroot, mount) and

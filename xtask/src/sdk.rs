@@ -1,7 +1,7 @@
 //! `cargo xtask sdk`: a real ROCm SDK on a machine that has none, from Debian's packages
 //! (issue 7). `sdk debian --suite sid|experimental` makes a debootstrap chroot under the
 //! target dir with hipcc and the -dev packages listed in `packaging/sdk/debian.toml`;
-//! `build --chroot` and `dist --chroot` (and `sdk run`) run inside it with `/proc` and the
+//! `build --chroot` and `dist chroot` (and `sdk run`) run inside it with `/proc` and the
 //! host's Rust toolchain, workspace and target dir mounted at their own paths.
 //!
 //! Deciding and doing are apart: [`plan_create`] and [`plan_run`] are pure (facts in,
@@ -339,7 +339,7 @@ pub struct RunFacts {
     pub cwd: PathBuf,
 }
 
-/// What `sdk run` (and `build --chroot`, `dist --chroot`) does.
+/// What `sdk run` (and `build --chroot`, `dist chroot`) does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunPlan {
     /// The chroot.
@@ -732,9 +732,14 @@ pub fn run_in_chroot(suite: &str, argv: &[String]) -> Result<ExitCode> {
 /// chroot. The host's xtask binary runs there unchanged (sid's glibc is newer), so the
 /// plan is made where the SDK is.
 pub fn reexec_in_chroot(suite: &str) -> Result<ExitCode> {
+    rerun_in_chroot(suite, strip_chroot_flag(std::env::args().skip(1)))
+}
+
+/// Runs this very xtask with `args` (a verb and its flags) inside the chroot.
+pub fn rerun_in_chroot(suite: &str, args: Vec<String>) -> Result<ExitCode> {
     let exe = std::env::current_exe().context("finding this xtask's own binary")?;
     let mut argv = vec![exe.display().to_string()];
-    argv.extend(strip_chroot_flag(std::env::args().skip(1)));
+    argv.extend(args);
     run_in_chroot(suite, &argv)
 }
 

@@ -2,6 +2,8 @@
 //! (`packaging/needs.toml`) and installs what is missing where it can: Debian packages
 //! with apt as root, Rust targets and components with rustup. `dist` and `test` run it
 //! first, so the README's two commands work on a fresh machine (issue 14, item 0).
+//! `cargo xtask setup fresh-machine` instead tries that on a new Debian chroot
+//! ([`crate::fresh_machine`]).
 //!
 //! Deciding and doing are apart: [`NeedsFile::resolve`] and [`plan`] are pure (needs,
 //! probed [`Facts`], verb in; a [`Plan`] out) and tested with fake facts; [`probe`] is the
@@ -24,9 +26,14 @@ use crate::tracks::{TracksError, TracksFile};
 /// The schema version this code reads (`schema = 1` at the top of the file).
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// Flags of `cargo xtask setup`.
+/// Flags of `cargo xtask setup`: the needs of a verb, or the `fresh-machine` sub-verb
+/// instead (see [`Mode`]).
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    /// A check to run instead of setting up this machine.
+    #[command(subcommand)]
+    pub verb: Option<Verb>,
     /// The verb whose needs to check and install (a `[verbs.NAME]` of packaging/needs.toml:
     /// dist, bench, test, ci).
     #[arg(long = "for", value_name = "VERB", default_value = "test")]
@@ -37,10 +44,37 @@ pub struct Args {
     /// Print what is present and what would be installed; change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Instead: try the set-up step of `dist` on a fresh Debian chroot (needs root; the
-    /// check `cargo xtask test` runs, see xtask/src/fresh_machine.rs).
-    #[arg(long, conflicts_with_all = ["dry_run", "track"])]
+    /// Old spelling of `setup fresh-machine`.
+    #[arg(long, hide = true, conflicts_with_all = ["dry_run", "track", "for_verb"])]
     pub fresh_machine: bool,
+}
+
+/// The sub-verbs of `cargo xtask setup`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Verb {
+    /// Try the set-up step of `dist` on a fresh Debian chroot (needs root; about 20 min;
+    /// see xtask/src/fresh_machine.rs). CI does not run it.
+    FreshMachine,
+}
+
+/// What `cargo xtask setup` was asked to do, decided from the flags before anything runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Check and install the needs of `--for VERB` (and `--track`) here.
+    Needs,
+    /// `setup fresh-machine` (old: `--fresh-machine`).
+    FreshMachine,
+}
+
+impl Args {
+    /// The mode the sub-verb (or its old flag) names.
+    pub fn mode(&self) -> Mode {
+        match self.verb {
+            Some(Verb::FreshMachine) => Mode::FreshMachine,
+            None if self.fresh_machine => Mode::FreshMachine,
+            None => Mode::Needs,
+        }
+    }
 }
 
 /// `packaging/needs.toml`.
@@ -721,9 +755,12 @@ pub fn ensure(ctx: &RunContext, verb: &str, track: Option<&str>) -> Result<()> {
 
 /// Runs the verb.
 pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
-    if args.fresh_machine {
-        crate::fresh_machine::check(ctx)?;
-        return Ok(ExitCode::SUCCESS);
+    match args.mode() {
+        Mode::FreshMachine => {
+            crate::fresh_machine::check(ctx)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Mode::Needs => {}
     }
     if args.dry_run {
         let file = ctx.needs()?;

@@ -1,6 +1,10 @@
 //! `cargo xtask test`: fetch the pinned test assets, then run every test of the workspace
 //! (in release mode, sharing the ggml build with `dist` and `bench`), then a bounded fuzz
-//! run of the PE/ELF parser.
+//! run of the PE/ELF parser. Its sub-verbs run one end-to-end package test instead of
+//! all that: `test hip [--track T]` (a Linux HIP package built in its Debian chroot),
+//! `test cross-hip` (the Windows HIP package cross-built here, run under Wine), `test
+//! vulkan` and `test cross-vulkan` (the Vulkan packages on Mesa's lavapipe, natively and
+//! under Wine).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -11,9 +15,14 @@ use crate::assets;
 use crate::context::RunContext;
 use crate::project::project_root;
 
-/// Flags of `cargo xtask test`.
+/// Flags of `cargo xtask test`: the suite's flags, or a sub-verb that runs one
+/// end-to-end package test instead of the suite (see [`Mode`]).
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    /// A package test to run instead of the suite.
+    #[command(subcommand)]
+    pub verb: Option<Verb>,
     /// Skip building, unpacking and running the host package.
     #[arg(long)]
     pub no_dist: bool,
@@ -23,38 +32,98 @@ pub struct Args {
     /// Seconds for the fuzz run.
     #[arg(long, default_value_t = 30)]
     pub fuzz_seconds: u32,
-    /// Instead of the suite above: build a Linux HIP package for real in the Debian chroot
-    /// its track names (made when missing; needs root), package and verify it, and run
-    /// it there. Builds gfx1100 only (all targets take hours on 2 cores); CI does not run it.
-    #[arg(long)]
+    /// Old spelling of `test hip`.
+    #[arg(long, hide = true, conflicts_with_all = SUITE_ONLY)]
     pub hip: bool,
-    /// The track `--hip` builds: linux-hip-rocm6 (Debian sid's ROCm 6.4) or
-    /// linux-hip-rocm7 (Debian experimental's ROCm 7.2); any track with a `chroot` in its
-    /// build table. Default: the first such track by name in packaging/tracks.toml.
-    #[arg(long, requires = "hip")]
+    /// Old spelling of `test hip --track`.
+    #[arg(long, hide = true, requires = "hip", value_name = "TRACK")]
     pub hip_track: Option<String>,
-    /// Instead of the suite above: cross-build the Windows HIP package
-    /// (windows-hip-rocm7-gnu: ggml-hip.dll for gfx1100 in the winhip chroot, made when
-    /// missing; needs root), verify it, and run it under Wine against AMD's real HIP
-    /// runtime. The ggml-hip build is cached in the chroot; CI does not run it.
-    #[arg(long, conflicts_with = "hip")]
+    /// Old spelling of `test cross-hip`.
+    #[arg(long, hide = true, conflicts_with = "hip", conflicts_with_all = SUITE_ONLY)]
     pub winhip: bool,
-    /// Instead of the suite above: package linux-vulkan (libggml-vulkan.so from the cache
-    /// outside the clone, built on a miss) and run it on Mesa's lavapipe: the hidden-device
-    /// listing, then VAD, ASR and TTS on `--backend vulkan` against the CPU backend. Left
-    /// out of the default suite for time: a cold ggml-vulkan build and the lavapipe runs
-    /// come near or above what CI's 2 cores can spare (docs/build/VULKAN.md has the numbers).
-    #[arg(long, conflicts_with_all = ["hip", "winhip"])]
+    /// Old spelling of `test vulkan`.
+    #[arg(long, hide = true, conflicts_with_all = ["hip", "winhip"], conflicts_with_all = SUITE_ONLY)]
     pub vulkan: bool,
-    /// Instead of the suite above: package windows-vulkan-gnu (MinGW-w64, dynamic backends,
-    /// ggml-vulkan.dll from the cache outside the clone) and run it under Wine with an Xvfb
-    /// display on Mesa's lavapipe, as `--vulkan` does natively. Left out of the default
-    /// suite for time, as `--vulkan` is.
-    #[arg(long, conflicts_with_all = ["hip", "winhip", "vulkan"])]
+    /// Old spelling of `test cross-vulkan`.
+    #[arg(long, hide = true, conflicts_with_all = ["hip", "winhip", "vulkan"], conflicts_with_all = SUITE_ONLY)]
     pub winvulkan: bool,
     /// Extra arguments passed to `cargo test` (after `--`).
     #[arg(last = true)]
     pub cargo_args: Vec<String>,
+}
+
+/// The flags that only the suite reads: an error with a package test (exit 2).
+const SUITE_ONLY: [&str; 4] = ["no_dist", "no_fuzz", "fuzz_seconds", "cargo_args"];
+
+/// The sub-verbs of `cargo xtask test`, each run instead of the suite.
+#[derive(Debug, clap::Subcommand)]
+pub enum Verb {
+    /// Build a Linux HIP package for real in the Debian chroot its track names (made when
+    /// missing; needs root), package and verify it, and run it there. Builds gfx1100 only
+    /// (all targets take hours on 2 cores); CI does not run it.
+    Hip(HipArgs),
+    /// Cross-build the Windows HIP package (windows-hip-rocm7-gnu: ggml-hip.dll for
+    /// gfx1100 in the winhip chroot, made when missing; needs root), verify it, and run it
+    /// under Wine against AMD's real HIP runtime. The ggml-hip build is cached in the
+    /// chroot; CI does not run it.
+    CrossHip,
+    /// Package linux-vulkan (libggml-vulkan.so from the cache outside the clone, built on
+    /// a miss) and run it on Mesa's lavapipe: the hidden-device listing, then VAD, ASR and
+    /// TTS on `--backend vulkan` against the CPU backend. Left out of the default suite for
+    /// time: a cold ggml-vulkan build and the lavapipe runs come near or above what CI's 2
+    /// cores can spare (docs/build/VULKAN.md has the numbers).
+    Vulkan,
+    /// Package windows-vulkan-gnu (MinGW-w64, dynamic backends, ggml-vulkan.dll from the
+    /// cache outside the clone) and run it under Wine with an Xvfb display on Mesa's
+    /// lavapipe, as `test vulkan` does natively. Left out of the default suite for time.
+    CrossVulkan,
+}
+
+/// Flags of `cargo xtask test hip`.
+#[derive(Debug, clap::Args)]
+pub struct HipArgs {
+    /// The track to build: linux-hip-rocm6 (Debian sid's ROCm 6.4) or linux-hip-rocm7
+    /// (Debian experimental's ROCm 7.2); any track with a `chroot` in its build table.
+    /// Default: the first such track by name in packaging/tracks.toml.
+    #[arg(long, value_name = "TRACK")]
+    pub track: Option<String>,
+}
+
+/// What `cargo xtask test` was asked to do, decided from the flags before anything runs.
+/// A new package test is one more variant here and one more arm in [`run`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// The whole suite (plain `cargo xtask test`).
+    Suite,
+    /// `test hip [--track T]` (old: `--hip [--hip-track T]`); `None`: the default track.
+    Hip { track: Option<String> },
+    /// `test cross-hip` (old: `--winhip`).
+    CrossHip,
+    /// `test vulkan` (old: `--vulkan`).
+    Vulkan,
+    /// `test cross-vulkan` (old: `--winvulkan`).
+    CrossVulkan,
+}
+
+impl Args {
+    /// The mode the sub-verb (or its old flag) names.
+    pub fn mode(&self) -> Mode {
+        match &self.verb {
+            Some(Verb::Hip(h)) => Mode::Hip {
+                track: h.track.clone(),
+            },
+            Some(Verb::CrossHip) => Mode::CrossHip,
+            Some(Verb::Vulkan) => Mode::Vulkan,
+            Some(Verb::CrossVulkan) => Mode::CrossVulkan,
+            None if self.hip => Mode::Hip {
+                track: self.hip_track.clone(),
+            },
+            None if self.winhip => Mode::CrossHip,
+            None if self.vulkan => Mode::Vulkan,
+            None if self.winvulkan => Mode::CrossVulkan,
+            None => Mode::Suite,
+        }
+    }
 }
 
 /// cargo-fuzz, pinned; installed into ~/.cargo/bin when missing.
@@ -94,31 +163,32 @@ pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
     crate::setup::ensure(ctx, "test", None)?;
     let assets = assets::ensure().context("preparing test assets")?;
     eprintln!("test: assets ready in {}", assets.dir.display());
-    if args.hip {
-        let (tracks, tracks_path) = (ctx.tracks()?, ctx.tracks_path());
-        let track = match &args.hip_track {
-            Some(t) => t.clone(),
-            None => default_hip_test_track(tracks, tracks_path)?.to_owned(),
-        };
-        hip_end_to_end(ctx, &assets, &track)
-            .with_context(|| format!("{track} built, packaged and run in its Debian chroot"))?;
-        eprintln!("test: HIP package test passed");
-        return Ok(ExitCode::SUCCESS);
-    }
-    if args.winhip {
-        return crate::wine_hip_test::run_verb(ctx, &assets);
-    }
-    if args.vulkan {
-        crate::vulkan::lavapipe::linux_end_to_end(ctx, &assets)
-            .context("linux-vulkan end to end on Mesa's lavapipe")?;
-        eprintln!("test: Linux Vulkan package test passed");
-        return Ok(ExitCode::SUCCESS);
-    }
-    if args.winvulkan {
-        crate::vulkan::lavapipe::windows_end_to_end(ctx, &assets)
-            .context("windows-vulkan-gnu under Wine on lavapipe")?;
-        eprintln!("test: Windows Vulkan package test passed");
-        return Ok(ExitCode::SUCCESS);
+    match args.mode() {
+        Mode::Suite => {}
+        Mode::Hip { track } => {
+            let (tracks, tracks_path) = (ctx.tracks()?, ctx.tracks_path());
+            let track = match track {
+                Some(t) => t,
+                None => default_hip_test_track(tracks, tracks_path)?.to_owned(),
+            };
+            hip_end_to_end(ctx, &assets, &track)
+                .with_context(|| format!("{track} built, packaged and run in its Debian chroot"))?;
+            eprintln!("test: HIP package test passed");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Mode::CrossHip => return crate::wine_hip_test::run_verb(ctx, &assets),
+        Mode::Vulkan => {
+            crate::vulkan::lavapipe::linux_end_to_end(ctx, &assets)
+                .context("linux-vulkan end to end on Mesa's lavapipe")?;
+            eprintln!("test: Linux Vulkan package test passed");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Mode::CrossVulkan => {
+            crate::vulkan::lavapipe::windows_end_to_end(ctx, &assets)
+                .context("windows-vulkan-gnu under Wine on lavapipe")?;
+            eprintln!("test: Windows Vulkan package test passed");
+            return Ok(ExitCode::SUCCESS);
+        }
     }
     let status = cargo()
         .current_dir(project_root())
@@ -163,6 +233,7 @@ pub(crate) fn dist_track(ctx: &RunContext, track: &str, out: &Path) -> Result<Pa
             allow_uncovered: false,
             gpu_targets: None,
             chroot: None,
+            verb: None,
             dry_run: false,
             facts: None,
             tracks_file: None,
@@ -185,10 +256,10 @@ fn verified_zip(ctx: &RunContext, track: &str, out: &Path) -> Result<PathBuf> {
     Ok(zip)
 }
 
-/// The GPU target `test --hip` builds (one: the full list takes hours on 2 cores).
+/// The GPU target `test hip` builds (one: the full list takes hours on 2 cores).
 const HIP_TEST_TARGET: &str = "gfx1100";
 
-/// The track `test --hip` builds without `--hip-track`: the first, by name, whose build
+/// The track `test hip` builds without `--track`: the first, by name, whose build
 /// table has a `chroot`.
 fn default_hip_test_track<'a>(
     tracks: &'a crate::tracks::TracksFile,
@@ -201,13 +272,13 @@ fn default_hip_test_track<'a>(
         .map(|(name, _)| name.as_str())
         .ok_or_else(|| {
             anyhow::anyhow!(
-                "{}: no tracks.<name>.build has a key 'chroot', so `test --hip` has nothing to build",
+                "{}: no tracks.<name>.build has a key 'chroot', so `test hip` has nothing to build",
                 tracks_path.display()
             )
         })
 }
 
-/// The Debian chroot `test --hip` builds `track` in: its `build.chroot`, else an error
+/// The Debian chroot `test hip` builds `track` in: its `build.chroot`, else an error
 /// naming the file, the key and the tracks that have one.
 fn hip_test_chroot<'a>(
     tracks: &'a crate::tracks::TracksFile,
@@ -222,7 +293,7 @@ fn hip_test_chroot<'a>(
             .map(|(name, _)| name.as_str())
             .collect();
         anyhow::anyhow!(
-            "{}: tracks.{track}.build has no key 'chroot', so `test --hip` cannot build it; --hip-track takes one of: {}",
+            "{}: tracks.{track}.build has no key 'chroot', so `test hip` cannot build it; `test hip --track` takes one of: {}",
             tracks_path.display(),
             allowed.join(", ")
         )
@@ -230,7 +301,7 @@ fn hip_test_chroot<'a>(
     Ok(suite)
 }
 
-/// `test --hip`: the Debian chroot of `track` (made when missing), `dist` of the track
+/// `test hip`: the Debian chroot of `track` (made when missing), `dist` of the track
 /// for one target in it (the HIP build through `build`'s planner), `verify-package`, then
 /// the unpacked package run inside the chroot (its binaries need that glibc): it must say
 /// that no HIP device was found and still run VAD on the CPU.

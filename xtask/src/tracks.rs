@@ -316,7 +316,7 @@ pub struct BuildSpec {
     #[serde(default)]
     pub cross: Option<String>,
     /// The Debian chroot (a suite of packaging/sdk/debian.toml) whose ROCm this track is
-    /// built against, for the Linux HIP tracks: `cargo xtask test --hip` builds it there.
+    /// built against, for the Linux HIP tracks: `cargo xtask test hip` builds it there.
     #[serde(default)]
     pub chroot: Option<String>,
     /// The recipe of ggml's Vulkan backend (a file under packaging/, e.g.

@@ -1,4 +1,4 @@
-//! `cargo xtask test --winhip`: the Windows HIP package cross-built here (one command,
+//! `cargo xtask test cross-hip`: the Windows HIP package cross-built here (one command,
 //! `dist --track windows-hip-rocm7-gnu`, which enters its chroot), `verify-package` on the
 //! zip, then the unpacked package under Wine from an empty folder, against AMD's real HIP
 //! runtime with no GPU: `--list-devices` lists the CPU and says that the HIP backend found
@@ -25,7 +25,7 @@ pub const TRACK: &str = "windows-hip-rocm7-gnu";
 /// The exported names of the stand-in: those of the import library the build made.
 fn stand_in_source(def: &str) -> String {
     let mut c = String::from(
-        "/* TEST-ONLY stand-in for libhipblaslt.dll, written by `cargo xtask test --winhip` into\n   the unpacked test folder only; never part of a package. Every entry fails with\n   HIPBLAS_STATUS_NOT_INITIALIZED (1). */\n__declspec(dllexport) int audiocpp_test_only_stand_in(void) { return 1; }\n",
+        "/* TEST-ONLY stand-in for libhipblaslt.dll, written by `cargo xtask test cross-hip`\n   into the unpacked test folder only; never part of a package. Every entry fails with\n   HIPBLAS_STATUS_NOT_INITIALIZED (1). */\n__declspec(dllexport) int audiocpp_test_only_stand_in(void) { return 1; }\n",
     );
     for name in def
         .lines()
@@ -274,7 +274,7 @@ pub fn run(ctx: &RunContext, assets: &Assets) -> Result<()> {
     Ok(())
 }
 
-/// `test --winhip` as a verb step.
+/// `test cross-hip` as a verb step.
 pub fn run_verb(ctx: &RunContext, assets: &Assets) -> Result<ExitCode> {
     run(ctx, assets).context("the Windows HIP package cross-built, packaged and run under Wine")?;
     eprintln!("test: Windows HIP package test passed");

@@ -643,7 +643,7 @@ fn linux_hip_track_plans_from_debian_rocm_as_test_hip_builds_it() {
     let root = fake_linux_rocm(tmp.path(), "6.4.3");
     let mut sdk = rocm::inspect(&root, SdkOrigin::Flag).unwrap();
     sdk.root = "/usr".into();
-    // `test --hip` runs `dist --track linux-hip-rocm6 --gpu-targets gfx1100 --rocm-path
+    // `test hip` runs `dist --track linux-hip-rocm6 --gpu-targets gfx1100 --rocm-path
     // /usr` in the sid chroot: the recipe's request with the track narrowed.
     let mut req = track_request("linux-hip-rocm6");
     req.rocm_path = Some("/usr".into());

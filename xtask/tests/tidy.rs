@@ -166,7 +166,7 @@ const TRACK_NAME_EXEMPTIONS: &[(&str, &str, &str)] = &[
     (
         "xtask/src/wine_hip_test.rs",
         "pub const TRACK: &str = \"windows-hip-rocm7-gnu\";",
-        "`test --winhip` builds the one Windows HIP track cross-built on Linux",
+        "`test cross-hip` builds the one Windows HIP track cross-built on Linux",
     ),
     (
         "xtask/src/fresh_machine.rs",
@@ -176,12 +176,12 @@ const TRACK_NAME_EXEMPTIONS: &[(&str, &str, &str)] = &[
     (
         "xtask/src/vulkan/lavapipe.rs",
         "pub const LINUX_TRACK: &str = \"linux-vulkan\";",
-        "`test --vulkan` runs the Linux Vulkan track's package on lavapipe",
+        "`test vulkan` runs the Linux Vulkan track's package on lavapipe",
     ),
     (
         "xtask/src/vulkan/lavapipe.rs",
         "pub const WINDOWS_TRACK: &str = \"windows-vulkan-gnu\";",
-        "`test --winvulkan` runs the Windows Vulkan track's package under Wine on lavapipe",
+        "`test cross-vulkan` runs the Windows Vulkan track's package under Wine on lavapipe",
     ),
     (
         "xtask/src/bench/deps.rs",

@@ -26,52 +26,123 @@ use crate::project::target_dir;
 use crate::tracks::{SdkKind, Track};
 use plan::{DistFacts, FoundFile};
 
-/// Flags of `cargo xtask dist`.
+/// Flags of `cargo xtask dist`, or of its `chroot SUITE` sub-verb (see [`Mode`]): the
+/// flags are global, so `dist chroot sid --track T` reads as `dist --track T chroot sid`.
 #[derive(Debug, Default, clap::Args)]
 pub struct Args {
+    /// Where to package instead of here.
+    #[command(subcommand)]
+    pub verb: Option<Verb>,
     /// Track to package (see packaging/tracks.toml); default: this host's CPU track.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub track: Option<String>,
     /// Package prebuilt binaries from this folder instead of building; repeat it for a
     /// dynamic-backends build whose libraries and plugins lie in several folders.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub bin_dir: Vec<PathBuf>,
     /// SDK root for HIP tracks (default: HIP_PATH / ROCM_PATH).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub rocm_path: Option<PathBuf>,
     /// CUDA toolkit root for CUDA tracks (default: CUDA_PATH).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub cuda_path: Option<PathBuf>,
     /// Folder with the toolchain runtime files the track declares (MSVC CRT redist folder).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub crt_dir: Option<PathBuf>,
     /// Where packages go.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub out_dir: Option<PathBuf>,
     /// Ship targets whose GEMM kernels are missing (recorded in the manifest).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub allow_uncovered: bool,
     /// Package only these of the track's GPU targets (comma-separated), for binaries
     /// built with `build --gpu-targets`; recorded as the package's targets.
-    #[arg(long, value_name = "LIST")]
+    #[arg(long, value_name = "LIST", global = true)]
     pub gpu_targets: Option<String>,
-    /// Package inside the Debian chroot of this suite (`cargo xtask sdk debian --suite
-    /// SUITE`), from its ROCm SDK; the package lands in <target>/chroot-SUITE/dist.
-    #[arg(long, value_name = "SUITE")]
+    /// Old spelling of `dist chroot SUITE`.
+    #[arg(long, value_name = "SUITE", hide = true)]
     pub chroot: Option<String>,
     /// Print the plan (the build's commands and environment, then the package's files)
     /// and change nothing.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub dry_run: bool,
     /// Plan the build against facts recorded on the build machine (`cargo xtask doctor
     /// --save-facts FILE`), e.g. a Windows track on Linux; needs --dry-run. The build then
     /// uses the SDK recorded there; --rocm-path / --cuda-path name the SDK whose files
     /// are listed for the package.
-    #[arg(long, value_name = "FILE", requires = "dry_run")]
+    #[arg(long, value_name = "FILE", requires = "dry_run", global = true)]
     pub facts: Option<PathBuf>,
     /// Tracks file (default: packaging/tracks.toml).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub tracks_file: Option<PathBuf>,
+}
+
+/// The sub-verbs of `cargo xtask dist`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Verb {
+    /// Package inside the Debian chroot of SUITE (`cargo xtask sdk debian --suite SUITE`),
+    /// from its ROCm SDK: the same xtask re-runs there with the same flags; the package
+    /// lands in <target>/chroot-SUITE/dist.
+    Chroot {
+        /// The chroot's Debian suite (a suite of packaging/sdk/debian.toml).
+        #[arg(value_name = "SUITE")]
+        suite: String,
+    },
+}
+
+/// What `cargo xtask dist` was asked to do, decided from the flags before anything runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Build and package here.
+    Package,
+    /// `dist chroot SUITE` (old: `--chroot SUITE`): re-run inside that chroot.
+    Chroot { suite: String },
+}
+
+impl Args {
+    /// The mode the sub-verb (or its old flag) names; both at once are an error.
+    pub fn mode(&self) -> Result<Mode> {
+        match (&self.verb, &self.chroot) {
+            (Some(Verb::Chroot { .. }), Some(_)) => {
+                bail!("dist was given both `chroot SUITE` and its old spelling `--chroot SUITE`; give one")
+            }
+            (Some(Verb::Chroot { suite }), None) | (None, Some(suite)) => Ok(Mode::Chroot {
+                suite: suite.clone(),
+            }),
+            (None, None) => Ok(Mode::Package),
+        }
+    }
+}
+
+/// The arguments of this `dist` run (`dist ...`, the process's own) without the chroot it
+/// was told to run in: without `--chroot SUITE` and without the sub-verb `chroot SUITE`,
+/// which are the first two positional arguments after `dist` (a flag's value is not one).
+pub fn args_inside_chroot(args: impl Iterator<Item = String>) -> Vec<String> {
+    let cmd = <Args as clap::Args>::augment_args(clap::Command::new("dist"));
+    let takes_value = |a: &str| {
+        cmd.get_arguments().any(|arg| {
+            arg.get_long().is_some_and(|l| a == format!("--{l}")) && arg.get_action().takes_values()
+        })
+    };
+    let mut out = Vec::new();
+    let (mut positionals, mut value_next, mut in_verb) = (0, false, false);
+    for a in crate::sdk::strip_chroot_flag(args) {
+        let positional = !value_next && !a.starts_with('-');
+        value_next = !value_next && takes_value(&a);
+        if positional {
+            positionals += 1;
+            // The first positional is `dist`, the second the sub-verb, the third its suite.
+            if positionals == 2 && a == "chroot" {
+                in_verb = true;
+                continue;
+            }
+            if positionals == 3 && in_verb {
+                continue;
+            }
+        }
+        out.push(a);
+    }
+    out
 }
 
 /// This host's default track.
@@ -94,8 +165,12 @@ pub fn host_package(ctx: &RunContext) -> Result<PathBuf> {
 
 /// Runs the verb on the run's tracks (`ctx`, made from `--tracks-file` when given).
 pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
-    if let Some(suite) = &args.chroot {
-        return crate::sdk::reexec_in_chroot(suite);
+    match args.mode()? {
+        Mode::Chroot { suite } => {
+            let inside = args_inside_chroot(std::env::args().skip(1));
+            return crate::sdk::rerun_in_chroot(&suite, inside);
+        }
+        Mode::Package => {}
     }
     if let Some(file) = &args.tracks_file {
         anyhow::ensure!(
@@ -535,7 +610,7 @@ fn enter_cross_chroot(rel: &str, args: &Args) -> Result<ExitCode> {
 }
 
 /// The `dist` command line that repeats `args` inside the chroot (the caller may be
-/// another verb, such as `test --winhip`, so the process's own arguments will not do).
+/// another verb, such as `test cross-hip`, so the process's own arguments will not do).
 pub fn cross_argv(args: &Args) -> Vec<String> {
     let mut v = vec!["dist".to_string()];
     let mut push = |flag: &str, value: Option<String>| {

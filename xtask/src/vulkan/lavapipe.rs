@@ -1,5 +1,5 @@
 //! The Vulkan packages end to end on Mesa's lavapipe (Vulkan 1.3 on the CPU), for `cargo
-//! xtask test --vulkan` (`linux-vulkan` natively) and `--winvulkan` (`windows-vulkan-gnu`
+//! xtask test vulkan` (`linux-vulkan` natively) and `test cross-vulkan` (`windows-vulkan-gnu`
 //! under Wine with an Xvfb display: winevulkan reaches the host's Vulkan loader only
 //! through an X display).
 //!

@@ -200,6 +200,16 @@ fn rocm6_package_is_verified_filtered_and_reproducible() {
         std::fs::read(&zip).unwrap(),
         "two runs give byte-identical zips"
     );
+    // Nor does the output folder leave a trace in the zip (the manifest once named the
+    // staging folder under --out).
+    let elsewhere = dir.path().join("another").join("dist");
+    let o = dist("rocm6", &f, &elsewhere, &[]);
+    assert!(o.status.success());
+    assert_eq!(
+        first,
+        std::fs::read(elsewhere.join("audiocpp-windows-hip-rocm6.zip")).unwrap(),
+        "a run into another folder gives a byte-identical zip"
+    );
 }
 
 #[test]

@@ -576,7 +576,14 @@ fn stage_verify_zip(
         uncovered_advice: ctx.track.uncovered_advice.clone(),
         absent_sdk_only: plan.absent_sdk_only.clone(),
         files,
-        dependencies: serde_json::to_value(report)?,
+        dependencies: {
+            // The walk names the package by the folder it read, which is the staging folder
+            // under --out: the manifest names it by the package's own name, so the bytes of
+            // the zip do not depend on where it was made.
+            let mut report = report.clone();
+            report.package = plan.package.clone();
+            serde_json::to_value(&report)?
+        },
     };
     std::fs::write(
         stage.join("manifest.json"),

@@ -417,12 +417,11 @@ impl Session {
         }
         self.info = info;
         self.settings = next;
-        let updated = if kind == "session.update" {
-            "session.updated"
+        let (updated, session) = if kind == "session.update" {
+            ("session.updated", self.session_object_ga())
         } else {
-            "transcription_session.updated"
+            ("transcription_session.updated", self.session_object())
         };
-        let session = self.session_object();
         self.emit(updated, json!({ "session": session })).await;
         Ok(())
     }
@@ -826,6 +825,24 @@ impl Session {
             },
             "turn_detection": td,
             "input_audio_noise_reduction": null,
+            "include": null,
+        })
+    }
+
+    /// The session in the GA shape (`type` transcription, the settings under
+    /// `audio.input`), which `session.updated` carries: OpenAI's GA clients tell a
+    /// transcription session from a conversation one by its `type` (openai 3.57.0 read
+    /// the beta shape as a conversation session with no `audio`).
+    fn session_object_ga(&self) -> Value {
+        let beta = self.session_object();
+        json!({
+            "type": "transcription", "id": self.id, "object": "realtime.transcription_session",
+            "audio": { "input": {
+                "format": { "type": "audio/pcm", "rate": INPUT_RATE },
+                "transcription": beta["input_audio_transcription"],
+                "turn_detection": beta["turn_detection"],
+                "noise_reduction": null,
+            }},
             "include": null,
         })
     }

@@ -359,9 +359,10 @@ fn bad_events_get_error_events_and_the_key_is_needed() {
     );
     let updated = next(&mut ws);
     assert_eq!(updated["type"], "session.updated", "{updated}");
-    assert_eq!(updated["session"]["turn_detection"]["threshold"], 0.5);
-    assert_eq!(
-        updated["session"]["input_audio_transcription"]["model"],
-        "tiny"
-    );
+    // The GA shape answers in the GA shape.
+    let input = &updated["session"]["audio"]["input"];
+    assert_eq!(updated["session"]["type"], "transcription", "{updated}");
+    assert_eq!(input["turn_detection"]["threshold"], 0.5, "{updated}");
+    assert_eq!(input["transcription"]["model"], "tiny", "{updated}");
+    assert_eq!(input["format"]["rate"], 24_000, "{updated}");
 }

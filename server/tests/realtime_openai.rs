@@ -4,7 +4,9 @@
 //! against the real server with Whisper tiny.en and Silero VAD:
 //!
 //! - a GA `session.update` (`session.type` transcription, fields under `audio.input`) is
-//!   answered with `session.updated`, which the client parses as a transcription session;
+//!   answered with `session.updated` in the GA shape, which the client parses as its
+//!   transcription session (`RealtimeTranscriptionSessionCreateRequest`): the beta
+//!   shape the server answered before parsed as a conversation session without `audio`;
 //! - the ASR phrase with a second of silence on each side, at 24 kHz, appended in 100 ms
 //!   chunks through `input_audio_buffer.append`, gives a server-VAD turn whose deltas
 //!   (at least one) and `...transcription.completed` the client parses into its own
@@ -157,6 +159,15 @@ fn openai_realtime_client_transcribes_a_phrase_live() {
     let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
 
     assert_eq!(types[1], "session.updated", "{types:?}");
+    let updated = &events[1];
+    assert_eq!(
+        updated["session_class"], "RealtimeTranscriptionSessionCreateRequest",
+        "{updated}"
+    );
+    let input = &updated["session"]["audio"]["input"];
+    assert_eq!(input["transcription"]["model"], "tiny", "{updated}");
+    assert_eq!(input["transcription"]["language"], "en", "{updated}");
+    assert_eq!(input["turn_detection"]["type"], "server_vad", "{updated}");
     assert!(
         !types[..types.len() - 1].contains(&"error"),
         "an error before the bad event: {events:#?}"

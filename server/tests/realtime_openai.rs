@@ -3,6 +3,10 @@
 //! the `websockets` package its `realtime` extra names; both pinned in the test venv)
 //! against the real server with Whisper tiny.en and Silero VAD:
 //!
+//! - the greeting is `session.created` with a transcription session (the client sends no
+//!   `OpenAI-Beta` header), which the client parses as its `SessionCreatedEvent` (the
+//!   beta `transcription_session.created` the server sent before parsed as an untyped
+//!   fallback event);
 //! - a GA `session.update` (`session.type` transcription, fields under `audio.input`) is
 //!   answered with `session.updated` in the GA shape, which the client parses as its
 //!   transcription session (`RealtimeTranscriptionSessionCreateRequest`): the beta
@@ -158,6 +162,12 @@ fn openai_realtime_client_transcribes_a_phrase_live() {
     eprintln!("openai client got: {events:#?}");
     let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
 
+    assert_eq!(types[0], "session.created", "{types:?}");
+    assert_eq!(events[0]["class"], "SessionCreatedEvent", "{events:#?}");
+    assert_eq!(
+        events[0]["session_class"], "RealtimeTranscriptionSessionCreateRequest",
+        "{events:#?}"
+    );
     assert_eq!(types[1], "session.updated", "{types:?}");
     let updated = &events[1];
     assert_eq!(

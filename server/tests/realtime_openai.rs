@@ -19,6 +19,13 @@
 //! - an unknown event type sent through the client gets an `error` event that the client
 //!   parses as its `RealtimeErrorEvent`, naming the client event.
 //!
+//! The beta client (`client.beta.realtime.connect`, which sends `OpenAI-Beta:
+//! realtime=v1`) is greeted with `transcription_session.created` and its
+//! `transcription_session.update` answered with `transcription_session.updated`, which it
+//! parses as its `TranscriptionSessionUpdatedEvent`. A client limitation: the beta client
+//! turns `base_url` into `wss://` whatever its scheme (the GA one maps `http` to `ws`),
+//! so against a plain-HTTP server it needs `websocket_base_url="ws://HOST:PORT/v1"`.
+//!
 //! A missing venv python or `websockets` fails the test (the script's import fails).
 
 use std::process::Command;
@@ -79,6 +86,19 @@ with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
             break
     conn.send({"type": "response.nope", "event_id": "bad_1"})
     record(conn.recv())
+# The beta client (`OpenAI-Beta: realtime=v1`, the model in the query) and its update.
+# It always turns base_url into wss://, so a plain-HTTP server needs websocket_base_url.
+beta = OpenAI(base_url=base + "/v1", api_key=key, max_retries=0,
+              websocket_base_url=base.replace("http://", "ws://") + "/v1")
+with beta.beta.realtime.connect(model="tiny", extra_query={"intent": "transcription"}) as conn:
+    first = conn.recv()
+    conn.transcription_session.update(session={
+        "input_audio_format": "pcm16",
+        "input_audio_transcription": {"model": "tiny", "language": "en"},
+    })
+    updated = conn.recv()
+    out["beta"] = [first.type, updated.type, type(updated).__name__,
+                   updated.session.input_audio_transcription.language]
 print(json.dumps(out))
 "#;
 
@@ -206,6 +226,17 @@ fn openai_realtime_client_transcribes_a_phrase_live() {
     assert!(
         wer <= 1.0 / common::words(&reference).len() as f64 + 1e-9,
         "realtime {transcript:?} vs HTTP {reference:?}: WER {wer}"
+    );
+
+    assert_eq!(
+        v["beta"],
+        json!([
+            "transcription_session.created",
+            "transcription_session.updated",
+            "TranscriptionSessionUpdatedEvent",
+            "en"
+        ]),
+        "the beta client"
     );
 
     let error = events.last().unwrap();

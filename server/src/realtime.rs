@@ -190,8 +190,8 @@ struct Session {
 
 impl Session {
     /// Reads the model's facts (loading a lazy model), greets the client with
-    /// `session.created` (or the beta `transcription_session.created`), then handles its events until it closes, goes
-    /// idle or the socket fails.
+    /// `session.created` (or the beta `transcription_session.created`), then handles its
+    /// events until it closes, goes idle or the socket fails.
     async fn run(state: Arc<AppState>, model: String, beta: bool, mut ws: WebSocket) {
         let info = match probe(&state, &model).await {
             Ok(i) => i,

@@ -18,7 +18,7 @@ use std::time::Duration;
 use audiocpp_engine::task::Task;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use base64::Engine as _;
 use serde::Deserialize;
@@ -73,8 +73,14 @@ pub struct RealtimeQuery {
 pub async fn realtime(
     State(state): State<Arc<AppState>>,
     Query(q): Query<RealtimeQuery>,
+    headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
+    // OpenAI's beta clients say `OpenAI-Beta: realtime=v1`; the GA ones say nothing.
+    let beta = headers.get_all("openai-beta").iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|v| v.split(',').any(|p| p.trim() == "realtime=v1"))
+    });
     if let Some(intent) = q.intent.as_deref().filter(|i| *i != "transcription") {
         return Err(ApiError::bad_param(
             "intent",
@@ -103,7 +109,7 @@ pub async fn realtime(
     Ok(ws
         .max_message_size(max_message)
         .max_frame_size(max_message)
-        .on_upgrade(move |socket| Session::run(state, model, socket)))
+        .on_upgrade(move |socket| Session::run(state, model, beta, socket)))
 }
 
 /// Server VAD settings (OpenAI's `turn_detection` of type `server_vad`).
@@ -158,6 +164,10 @@ struct Settings {
 /// One WebSocket session: its socket, settings and the audio of the turn being heard.
 struct Session {
     ws: WebSocket,
+    /// The client asked for the beta protocol (`OpenAI-Beta: realtime=v1`): greeted with
+    /// `transcription_session.created` in the beta shape, else `session.created` in the
+    /// GA shape.
+    beta: bool,
     /// Set once a send failed: the session then ends.
     closed: bool,
     state: Arc<AppState>,
@@ -180,9 +190,9 @@ struct Session {
 
 impl Session {
     /// Reads the model's facts (loading a lazy model), greets the client with
-    /// `transcription_session.created`, then handles its events until it closes, goes
-    /// idle or the socket fails.
-    async fn run(state: Arc<AppState>, model: String, mut ws: WebSocket) {
+    /// `session.created` (or the beta `transcription_session.created`), then handles its
+    /// events until it closes, goes idle or the socket fails.
+    async fn run(state: Arc<AppState>, model: String, beta: bool, mut ws: WebSocket) {
         let info = match probe(&state, &model).await {
             Ok(i) => i,
             Err(e) => {
@@ -202,6 +212,7 @@ impl Session {
         let mut s = Session {
             id: format!("sess_{:x}{n:06}", state.started_unix_s),
             ws,
+            beta,
             closed: false,
             settings: Settings {
                 model,
@@ -225,12 +236,12 @@ impl Session {
     }
 
     async fn serve(&mut self) {
-        let session = self.session_object();
-        self.emit(
-            "transcription_session.created",
-            json!({ "session": session }),
-        )
-        .await;
+        let (created, session) = if self.beta {
+            ("transcription_session.created", self.session_object())
+        } else {
+            ("session.created", self.session_object_ga())
+        };
+        self.emit(created, json!({ "session": session })).await;
         if !self.info.has_vad {
             let e = self.no_vad_error();
             self.error(&e, None).await;
@@ -417,12 +428,11 @@ impl Session {
         }
         self.info = info;
         self.settings = next;
-        let updated = if kind == "session.update" {
-            "session.updated"
+        let (updated, session) = if kind == "session.update" {
+            ("session.updated", self.session_object_ga())
         } else {
-            "transcription_session.updated"
+            ("transcription_session.updated", self.session_object())
         };
-        let session = self.session_object();
         self.emit(updated, json!({ "session": session })).await;
         Ok(())
     }
@@ -826,6 +836,24 @@ impl Session {
             },
             "turn_detection": td,
             "input_audio_noise_reduction": null,
+            "include": null,
+        })
+    }
+
+    /// The session in the GA shape (`type` transcription, the settings under
+    /// `audio.input`), which `session.updated` carries: OpenAI's GA clients tell a
+    /// transcription session from a conversation one by its `type` (openai 3.57.0 read
+    /// the beta shape as a conversation session with no `audio`).
+    fn session_object_ga(&self) -> Value {
+        let beta = self.session_object();
+        json!({
+            "type": "transcription", "id": self.id, "object": "realtime.transcription_session",
+            "audio": { "input": {
+                "format": { "type": "audio/pcm", "rate": INPUT_RATE },
+                "transcription": beta["input_audio_transcription"],
+                "turn_detection": beta["turn_detection"],
+                "noise_reduction": null,
+            }},
             "include": null,
         })
     }

@@ -12,6 +12,8 @@
 //!   hundred ms more or less of silence before the phrase);
 //! - bad events (not JSON, not base64, odd PCM bytes, unknown types, bad settings, an
 //!   empty commit) each get an `error` event naming the fault, and the session goes on;
+//! - a client with `OpenAI-Beta: realtime=v1` is greeted with the beta
+//!   `transcription_session.created`, one without with the GA `session.created`;
 //! - the upgrade needs the API key like every `/v1` route.
 
 use std::net::TcpStream;
@@ -41,8 +43,13 @@ fn server() -> Server {
     Server::start(dir.path(), &cfg).owning(dir)
 }
 
-/// Opens a session with `key` (none: no Authorization header).
-fn connect(server: &Server, key: Option<&str>) -> Result<WebSocket<TcpStream>, tungstenite::Error> {
+/// Opens a session with `key` (none: no Authorization header), in the beta protocol
+/// (`OpenAI-Beta: realtime=v1`) or the GA one.
+fn connect(
+    server: &Server,
+    key: Option<&str>,
+    beta: bool,
+) -> Result<WebSocket<TcpStream>, tungstenite::Error> {
     let url = server
         .url("/v1/realtime?intent=transcription")
         .replace("http://", "ws://");
@@ -50,6 +57,10 @@ fn connect(server: &Server, key: Option<&str>) -> Result<WebSocket<TcpStream>, t
     if let Some(k) = key {
         req.headers_mut()
             .insert("authorization", format!("Bearer {k}").parse().unwrap());
+    }
+    if beta {
+        req.headers_mut()
+            .insert("openai-beta", "realtime=v1".parse().unwrap());
     }
     let addr = server.base.trim_start_matches("http://").to_string();
     let stream = TcpStream::connect(addr).unwrap();
@@ -219,7 +230,7 @@ fn a_streamed_phrase_is_one_turn_with_partials_and_the_http_transcript() {
         "reference: {reference:?}"
     );
 
-    let mut ws = connect(&server, Some(KEY)).unwrap();
+    let mut ws = connect(&server, Some(KEY), true).unwrap();
     let created = next(&mut ws);
     assert_eq!(
         created["type"], "transcription_session.created",
@@ -292,13 +303,20 @@ fn a_streamed_phrase_is_one_turn_with_partials_and_the_http_transcript() {
 fn bad_events_get_error_events_and_the_key_is_needed() {
     let server = server();
     for key in [None, Some("wrong")] {
-        match connect(&server, key) {
+        match connect(&server, key, false) {
             Err(tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 401),
             other => panic!("key {key:?}: expected a 401, got {:?}", other.map(|_| ())),
         }
     }
-    let mut ws = connect(&server, Some(KEY)).unwrap();
-    assert_eq!(next(&mut ws)["type"], "transcription_session.created");
+    // Without the beta header the greeting is the GA one.
+    let mut ws = connect(&server, Some(KEY), false).unwrap();
+    let created = next(&mut ws);
+    assert_eq!(created["type"], "session.created", "{created}");
+    assert_eq!(created["session"]["type"], "transcription", "{created}");
+    assert_eq!(
+        created["session"]["audio"]["input"]["turn_detection"]["type"], "server_vad",
+        "{created}"
+    );
     let cases: [(Message, &str); 8] = [
         (Message::text("{not json"), "invalid_json"),
         (Message::text("[1, 2]"), "invalid_request"),
@@ -359,9 +377,10 @@ fn bad_events_get_error_events_and_the_key_is_needed() {
     );
     let updated = next(&mut ws);
     assert_eq!(updated["type"], "session.updated", "{updated}");
-    assert_eq!(updated["session"]["turn_detection"]["threshold"], 0.5);
-    assert_eq!(
-        updated["session"]["input_audio_transcription"]["model"],
-        "tiny"
-    );
+    // The GA shape answers in the GA shape.
+    let input = &updated["session"]["audio"]["input"];
+    assert_eq!(updated["session"]["type"], "transcription", "{updated}");
+    assert_eq!(input["turn_detection"]["threshold"], 0.5, "{updated}");
+    assert_eq!(input["transcription"]["model"], "tiny", "{updated}");
+    assert_eq!(input["format"]["rate"], 24_000, "{updated}");
 }

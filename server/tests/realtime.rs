@@ -24,23 +24,15 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, Message, WebSocket};
 
 mod common;
+use common::realtime::{self, http_transcript, pcm16, phrase_24k, RATE};
 use common::Server;
 
 const KEY: &str = "realtime-test-key";
 
-/// The client's rate (OpenAI's pcm16).
-const RATE: u32 = 24_000;
-
 /// A server with Whisper tiny.en cut by Silero, behind the API key.
 fn server() -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let gguf = common::whisper_tiny_gguf(dir.path());
-    let silero = common::assets("ggml-silero-v6.2.0.bin").join("ggml-silero-v6.2.0.bin");
-    let cfg = json!({
-        "port": 0, "threads": 2, "api_key": KEY,
-        "models": [{ "id": "tiny", "path": gguf, "family": "whisper", "task": "asr", "vad_model": silero }],
-    });
-    Server::start(dir.path(), &cfg).owning(dir)
+    realtime::server(dir.path(), KEY).owning(dir)
 }
 
 /// Opens a session with `key` (none: no Authorization header), in the beta protocol
@@ -104,22 +96,6 @@ fn until(ws: &mut WebSocket<TcpStream>, last: &str) -> Vec<Value> {
     }
 }
 
-/// The ASR phrase with a second of silence on each side, at 24 kHz.
-fn phrase_24k() -> Vec<f32> {
-    let wav = common::assets("clips-asr/phrase_en_us.wav").join("clips-asr/phrase_en_us.wav");
-    let a = audiocpp_engine::audio::load(&wav, 16_000).unwrap();
-    let a = audiocpp_engine::audio::resample(a, RATE).unwrap();
-    let pad = vec![0.0f32; RATE as usize];
-    [&pad[..], &a.samples, &pad].concat()
-}
-
-fn pcm16(samples: &[f32]) -> Vec<u8> {
-    samples
-        .iter()
-        .flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes())
-        .collect()
-}
-
 /// Appends `samples` in 100 ms chunks.
 fn stream(ws: &mut WebSocket<TcpStream>, samples: &[f32]) {
     for chunk in samples.chunks(RATE as usize / 10) {
@@ -129,33 +105,6 @@ fn stream(ws: &mut WebSocket<TcpStream>, samples: &[f32]) {
             &json!({ "type": "input_audio_buffer.append", "audio": audio }),
         );
     }
-}
-
-/// The transcription endpoint's text for `samples` (24 kHz) as a WAV of PCM16.
-fn http_transcript(server: &Server, samples: &[f32]) -> String {
-    let mut wav = std::io::Cursor::new(Vec::new());
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: RATE,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::new(&mut wav, spec).unwrap();
-    for s in samples {
-        w.write_sample((s.clamp(-1.0, 1.0) * 32767.0).round() as i16)
-            .unwrap();
-    }
-    w.finalize().unwrap();
-    let (ct, body) = common::multipart(&[("model", "tiny")], Some(("a.wav", wav.get_ref())));
-    let resp = common::send(
-        ureq::post(&server.url("/v1/audio/transcriptions"))
-            .set("Authorization", &format!("Bearer {KEY}")),
-        &ct,
-        &body,
-    );
-    assert_eq!(resp.status(), 200);
-    let v: Value = resp.into_json().unwrap();
-    v["text"].as_str().unwrap().to_string()
 }
 
 /// The types of `events`, in order.
@@ -224,7 +173,7 @@ fn check_turn(events: &[Value]) -> (String, usize) {
 fn a_streamed_phrase_is_one_turn_with_partials_and_the_http_transcript() {
     let server = server();
     let audio = phrase_24k();
-    let reference = http_transcript(&server, &audio);
+    let reference = http_transcript(&server, KEY, &audio);
     assert!(
         common::words(&reference).len() >= 5,
         "reference: {reference:?}"

@@ -33,12 +33,9 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 mod common;
-use common::Server;
+use common::realtime::{self, http_transcript, pcm16, phrase_24k};
 
 const KEY: &str = "realtime-openai-key";
-
-/// OpenAI's pcm16 rate.
-const RATE: u32 = 24_000;
 
 const CLIENT: &str = r#"
 import base64, json, signal, sys
@@ -102,62 +99,14 @@ with beta.beta.realtime.connect(model="tiny", extra_query={"intent": "transcript
 print(json.dumps(out))
 "#;
 
-/// The ASR phrase with a second of silence on each side, at 24 kHz.
-fn phrase_24k() -> Vec<f32> {
-    let wav = common::assets("clips-asr/phrase_en_us.wav").join("clips-asr/phrase_en_us.wav");
-    let a = audiocpp_engine::audio::load(&wav, 16_000).unwrap();
-    let a = audiocpp_engine::audio::resample(a, RATE).unwrap();
-    let pad = vec![0.0f32; RATE as usize];
-    [&pad[..], &a.samples, &pad].concat()
-}
-
-fn pcm16(samples: &[f32]) -> Vec<u8> {
-    samples
-        .iter()
-        .flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes())
-        .collect()
-}
-
-/// The transcription endpoint's text for `pcm` (PCM16 at 24 kHz) as a WAV.
-fn http_transcript(server: &Server, pcm: &[u8]) -> String {
-    let mut wav = std::io::Cursor::new(Vec::new());
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: RATE,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::new(&mut wav, spec).unwrap();
-    for s in pcm.chunks_exact(2) {
-        w.write_sample(i16::from_le_bytes([s[0], s[1]])).unwrap();
-    }
-    w.finalize().unwrap();
-    let (ct, body) = common::multipart(&[("model", "tiny")], Some(("a.wav", wav.get_ref())));
-    let resp = common::send(
-        ureq::post(&server.url("/v1/audio/transcriptions"))
-            .set("Authorization", &format!("Bearer {KEY}")),
-        &ct,
-        &body,
-    );
-    assert_eq!(resp.status(), 200);
-    let v: Value = resp.into_json().unwrap();
-    v["text"].as_str().unwrap().to_string()
-}
-
 #[test]
 fn openai_realtime_client_transcribes_a_phrase_live() {
     let dir = tempfile::tempdir().unwrap();
-    let gguf = common::whisper_tiny_gguf(dir.path());
-    let silero = common::assets("ggml-silero-v6.2.0.bin").join("ggml-silero-v6.2.0.bin");
-    let cfg = json!({
-        "port": 0, "threads": 2, "api_key": KEY,
-        "models": [{ "id": "tiny", "path": gguf, "family": "whisper", "task": "asr", "vad_model": silero }],
-    });
-    let server = Server::start(dir.path(), &cfg);
-    let pcm = pcm16(&phrase_24k());
+    let server = realtime::server(dir.path(), KEY);
+    let phrase = phrase_24k();
     let pcm_path = dir.path().join("phrase_24k.pcm");
-    std::fs::write(&pcm_path, &pcm).unwrap();
-    let reference = http_transcript(&server, &pcm);
+    std::fs::write(&pcm_path, pcm16(&phrase)).unwrap();
+    let reference = http_transcript(&server, KEY, &phrase);
     assert!(
         common::words(&reference).len() >= 5,
         "reference: {reference:?}"

@@ -6,6 +6,8 @@
 
 #![allow(dead_code, unused_imports)]
 
+pub mod realtime;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};

@@ -1225,7 +1225,30 @@ impl Scheduler {
         int_inputs: &[(Tensor<'_>, &[i32])],
     ) -> Result<()> {
         let started = std::time::Instant::now();
-        self.allocate(graph)?;
+        self.allocate(graph, &[])?;
+        self.run(graph, started, inputs, int_inputs)
+    }
+
+    /// [`Scheduler::compute_with`] with the inputs placed in the memory of the
+    /// scheduler's first backend (the device, when there is one besides the CPU) and
+    /// written there. Left to ggml, every graph input goes to the CPU, and with it an
+    /// op whose sources are all inputs (a pad or a row gather with no weight among its
+    /// sources): that op runs on the CPU in a split of its own, and its result is
+    /// copied to the device. Placed on the device, the op runs there too. On the CPU
+    /// alone nothing changes.
+    pub fn compute_on_device(
+        &mut self,
+        graph: &mut Graph<'_>,
+        inputs: &[(Tensor<'_>, &[f32])],
+        int_inputs: &[(Tensor<'_>, &[i32])],
+    ) -> Result<()> {
+        let started = std::time::Instant::now();
+        let placed: Vec<_> = inputs
+            .iter()
+            .map(|(t, _)| t.raw())
+            .chain(int_inputs.iter().map(|(t, _)| t.raw()))
+            .collect();
+        self.allocate(graph, &placed)?;
         self.run(graph, started, inputs, int_inputs)
     }
 
@@ -1238,12 +1261,17 @@ impl Scheduler {
         &'s mut self,
         graph: &'g mut Graph<'ctx>,
     ) -> Result<Prepared<'s, 'g, 'ctx>> {
-        self.allocate(graph)?;
+        self.allocate(graph, &[])?;
         Ok(Prepared { sched: self, graph })
     }
 
-    /// Resets the scheduler and allocates `graph`'s intermediate tensors.
-    fn allocate(&mut self, graph: &mut Graph<'_>) -> Result<()> {
+    /// Resets the scheduler and allocates `graph`'s intermediate tensors, those of
+    /// `on_device` (tensors of the graph) on the first backend.
+    fn allocate(
+        &mut self,
+        graph: &mut Graph<'_>,
+        on_device: &[*mut sys::ggml_tensor],
+    ) -> Result<()> {
         let held = graph.room.borrow().held();
         if held > self.graph_size {
             return Err(GgmlError::Failed(format!(
@@ -1252,9 +1280,17 @@ impl Scheduler {
             )));
         }
         let sched = self.raw.as_ptr();
-        // SAFETY: scheduler and graph are live.
+        // SAFETY: scheduler and graph are live; `on_device` are tensors of the graph's
+        // context, which outlives this call.
         unsafe {
             sys::ggml_backend_sched_reset(sched);
+            // The CPU alone: the inputs are on it already.
+            if sys::ggml_backend_sched_get_n_backends(sched) > 1 {
+                let device = sys::ggml_backend_sched_get_backend(sched, 0);
+                for &t in on_device {
+                    sys::ggml_backend_sched_set_tensor_backend(sched, t, device);
+                }
+            }
             if !sys::ggml_backend_sched_alloc_graph(sched, graph.raw.as_ptr()) {
                 return Err(GgmlError::Failed(
                     "could not allocate the compute graph".into(),

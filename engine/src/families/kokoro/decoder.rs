@@ -394,7 +394,9 @@ impl Decoder {
         }
         let mut graph = ctx.new_graph(GRAPH_NODES);
         graph.expand(raw);
-        sched.compute(
+        // The inputs on the device: the pads of F0, N, asr and the source STFT read
+        // nothing else and would run on the CPU (docs/build/VULKAN.md).
+        sched.compute_on_device(
             &mut graph,
             &[
                 (asr_t, input.asr),
@@ -403,6 +405,7 @@ impl Decoder {
                 (src_t, stft),
                 (style_t, input.style),
             ],
+            &[],
         )?;
         let window_sum = self.istft.window_sum(w)?;
         let samples = self.istft.finish(&raw.read_f32()?, &window_sum);

@@ -755,8 +755,11 @@ impl Kokoro {
             graph.expand(out);
         }
         let reverse: Vec<i32> = (0..f as i32).rev().collect();
+        // The inputs on the device: the frame expansion (rows of d and t_en gathered
+        // by frame, the reversal, the concat) reads nothing else and would run on the
+        // CPU (docs/build/VULKAN.md).
         self.frames_sched.with(&self.runtime, nodes, |sched| {
-            sched.compute_with(
+            sched.compute_on_device(
                 &mut graph,
                 &[(d_in, d), (t_en_in, t_en), (style_in, style)],
                 &[(idx_in, frames), (rev_in, &reverse)],

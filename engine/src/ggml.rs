@@ -1224,9 +1224,7 @@ impl Scheduler {
         inputs: &[(Tensor<'_>, &[f32])],
         int_inputs: &[(Tensor<'_>, &[i32])],
     ) -> Result<()> {
-        let started = std::time::Instant::now();
-        self.allocate(graph, &[])?;
-        self.run(graph, started, inputs, int_inputs)
+        self.compute_placed(graph, inputs, int_inputs, false)
     }
 
     /// [`Scheduler::compute_with`] with the inputs placed in the memory of the
@@ -1242,12 +1240,28 @@ impl Scheduler {
         inputs: &[(Tensor<'_>, &[f32])],
         int_inputs: &[(Tensor<'_>, &[i32])],
     ) -> Result<()> {
+        self.compute_placed(graph, inputs, int_inputs, true)
+    }
+
+    /// Allocates (the inputs on the first backend when `on_device`), writes the
+    /// inputs, computes.
+    fn compute_placed(
+        &mut self,
+        graph: &mut Graph<'_>,
+        inputs: &[(Tensor<'_>, &[f32])],
+        int_inputs: &[(Tensor<'_>, &[i32])],
+        on_device: bool,
+    ) -> Result<()> {
         let started = std::time::Instant::now();
-        let placed: Vec<_> = inputs
-            .iter()
-            .map(|(t, _)| t.raw())
-            .chain(int_inputs.iter().map(|(t, _)| t.raw()))
-            .collect();
+        let placed: Vec<_> = if on_device {
+            inputs
+                .iter()
+                .map(|(t, _)| t.raw())
+                .chain(int_inputs.iter().map(|(t, _)| t.raw()))
+                .collect()
+        } else {
+            Vec::new()
+        };
         self.allocate(graph, &placed)?;
         self.run(graph, started, inputs, int_inputs)
     }

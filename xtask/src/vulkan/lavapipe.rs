@@ -258,18 +258,7 @@ pub fn package_on_lavapipe(
         host,
         &cli,
         &cwd,
-        &[
-            "--task",
-            "vad",
-            "--family",
-            "silero_vad",
-            "--model",
-            &model,
-            "--audio",
-            &clip,
-            "--backend",
-            "vulkan",
-        ],
+        &vad_args(&model, &clip, "vulkan", false),
         &[],
     )?;
     ensure!(
@@ -287,19 +276,7 @@ pub fn package_on_lavapipe(
             host,
             &cli,
             &cwd,
-            &[
-                "--task",
-                "vad",
-                "--family",
-                "silero_vad",
-                "--model",
-                &model,
-                "--audio",
-                &clip,
-                "--json",
-                "--backend",
-                backend,
-            ],
+            &vad_args(&model, &clip, backend, true),
             env,
         )?
         .ok(&format!("VAD on {backend}"))
@@ -456,18 +433,7 @@ pub fn package_on_lavapipe(
         host,
         &cli,
         &cwd,
-        &[
-            "--task",
-            "vad",
-            "--family",
-            "silero_vad",
-            "--model",
-            &model,
-            "--audio",
-            &clip,
-            "--backend",
-            "best",
-        ],
+        &vad_args(&model, &clip, "best", false),
         &no_driver,
     )?;
     let warnings: Vec<&str> = best
@@ -525,6 +491,27 @@ pub fn windows_end_to_end(ctx: &RunContext, assets: &Assets) -> Result<()> {
     wine.shutdown();
     drop(x);
     result.map(|_| ())
+}
+
+/// The CLI's arguments for Silero VAD of `clip` with `model` on `backend`, the report
+/// as JSON or as lines.
+fn vad_args<'a>(model: &'a str, clip: &'a str, backend: &'a str, json: bool) -> Vec<&'a str> {
+    let mut args = vec![
+        "--task",
+        "vad",
+        "--family",
+        "silero_vad",
+        "--model",
+        model,
+        "--audio",
+        clip,
+        "--backend",
+        backend,
+    ];
+    if json {
+        args.push("--json");
+    }
+    args
 }
 
 #[cfg(test)]

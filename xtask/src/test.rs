@@ -799,6 +799,18 @@ fn windows_end_to_end(ctx: &RunContext, assets: &assets::Assets) -> Result<()> {
     let out = crate::project::target_dir().join("dist-test");
     let zip = dist_track(ctx, track, &out)?;
     let root = unzip(&zip, &out.join("unpacked-windows"))?;
+    // The link's clock left out: the same sources give the same executables.
+    for exe in ["audiocpp_cli.exe", "audiocpp_server.exe"] {
+        let header = crate::pe_header::PeHeader::read(&std::fs::read(root.join(exe))?, exe)?
+            .with_context(|| format!("{exe} is not a PE file"))?;
+        anyhow::ensure!(
+            header.time_date_stamp.to_string() == crate::build::plan::MINGW_LINK_TIME,
+            "{exe} is stamped {}, not the fixed link time {} that the build plan gives \
+             MinGW's ld through SOURCE_DATE_EPOCH",
+            header.time_date_stamp,
+            crate::build::plan::MINGW_LINK_TIME
+        );
+    }
     let wine = crate::wine::Wine::prepare()?;
     let cwd = out.join("empty-cwd-windows");
     let cli = root.join("audiocpp_cli.exe");

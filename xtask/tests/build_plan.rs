@@ -249,13 +249,17 @@ fn the_planned_mingw_build_is_the_one_dist_ran_before() {
     for (k, v) in &before {
         assert_eq!(env.remove(k).as_deref(), Some(v.as_str()), "{k}");
     }
-    // libopus (the Opus input decoder) is built with the stack protector under MinGW.
+    // New since: libopus (the Opus input decoder) is built with the stack protector
+    // under MinGW; ld stamps the PE files with a fixed time, not the link's.
     assert_eq!(
         env,
-        env_before(&[(
-            "CARGO_ENCODED_RUSTFLAGS",
-            "-Clink-args=-l:libssp.a -lmsvcrt -ladvapi32"
-        )])
+        env_before(&[
+            (
+                "CARGO_ENCODED_RUSTFLAGS",
+                "-Clink-args=-l:libssp.a -lmsvcrt -ladvapi32"
+            ),
+            ("SOURCE_DATE_EPOCH", xtask::build::plan::MINGW_LINK_TIME),
+        ])
     );
 }
 

@@ -619,7 +619,16 @@ fn mingw_step(effective_triple: &str, arch: &str, env: &mut Env) {
         "-D_WIN32_WINNT=0x0601",
         why_winnt,
     );
+    env.set(
+        "SOURCE_DATE_EPOCH",
+        MINGW_LINK_TIME,
+        "MinGW's ld stamps each .exe and DLL with the time of the link unless SOURCE_DATE_EPOCH is set: a fixed stamp gives the same bytes from every build of the same sources (docs/architecture.md section 4, rule 8)",
+    );
 }
+
+/// The TimeDateStamp MinGW's ld writes into the PE files it links (1980-01-01, the
+/// earliest time a zip entry can carry).
+pub const MINGW_LINK_TIME: &str = "315532800";
 
 /// What a backend's step adds to the plan besides environment variables.
 #[derive(Default)]
@@ -1381,7 +1390,8 @@ mod tests {
         mingw_step("x86_64-pc-windows-gnu", "x86_64", &mut env);
         assert_eq!(env.0[0].name, "CC_x86_64_pc_windows_gnu");
         assert_eq!(env.0[0].value, "x86_64-w64-mingw32-gcc-posix");
-        assert_eq!(env.0.len(), 4);
+        assert_eq!(env.0.len(), 5);
+        assert_eq!(env.0[4].name, "SOURCE_DATE_EPOCH");
     }
 
     #[test]

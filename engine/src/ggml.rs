@@ -438,8 +438,11 @@ impl Context {
         })
     }
 
-    /// The index of the largest value of each row of the f32 matrix `a` (the first one
-    /// on ties): i32 [rows], every value below `a`'s row length.
+    /// The index of the largest value of each row of the f32 matrix `a`: i32 [rows].
+    /// Which of several equal largest values is the backend's choice (ggml's CPU takes
+    /// the last), and ggml-cuda gives -1 for a row with no value above -f32::MAX (all
+    /// -inf or NaN): a row looked up by its argmax ([`Self::get_rows`]) needs a finite
+    /// value in it.
     pub fn argmax<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
         checks::require_contiguous_of("argmax", "the input", &a, &[DType::F32]);
         let [n0, _, n2, n3] = a.ne();

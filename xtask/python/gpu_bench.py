@@ -16,6 +16,7 @@ transformers. Prints a markdown table per part and writes every run to OUT/gpu_b
 
 Usage: gpu_bench.py --cli PATH --tiny CT2DIR --base CT2DIR --speech WAV --espeak WAV
                     --vad BIN [--kokoro GGUF] [--peer] [--cpu-threads 16] --out DIR
+                    [--baseline-cli PATH] [--only tiny.en:f16,base:q8_0] [--parts whisper]
 """
 import argparse
 import json
@@ -105,10 +106,18 @@ def whisper_part(args, clips, results):
             if not os.path.exists(gguf):
                 run([cli, "--task", "convert", "--family", "whisper", "--model", ct2, "--out", gguf,
                      *(["--quantize", quant] if quant != "f16" else []), "--json"])
+            if args.only and f"{name}:{quant}" not in args.only.split(","):
+                continue
             for clip, path in clips.items():
-                base = [cli, "--task", "asr", "--family", "whisper", "--model", gguf, "--audio", path,
-                        "--language", "en", "--temperatures", "0", "--json"]
-                cuda = [run(base + ["--backend", args.gpu]) for _ in range(2)]
+                flags = ["--task", "asr", "--family", "whisper", "--model", gguf, "--audio", path,
+                         "--language", "en", "--temperatures", "0", "--json"]
+                base = [cli] + flags
+                # the baseline CLI's runs alternate with these, on the same libraries
+                cuda, old_cuda = [], []
+                for _ in range(2):
+                    cuda.append(run(base + ["--backend", args.gpu]))
+                    if args.baseline_cli:
+                        old_cuda.append(run([args.baseline_cli] + flags + ["--backend", args.gpu]))
                 best = min(cuda, key=lambda d: d["inference_ms"])
                 cpu = run(base + ["--backend", "cpu", "--threads", str(args.cpu_threads)])
                 row = {
@@ -123,6 +132,15 @@ def whisper_part(args, clips, results):
                 }
                 if not row["same_text"]:
                     row["cpu_text"] = cpu["text"]
+                if old_cuda:
+                    old = min(old_cuda, key=lambda d: d["inference_ms"])
+                    row.update(baseline_cuda_ms=old["inference_ms"],
+                               baseline_cuda_runs_ms=[d["inference_ms"] for d in old_cuda],
+                               baseline_cuda_step_ms=old["decoder_ms"] / max(old["decoder_steps"], 1),
+                               baseline_same_text=old["text"] == best["text"])
+                    print(f"  baseline cuda {row['baseline_cuda_ms']:.0f} ms (step "
+                          f"{row['baseline_cuda_step_ms']:.3f} ms), same text as ours "
+                          f"{row['baseline_same_text']}", flush=True)
                 rows.append(row)
                 print(f"{name} {quant} {clip}: cuda {row['cuda_ms']:.0f} ms "
                       f"(step {row['cuda_step_ms']:.3f} ms x {row['cuda_steps']}), cpu "
@@ -135,6 +153,13 @@ def whisper_part(args, clips, results):
         print(f"| {r['model']} | {r['weights']} | {r['clip']} | {r['cuda_ms']:.0f} | {r['cpu_ms']:.0f} | "
               f"{r['cpu_ms'] / r['cuda_ms']:.1f}x | {r['cuda_step_ms']:.3f} | {r['cpu_step_ms']:.3f} | "
               f"{r['same_text']} |")
+    if args.baseline_cli:
+        print("\n| model | weights | clip | CUDA ms baseline | CUDA ms | step ms baseline | step ms | same text |")
+        print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |")
+        for r in rows:
+            print(f"| {r['model']} | {r['weights']} | {r['clip']} | {r['baseline_cuda_ms']:.0f} | "
+                  f"{r['cuda_ms']:.0f} | {r['baseline_cuda_step_ms']:.3f} | {r['cuda_step_ms']:.3f} | "
+                  f"{r['baseline_same_text']} |")
 
 
 def vad_part(args, clips, results):
@@ -224,6 +249,10 @@ def main():
     ap.add_argument("--cpu-threads", type=int, default=16)
     ap.add_argument("--parts", default="whisper,vad,kokoro,peer")
     ap.add_argument("--gpu", default="cuda", help="the GPU backend (cpu: a dry run of the script)")
+    ap.add_argument("--baseline-cli", help="another build's CLI beside the same libraries, timed "
+                    "alternately with --cli on the GPU (a before/after of a change)")
+    ap.add_argument("--only", help="the Whisper runs to make, as model:weights pairs "
+                    "(tiny.en:f16,base:q8_0); all four when not given")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     clips = make_clips(args)

@@ -297,7 +297,8 @@ pub(super) fn row_indices(table: &Tensor<'_>, indices: &Tensor<'_>) {
     let (x, r) = (table.ne(), indices.ne());
     // SAFETY: the tensor is live while its context is.
     // An argmax over rows no longer than the table's row count only yields indices
-    // inside it; any other computed index could point past the table.
+    // inside it, given a finite value in each row (see `Context::argmax`); any other
+    // computed index could point past the table.
     let (is_i32, computed) = unsafe {
         let t = &*indices.raw();
         let bounded_argmax =

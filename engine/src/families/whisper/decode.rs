@@ -14,6 +14,7 @@ use super::alignment::{
 };
 use super::mel;
 use super::model::{DecoderStep, WhisperNet};
+use super::row::Row;
 use super::timestamps::{apply_timestamp_rules, split_at_timestamps, WindowSplit};
 use super::tokenizer::Tokenizer;
 use super::Whisper;
@@ -169,7 +170,8 @@ impl Whisper {
         let alignment_heads: &[(usize, usize)] = alignment_heads;
         // One decoder step graph for the whole call: every token of every window runs it.
         let ctx = net.step_context()?;
-        let (mut graph, step) = net.build_step(&ctx, prompt.len() + max_new)?;
+        let eot = tok.specials().eot as usize;
+        let (mut graph, step) = net.build_step(&ctx, prompt.len() + max_new, eot, suppress)?;
         let mut dec = WindowDecoder {
             net,
             sched,
@@ -492,7 +494,7 @@ impl WindowDecoder<'_, '_, '_> {
             &logits[sot_pos * n_vocab..(sot_pos + 1) * n_vocab],
             s.no_speech as usize,
         );
-        let mut last = logits[(prompt.len() - 1) * n_vocab..].to_vec();
+        let mut row = Row::full(logits[(prompt.len() - 1) * n_vocab..].to_vec());
         let mut n_past = prompt.len();
         let mut tokens = Vec::new();
         let mut sum_logprob = 0f64;
@@ -507,36 +509,39 @@ impl WindowDecoder<'_, '_, '_> {
             } else {
                 &[]
             };
-            for i in banned
-                .iter()
-                .copied()
-                .chain(begin.iter().map(|&t| t as usize))
-            {
-                if let Some(l) = last.get_mut(i) {
-                    *l = f32::NEG_INFINITY;
-                }
-            }
+            row.mask(
+                banned
+                    .iter()
+                    .copied()
+                    .chain(begin.iter().map(|&t| t as usize)),
+            );
             if let Some(max_initial) = max_initial {
                 apply_timestamp_rules(
-                    &mut last,
+                    &mut row,
                     &tokens,
                     s.timestamp_begin as usize,
                     s.eot as usize,
                     max_initial,
                 );
             }
-            let u = if temperature > 0.0 {
-                sampler.uniform()
-            } else {
-                0.0
+            let (best, logprob) = match row.logits() {
+                Some(logits) if temperature > 0.0 => {
+                    pick_token(logits, temperature, sampler.uniform())
+                }
+                _ => row.argmax_logprob(),
             };
-            let (best, logprob) = pick_token(&last, temperature, u);
             sum_logprob += logprob as f64;
             if best as u32 == s.eot || tokens.len() >= max_new {
                 break;
             }
             tokens.push(best as u32);
-            last = self.step.run(&mut self.graph, best as u32, n_past)?;
+            self.step.run(&mut self.graph, best as u32, n_past)?;
+            // Greedy decoding reads the step's summary, sampling every logit.
+            row = if temperature > 0.0 {
+                Row::full(self.step.logits()?)
+            } else {
+                self.step.row()?
+            };
             n_past += 1;
             self.steps += 1;
         }

@@ -17,6 +17,7 @@ pub mod ct2;
 pub mod decode;
 pub mod mel;
 pub mod model;
+pub mod row;
 pub mod timestamps;
 pub mod tokenizer;
 

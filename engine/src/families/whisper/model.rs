@@ -10,7 +10,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::row::Row;
 use crate::backend::Runtime;
+use crate::cpu_kernels::logits::LogitsSummary;
 use crate::error::Result;
 use crate::ggml::{Buffer, Context, DType, HostTensor, Prepared, Scheduler, Tensor};
 use crate::layers::{Layers, WeightUse};
@@ -693,10 +695,18 @@ impl WhisperNet {
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L227-L249
     /// (`TextDecoder.forward` for one token with the cache).
+    ///
+    /// Beside the logits the graph summarises the text tokens, those below `head`
+    /// (end-of-text) with `head_ban` masked (the ones suppressed at every step): their
+    /// first largest logit, its value and its softmax probability, after which come
+    /// the logits from `head` on. At temperature 0 that summary is all the host reads
+    /// back ([`DecoderStep::row`]).
     pub fn build_step<'a>(
         &'a self,
         ctx: &'a Context,
         n_kv: usize,
+        head: usize,
+        head_ban: &[u32],
     ) -> Result<(crate::ggml::Graph<'a>, DecoderStep<'a>)> {
         let hp = self.hp;
         let d = hp.n_text_state;
@@ -718,12 +728,55 @@ impl WhisperNet {
             n_kv,
         };
         let logits = self.decoder(ctx, &mut graph, x, &write, 1)?;
+        let n_vocab = hp.n_vocab;
+        let head = head.clamp(1, n_vocab);
+        let head_ban: Vec<i32> = head_ban
+            .iter()
+            .filter(|&&t| (t as usize) < head)
+            .map(|&t| t as i32)
+            .collect();
+        let rows = ctx.reshape(logits, &[1, n_vocab as i64]);
+        let ban = (!head_ban.is_empty()).then(|| {
+            let ids = ctx.new_i32_tensor(&[head_ban.len() as i64], "head_ban");
+            let value = ctx.new_tensor(DType::F32, &[1, head_ban.len() as i64], "head_ban_value");
+            ids.mark_input();
+            value.mark_input();
+            (ids, value)
+        });
+        let banned = match ban {
+            Some((ids, value)) => ctx.set_rows(rows, value, ids),
+            None => rows,
+        };
+        // One finite floor after the text tokens, so that the argmax names a row even
+        // when every logit is -inf or NaN (ggml-cuda's argmax would give -1 there).
+        let floor = ctx.new_tensor(DType::F32, &[1], "head_floor");
+        floor.mark_input();
+        let text = ctx.concat(ctx.view_1d(banned, head as i64, 0), floor, 0);
+        let best = ctx.argmax(text);
+        let top = ctx.get_rows(ctx.reshape(text, &[1, head as i64 + 1]), best);
+        let p = ctx.soft_max(text);
+        let p_top = ctx.get_rows(ctx.reshape(p, &[1, head as i64 + 1]), best);
+        let tail = ctx.view_1d(logits, (n_vocab - head) as i64, head);
+        let summary = ctx.concat(
+            ctx.concat(tail, ctx.reshape(top, &[1]), 0),
+            ctx.reshape(p_top, &[1]),
+            0,
+        );
+        for t in [best, summary] {
+            t.mark_output();
+            graph.expand(t);
+        }
         let step = DecoderStep {
             token,
             position,
             v_rows,
             mask,
+            ban: ban.map(|(ids, value)| (ids, value, head_ban)),
+            floor,
             logits,
+            best,
+            summary,
+            head,
             n_kv,
             width: d,
             capacity: hp.n_text_ctx,
@@ -749,13 +802,26 @@ enum CacheWrite<'a> {
     },
 }
 
+/// The value the step graph puts after the text tokens' logits: below any logit a
+/// model gives, and finite, so that every backend's argmax lands on a row.
+const HEAD_FLOOR: f32 = -f32::MAX / 2.0;
+
 /// The inputs and output of a fixed-shape decoder step ([`WhisperNet::build_step`]).
 pub struct DecoderStep<'a> {
     token: Tensor<'a>,
     position: Tensor<'a>,
     v_rows: Tensor<'a>,
     mask: Tensor<'a>,
+    /// The head's banned ids, the -inf row they take, and the ids' values.
+    ban: Option<(Tensor<'a>, Tensor<'a>, Vec<i32>)>,
+    /// The finite value after the head ([`HEAD_FLOOR`]).
+    floor: Tensor<'a>,
     logits: Tensor<'a>,
+    /// The head's first largest logit (i32 [1]).
+    best: Tensor<'a>,
+    /// The logits from `head` on, then the head's largest logit and its probability.
+    summary: Tensor<'a>,
+    head: usize,
     n_kv: usize,
     width: usize,
     capacity: usize,
@@ -768,13 +834,9 @@ impl DecoderStep<'_> {
     }
 
     /// Feeds `token` at cache position `n_past` (after the prompt and the tokens before
-    /// it) through the prepared step graph; returns its logits.
-    pub fn run(
-        &self,
-        graph: &mut Prepared<'_, '_, '_>,
-        token: u32,
-        n_past: usize,
-    ) -> Result<Vec<f32>> {
+    /// it) through the prepared step graph; its scores are then read by
+    /// [`Self::logits`] or [`Self::row`].
+    pub fn run(&self, graph: &mut Prepared<'_, '_, '_>, token: u32, n_past: usize) -> Result<()> {
         if n_past >= self.n_kv {
             return Err(crate::error::EngineError::Usage(format!(
                 "decoder position {n_past} is past the step's {} cached positions",
@@ -787,14 +849,132 @@ impl DecoderStep<'_> {
         let v_rows: Vec<i32> = (0..self.width)
             .map(|j| (j * self.capacity + n_past) as i32)
             .collect();
-        graph.compute(
-            &[(self.mask, &mask)],
-            &[
-                (self.token, &[token as i32]),
-                (self.position, &[n_past as i32]),
-                (self.v_rows, &v_rows),
-            ],
-        )?;
+        let minus_inf = vec![f32::NEG_INFINITY; self.ban.as_ref().map_or(0, |b| b.2.len())];
+        let floor = [HEAD_FLOOR];
+        let mut floats = vec![(self.mask, &mask[..]), (self.floor, &floor[..])];
+        let token = [token as i32];
+        let position = [n_past as i32];
+        let mut ints = vec![
+            (self.token, &token[..]),
+            (self.position, &position[..]),
+            (self.v_rows, &v_rows[..]),
+        ];
+        if let Some((ids, value, banned)) = &self.ban {
+            floats.push((*value, &minus_inf[..]));
+            ints.push((*ids, &banned[..]));
+        }
+        graph.compute(&floats, &ints)?;
+        Ok(())
+    }
+
+    /// Every logit of the last step (the text tokens of the head ban masked).
+    pub fn logits(&self) -> Result<Vec<f32>> {
         Ok(self.logits.read_f32()?)
+    }
+
+    /// The last step's scores as the host needs them at temperature 0: the text
+    /// tokens' summary and the logits from end-of-text on (a few KB instead of the
+    /// whole row).
+    pub fn row(&self) -> Result<Row> {
+        let mut tail = self.summary.read_f32()?;
+        let best = self.best.read_i32()?;
+        let (p_top, top) = (tail.pop(), tail.pop());
+        let (Some(p_top), Some(top), Some(&best)) = (p_top, top, best.first()) else {
+            return Err(crate::error::EngineError::Usage(
+                "the decoder step's summary is empty".into(),
+            ));
+        };
+        // The floor chosen, or NaN logits: no text token is left.
+        let masked = best < 0 || best as usize >= self.head || top.is_nan() || top <= HEAD_FLOOR;
+        let head = LogitsSummary {
+            argmax: (best.max(0) as usize).min(self.head - 1),
+            max: if masked { f32::NEG_INFINITY } else { top },
+            sum_exp: 1.0 / f64::from(p_top),
+        };
+        Ok(Row::summarized(head, self.head, tail))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::RuntimeOptions;
+
+    /// A one-layer network of random f32 weights with a vocabulary of 300 tokens.
+    fn random_net() -> WhisperNet {
+        let hp = HParams {
+            n_mels: 8,
+            n_audio_ctx: 8,
+            n_audio_state: 16,
+            n_audio_head: 2,
+            n_audio_layer: 1,
+            n_text_ctx: 16,
+            n_text_state: 16,
+            n_text_head: 2,
+            n_text_layer: 1,
+            n_vocab: 300,
+        };
+        let mut state = 1u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let tensors = hp
+            .tensor_shapes()
+            .into_iter()
+            .map(|(name, ne)| {
+                let n: i64 = ne.iter().product();
+                let data = (0..n).flat_map(|_| next().to_le_bytes()).collect();
+                HostTensor {
+                    name,
+                    dtype: DType::F32,
+                    ne,
+                    data,
+                }
+            })
+            .collect();
+        let runtime = Runtime::new(&RuntimeOptions::default()).unwrap();
+        WhisperNet::new(hp, tensors, runtime, Path::new("random.gguf")).unwrap()
+    }
+
+    /// What the step graph summarises of the text tokens (the head ban masked, the
+    /// floor after them) chooses the token the whole row does, with the same
+    /// log-probability; also when every text token is banned.
+    #[test]
+    fn the_step_summary_chooses_as_the_whole_row() {
+        let net = random_net();
+        let mut sched = net.scheduler().unwrap();
+        let mel: Vec<f32> = (0..8 * 16)
+            .map(|i| (i * 37 % 23) as f32 / 23.0 - 0.5)
+            .collect();
+        net.encode(&mut sched, &mel).unwrap();
+        let head = 250;
+        for ban in [vec![3u32, 17, 120, 260], (0..250).collect()] {
+            let mut step_sched = net.scheduler().unwrap();
+            let ctx = net.step_context().unwrap();
+            let (mut graph, step) = net.build_step(&ctx, 8, head, &ban).unwrap();
+            let mut prepared = step_sched.prepare(&mut graph).unwrap();
+            for (pos, token) in [(0usize, 5u32), (1, 270), (2, 42)] {
+                step.run(&mut prepared, token, pos).unwrap();
+                let ids = || ban.iter().map(|&t| t as usize);
+                let mut whole = Row::full(step.logits().unwrap());
+                whole.mask(ids());
+                let mut part = step.row().unwrap();
+                part.mask(ids());
+                assert!(part.logits().is_none());
+                for (a, b) in [(0, 300), (0, head), (head, 300)] {
+                    assert_eq!(whole.max_in(a, b), part.max_in(a, b), "{a}..{b}");
+                }
+                let (wb, wl) = whole.argmax_logprob();
+                let (pb, pl) = part.argmax_logprob();
+                assert_eq!(wb, pb, "token at position {pos}");
+                assert!((wl - pl).abs() < 1e-5, "{wl} against {pl}");
+                if ban.len() == 250 {
+                    assert!(wb >= head, "a banned text token {wb} was chosen");
+                }
+            }
+        }
     }
 }

@@ -2,14 +2,16 @@
 //! `ApplyTimestampRules`) and the cut of a window's tokens into timed segments
 //! (faster-whisper's `generate_segments`).
 
+use super::row::Row;
+
 /// Whisper's timestamp rules (OpenAI's `ApplyTimestampRules`, which CTranslate2 follows)
-/// on the next token's logits, given the tokens generated so far in this window:
+/// on the next token's logits (a whole or summarised [`Row`]), given the tokens generated so far in this window:
 /// timestamps come in pairs (a lone timestamp is followed by another or end-of-text,
 /// a pair by text), never decrease, the first token is a timestamp no later than
 /// `max_initial` steps, and when the timestamps' total probability beats every text
 /// token, a timestamp is chosen.
 pub fn apply_timestamp_rules(
-    logits: &mut [f32],
+    row: &mut Row,
     tokens: &[u32],
     tb: usize,
     eot: usize,
@@ -20,9 +22,9 @@ pub fn apply_timestamp_rules(
     let penultimate_ts = tokens.len() < 2 || is_ts(tokens[tokens.len() - 2]);
     if last_ts {
         if penultimate_ts {
-            logits[tb..].fill(f32::NEG_INFINITY);
+            row.mask_range(tb, usize::MAX);
         } else {
-            logits[..eot].fill(f32::NEG_INFINITY);
+            row.mask_range(0, eot);
         }
     }
     if let Some(&t) = tokens.iter().rev().find(|&&t| is_ts(t)) {
@@ -31,24 +33,20 @@ pub fn apply_timestamp_rules(
         } else {
             t as usize + 1
         };
-        let n = logits.len();
-        logits[tb..floor.min(n)].fill(f32::NEG_INFINITY);
+        row.mask_range(tb, floor);
     }
     if tokens.is_empty() {
-        logits[..tb].fill(f32::NEG_INFINITY);
-        let last_allowed = tb + max_initial;
-        if last_allowed + 1 < logits.len() {
-            logits[last_allowed + 1..].fill(f32::NEG_INFINITY);
-        }
+        row.mask_range(0, tb);
+        row.mask_range(tb + max_initial + 1, usize::MAX);
     }
-    let text_max = crate::cpu_kernels::logits::max(&logits[..tb]);
-    let max = text_max.max(crate::cpu_kernels::logits::max(&logits[tb..]));
+    let text_max = row.max_in(0, tb);
+    let max = text_max.max(row.max_in(tb, usize::MAX));
     if max == f32::NEG_INFINITY {
         return;
     }
-    let ts_mass: f64 = logits[tb..].iter().map(|&l| ((l - max) as f64).exp()).sum();
+    let ts_mass = row.exp_sum_from(tb, max);
     if ts_mass > 0.0 && ts_mass.ln() > (text_max - max) as f64 {
-        logits[..tb].fill(f32::NEG_INFINITY);
+        row.mask_range(0, tb);
     }
 }
 
@@ -146,8 +144,9 @@ mod tests {
         let n = TB as usize + 200;
         let eot = TB as usize - 5;
         let allowed = |tokens: &[u32], logits: &[f32]| -> Vec<usize> {
-            let mut l = logits.to_vec();
-            apply_timestamp_rules(&mut l, tokens, TB as usize, eot, 50);
+            let mut row = Row::full(logits.to_vec());
+            apply_timestamp_rules(&mut row, tokens, TB as usize, eot, 50);
+            let l = row.logits().unwrap();
             (0..n).filter(|&i| l[i].is_finite()).collect()
         };
         let flat = vec![0f32; n];

@@ -102,12 +102,12 @@ def whisper_part(args, clips, results):
     rows = []
     for name, ct2 in (("tiny.en", args.tiny), ("base", args.base)):
         for quant in ("f16", "q8_0"):
+            if args.only and f"{name}:{quant}" not in args.only.split(","):
+                continue
             gguf = os.path.join(args.out, f"{name}-{quant}.gguf")
             if not os.path.exists(gguf):
                 run([cli, "--task", "convert", "--family", "whisper", "--model", ct2, "--out", gguf,
                      *(["--quantize", quant] if quant != "f16" else []), "--json"])
-            if args.only and f"{name}:{quant}" not in args.only.split(","):
-                continue
             for clip, path in clips.items():
                 flags = ["--task", "asr", "--family", "whisper", "--model", gguf, "--audio", path,
                          "--language", "en", "--temperatures", "0", "--json"]

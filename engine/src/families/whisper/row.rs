@@ -56,45 +56,37 @@ impl Row {
     /// Masks the tokens `start..end` (clamped to the row). A range that reaches into a
     /// summarised head must cover it all: the head's tokens are one block.
     pub fn mask_range(&mut self, start: usize, end: usize) {
-        if start < self.from && end > start {
-            assert!(
-                start == 0 && end >= self.from,
-                "tokens {start}..{end} cut the summarised block 0..{}",
-                self.from
-            );
+        let (head, tail) = self.split(start, end);
+        if head {
             self.head = None;
         }
-        let n = self.tail.len();
-        let (a, b) = (
-            start.saturating_sub(self.from).min(n),
-            end.saturating_sub(self.from).min(n),
-        );
-        if a < b {
-            self.tail[a..b].fill(f32::NEG_INFINITY);
-        }
+        self.tail[tail].fill(f32::NEG_INFINITY);
     }
 
     /// The largest logit of the tokens `start..end` (-inf when all are masked); a
     /// range that reaches into a summarised head must cover it.
     pub fn max_in(&self, start: usize, end: usize) -> f32 {
-        let mut max = f32::NEG_INFINITY;
-        if start < self.from && end > start {
-            assert!(
-                start == 0 && end >= self.from,
-                "tokens {start}..{end} cut the summarised block 0..{}",
-                self.from
-            );
-            max = self.head.map_or(max, |h| h.max);
-        }
-        let n = self.tail.len();
-        let (a, b) = (
-            start.saturating_sub(self.from).min(n),
-            end.saturating_sub(self.from).min(n),
+        let (head, tail) = self.split(start, end);
+        let head_max = match self.head {
+            Some(h) if head => h.max,
+            _ => f32::NEG_INFINITY,
+        };
+        head_max.max(crate::cpu_kernels::logits::max(&self.tail[tail]))
+    }
+
+    /// Whether the tokens `start..end` reach into the summarised head, and the part of
+    /// the tail they cover.
+    fn split(&self, start: usize, end: usize) -> (bool, std::ops::Range<usize>) {
+        let head = start < self.from && end > start;
+        assert!(
+            !head || (start == 0 && end >= self.from),
+            "tokens {start}..{end} cut the summarised block 0..{}",
+            self.from
         );
-        if a < b {
-            max = max.max(crate::cpu_kernels::logits::max(&self.tail[a..b]));
-        }
-        max
+        let n = self.tail.len();
+        let a = start.saturating_sub(self.from).min(n);
+        let b = end.saturating_sub(self.from).min(n);
+        (head, a..b.max(a))
     }
 
     /// Σ e^(l - max) over the tokens from `start` on, which lie in the tail, in f64.

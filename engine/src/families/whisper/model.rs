@@ -698,9 +698,9 @@ impl WhisperNet {
     ///
     /// Beside the logits the graph summarises the text tokens, those below `head`
     /// (end-of-text) with `head_ban` masked (the ones suppressed at every step): their
-    /// first largest logit, its value and its softmax probability, after which come
-    /// the logits from `head` on. At temperature 0 that summary is all the host reads
-    /// back ([`DecoderStep::row`]).
+    /// largest logit (on a tie, the backend's argmax picks), its value and its softmax
+    /// probability, after which come the logits from `head` on. At temperature 0 that
+    /// summary is all the host reads back ([`DecoderStep::row`]).
     pub fn build_step<'a>(
         &'a self,
         ctx: &'a Context,
@@ -817,7 +817,7 @@ pub struct DecoderStep<'a> {
     /// The finite value after the head ([`HEAD_FLOOR`]).
     floor: Tensor<'a>,
     logits: Tensor<'a>,
-    /// The head's first largest logit (i32 [1]).
+    /// The head's largest logit (i32 [1]; on a tie, whichever the backend's argmax picks).
     best: Tensor<'a>,
     /// The logits from `head` on, then the head's largest logit and its probability.
     summary: Tensor<'a>,

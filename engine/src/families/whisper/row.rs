@@ -1,10 +1,10 @@
 //! The next token's logits as the host holds them while decoding: the whole row (after
 //! the prompt pass, or when sampling at a temperature), or what the decoder step graph
-//! leaves of it at temperature 0: a summary of the text tokens (the first largest
-//! logit, its value, Σ e^(l - max)) and every logit from end-of-text on. Whisper's
-//! masks and timestamp rules only ever treat the text tokens as one block, so the
-//! summary and the few thousand special and timestamp logits choose the same token as
-//! the whole row, without copying 51,864 logits back from a GPU each step.
+//! leaves of it at temperature 0: a summary of the text tokens (a largest logit, its
+//! value, Σ e^(l - max)) and every logit from end-of-text on. Whisper's masks and
+//! timestamp rules only ever treat the text tokens as one block, so the summary and the
+//! 1,608 special and timestamp logits choose the token the whole row would (barring
+//! exact ties among text logits), without copying 51,864 logits back each step.
 
 use crate::cpu_kernels::logits::{summarize, LogitsSummary};
 
@@ -99,7 +99,8 @@ impl Row {
     }
 
     /// The row's largest logit and its log-probability under the softmax of the whole
-    /// row: the greedy choice. On ties the lower token wins, as on a whole row.
+    /// row: the greedy choice. On a tie between the head and the tail the head's (lower)
+    /// token wins, as on a whole row.
     pub fn argmax_logprob(&self) -> (usize, f32) {
         let tail = summarize(&self.tail);
         let Some(head) = self.head else {

@@ -116,6 +116,8 @@ pub enum DType {
     /// Raw bytes: q8_0 weights re-laid out for the CPU kernel
     /// ([`crate::cpu_kernels::PackedQ8`]).
     I8,
+    /// 32-bit integers: graph inputs of ids and switches, never a weight.
+    I32,
 }
 
 impl DType {
@@ -125,6 +127,7 @@ impl DType {
             DType::F16 => sys::GGML_TYPE_F16,
             DType::Q8_0 => sys::GGML_TYPE_Q8_0,
             DType::I8 => sys::GGML_TYPE_I8,
+            DType::I32 => sys::GGML_TYPE_I32,
         }
     }
 
@@ -134,6 +137,7 @@ impl DType {
             sys::GGML_TYPE_F16 => Some(DType::F16),
             sys::GGML_TYPE_Q8_0 => Some(DType::Q8_0),
             sys::GGML_TYPE_I8 => Some(DType::I8),
+            sys::GGML_TYPE_I32 => Some(DType::I32),
             _ => None,
         }
     }
@@ -146,6 +150,7 @@ impl DType {
             DType::F16 => 2,
             DType::Q8_0 => 34,
             DType::I8 => 1,
+            DType::I32 => 4,
         }
     }
 
@@ -159,7 +164,7 @@ impl DType {
     /// whole number of blocks.
     pub fn block_len(self) -> usize {
         match self {
-            DType::F32 | DType::F16 | DType::I8 => 1,
+            DType::F32 | DType::F16 | DType::I8 | DType::I32 => 1,
             DType::Q8_0 => 32,
         }
     }
@@ -901,8 +906,8 @@ impl<'ctx> Tensor<'ctx> {
         self.len() == 0
     }
 
-    /// Element type; `None` for a type the engine does not compute in (the i32 token
-    /// ids of [`Context::new_i32_tensor`], or anything else ggml made).
+    /// Element type; `None` for a type the engine does not use (anything else ggml
+    /// made).
     pub fn dtype(&self) -> Option<DType> {
         // SAFETY: as above.
         DType::from_raw(unsafe { (*self.raw()).type_ })

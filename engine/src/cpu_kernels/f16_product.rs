@@ -211,6 +211,58 @@ pub fn product(w: Matrix<'_, u16>, x: Matrix<'_, f32>, y: &Output<'_>, part: Par
     Ok(())
 }
 
+/// The rows `pick` chooses in `rows` of the one-batch f16 weight `w` times the row `x`,
+/// each equal bit for bit to what [`product`] gives it (a row's dot does not depend on
+/// the rows beside it): `y[r - rows.start]` for each picked `r`, the others left as they
+/// are. Runs of four picked rows go together, a lone row alone. For the logits' second
+/// stage (`refine`), which recomputes a few scattered rows.
+pub fn product_rows(
+    w: Matrix<'_, u16>,
+    x: &[f32],
+    rows: std::ops::Range<usize>,
+    pick: impl Fn(usize) -> bool,
+    y: &mut [f32],
+) -> KernelResult {
+    let [k, n, batches] = w.dims();
+    expect_eq("the weight's batches", batches, 1)?;
+    expect_eq("the activations' row length", x.len(), k)?;
+    expect_eq("the output's rows", y.len(), rows.len())?;
+    if rows.end > n {
+        return Err(format!("rows up to {} of a weight of {n} rows", rows.end));
+    }
+    let Some(level) = f16_product_level() else {
+        return Err("this CPU lacks the vector instructions the f16 product needs".into());
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut r = rows.start;
+        while r < rows.end {
+            let four = r + 4 <= rows.end && (r..r + 4).all(&pick);
+            if !four && !pick(r) {
+                r += 1;
+                continue;
+            }
+            // SAFETY: the CPU has `level` (and F16C); rows r..r + 4 (four) or row r
+            // (read four times, stride 0) lie in the weight (rows.end <= n, Matrix::new);
+            // x holds k floats (checked above).
+            let dots = unsafe {
+                let wp = w.ptr().add(r * w.row_stride);
+                let stride = if four { w.row_stride } else { 0 };
+                match level {
+                    SimdLevel::Avx512 => f16_dot4_avx512(wp, stride, k, x.as_ptr()),
+                    SimdLevel::Avx2 => f16_dot4_avx2(wp, stride, k, x.as_ptr()),
+                }
+            };
+            let count = if four { 4 } else { 1 };
+            y[r - rows.start..][..count].copy_from_slice(&dots[..count]);
+            r += count;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (level, k, pick, y);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::f32_to_f16;

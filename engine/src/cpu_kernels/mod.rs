@@ -12,6 +12,8 @@
 //! - [`attention`]: multi-head self-attention (heads of 64) whose score rows stay in
 //!   cache, so the softmax is exact in one pass.
 //! - [`gelu`]: the exact (erf) GELU with a vectorisable rational erf.
+//! - [`refine`]: a decoder step's logits from a q8_0 product, the rows that could be
+//!   the largest computed again in f16 (a bound on the q8_0 error names them).
 //! - [`logits`]: the argmax and softmax normaliser of a logits row (a token choice).
 //! - [`snake`]: the AdaIN affine part and Snake of iSTFTNet's residual blocks in one
 //!   pass.
@@ -37,6 +39,7 @@ pub mod f32_product;
 pub mod gelu;
 pub mod logits;
 pub mod q8;
+pub mod refine;
 pub mod snake;
 
 pub use attention::{attention_kernel_available, ATTENTION_HEAD_DIM};

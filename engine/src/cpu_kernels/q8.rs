@@ -89,9 +89,9 @@ impl PackedQ8 {
 /// Quantizes one row of activations the way ggml's x86 q8_0 quantizer does (scale
 /// `max|x| / 127` stored as f16, values `x * 127 / max|x|` rounded to nearest even),
 /// storing the values offset by 128 as unsigned bytes for `vpdpbusd`. The plain form
-/// of `quantize_row_u8_avx512`, which the tests hold it to.
-#[cfg(test)]
-fn quantize_row_u8(x: &[f32], q: &mut [u8], d: &mut [f32]) {
+/// of `quantize_row_u8_avx512`, which the tests hold it to; the logits' error bound
+/// (`refine`) reads the rounding from it.
+pub(super) fn quantize_row_u8(x: &[f32], q: &mut [u8], d: &mut [f32]) {
     for ((xb, qb), db) in x
         .chunks_exact(QK)
         .zip(q.chunks_exact_mut(QK))

@@ -14,8 +14,8 @@ use llama_cpp_sys_2 as sys;
 
 use super::{Context, DType, GgmlError, Tensor};
 use crate::cpu_kernels::{
-    self as kernels, attention, conv_f32, f16_product, f32_product, gelu, q8, snake, Matrix,
-    Output, Part,
+    self as kernels, attention, conv_f32, f16_product, f32_product, gelu, q8, refine, snake,
+    Matrix, Output, Part,
 };
 
 /// The engine's custom ops, with the parameter each takes.
@@ -44,6 +44,11 @@ pub(super) enum CustomOp {
     },
     /// [`super::Context::mul_mat_f16_cpu`].
     F16Product,
+    /// [`super::Context::refine_logits_cpu`] with `head` text rows.
+    RefineLogits {
+        /// The rows before it are the text tokens, refined; the rest are exact.
+        head: usize,
+    },
     /// [`super::Context::ada_in_snake_cpu`] with this normalisation epsilon.
     AdaInSnake {
         /// The epsilon's bits (an f32 has no `Eq`).
@@ -188,6 +193,7 @@ impl CustomOp {
             CustomOp::SelfAttention { .. } => "self_attention_cpu",
             CustomOp::F16Product => "mul_mat_f16_cpu",
             CustomOp::AdaInSnake { .. } => "ada_in_snake_cpu",
+            CustomOp::RefineLogits { .. } => "refine_logits_cpu",
         }
     }
 
@@ -197,7 +203,9 @@ impl CustomOp {
     pub(super) fn check(self, srcs: &[Operand]) -> Result<[i64; 4], String> {
         let available = match self {
             CustomOp::Q8Packed | CustomOp::Q8Conv { .. } => kernels::q8_kernel_available(),
-            CustomOp::F16Product => kernels::f16_product_available(),
+            CustomOp::F16Product | CustomOp::RefineLogits { .. } => {
+                kernels::f16_product_available()
+            }
             CustomOp::F32Packed
             | CustomOp::F32Conv { .. }
             | CustomOp::GeluErf
@@ -309,6 +317,27 @@ impl CustomOp {
                 srcs[1].expect("the activations", DType::F32, [k, m, b, 1], true)?;
                 Ok([n, m, b, 1])
             }
+            CustomOp::RefineLogits { head } => {
+                arity(srcs, 5, 1)?;
+                let [k, n, _, _] = srcs[1].ne;
+                srcs[1].expect("the weight", DType::F16, [k, n, 1, 1], true)?;
+                let rows = srcs[0].ne[0];
+                srcs[0].expect("the q8_0 logits", DType::F32, [rows, 1, 1, 1], false)?;
+                srcs[2].expect("the activations", DType::F32, [k, 1, 1, 1], false)?;
+                let bounds = (refine::BOUNDS_PER_BLOCK as i64) * k / 32;
+                srcs[3].expect("the bounds", DType::F32, [bounds, 1, 1, 1], false)?;
+                srcs[4].expect("the switch", DType::I32, [1, 1, 1, 1], false)?;
+                if let Some(ban) = srcs.get(5) {
+                    ban.expect("the banned rows", DType::I32, [ban.ne[0], 1, 1, 1], false)?;
+                }
+                if k % 32 != 0 || rows > head as i64 || head as i64 > n {
+                    return Err(format!(
+                        "{rows} q8_0 logits and {head} text rows do not fit a weight of {n} \
+                         rows of {k} (whole blocks of 32)"
+                    ));
+                }
+                Ok([n, 1, 1, 1])
+            }
         }
     }
 
@@ -388,6 +417,24 @@ impl CustomOp {
                 }
                 CustomOp::F16Product => {
                     f16_product::product(matrix::<u16>(src(0))?, matrix::<f32>(src(1))?, &out, part)
+                }
+                CustomOp::RefineLogits { head } => {
+                    let ban = match src(5) {
+                        b if b.is_null() => &[][..],
+                        b => span::<i32>(b)?,
+                    };
+                    let whole = span::<i32>(src(4))?.first() != Some(&0);
+                    refine::refine(
+                        span::<f32>(src(0))?,
+                        matrix::<u16>(src(1))?,
+                        span::<f32>(src(2))?,
+                        span::<f32>(src(3))?,
+                        head,
+                        ban,
+                        whole,
+                        &out,
+                        part,
+                    )
                 }
             }
         }
@@ -766,6 +813,35 @@ impl Context {
         self.custom_op(op, &[w, x])
     }
 
+    /// A decoder step's logits in two stages ([`crate::cpu_kernels::refine`]): from
+    /// `q8` (the q8_0 product of the f16 weight `w`'s first rows, at most `head`, with
+    /// `x` [k, 1]) and the weight's q8_0 `bounds`, the f16 product of `w` [k, n] and
+    /// `x` where a row could hold the largest logit below `head` not in `ban`, and for
+    /// every row from `head` on; `q8`'s value elsewhere. Every row is the f16 product's
+    /// when `whole` (i32 [1]) is not 0. A CPU-only custom op; refuses any other operand.
+    #[allow(clippy::too_many_arguments)]
+    pub fn refine_logits_cpu<'a>(
+        &'a self,
+        q8: Tensor<'a>,
+        w: Tensor<'a>,
+        x: Tensor<'a>,
+        bounds: Tensor<'a>,
+        whole: Tensor<'a>,
+        ban: Option<Tensor<'a>>,
+        head: usize,
+    ) -> super::Result<Tensor<'a>> {
+        let op = CustomOp::RefineLogits { head };
+        let mut args = vec![
+            self.contiguous_f32(op, q8, "the q8_0 logits")?,
+            w,
+            self.contiguous_f32(op, x, "the activations")?,
+            bounds,
+            whole,
+        ];
+        args.extend(ban);
+        self.custom_op(op, &args)
+    }
+
     /// A CPU-only custom op node: the f32 tensor `op` computes from `args`, on every
     /// worker thread, once [`CustomOp::check`] accepted them (its callback checks
     /// them again when it runs).
@@ -975,8 +1051,9 @@ mod tests {
         let x16 = ctx.new_tensor(DType::F16, &[7, 3], "x16");
         refused(ctx.gelu_erf_cpu(x16), op, "the input: F16");
         let ids = ctx.new_i32_tensor(&[7], "ids");
-        assert_eq!(ids.dtype(), None, "i32 is no compute type");
-        refused(ctx.gelu_erf_cpu(ids), op, "a type the engine does not use");
+        refused(ctx.gelu_erf_cpu(ids), op, "the input: I32");
+        let bytes = ctx.new_tensor(DType::I8, &[7], "bytes");
+        refused(ctx.gelu_erf_cpu(bytes), op, "the input: I8");
     }
 
     #[test]
@@ -1032,6 +1109,71 @@ mod tests {
             ctx.mul_mat_f16_cpu(w_t, x),
             op,
             "the weight: not contiguous by rows",
+        );
+    }
+
+    #[test]
+    fn the_refined_logits_refuse_each_wrong_operand() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "refine_logits_cpu";
+        let q8 = ctx.new_tensor(DType::F32, &[32, 1], "q8");
+        let w = ctx.new_tensor(DType::F16, &[64, 40], "w");
+        let x = ctx.new_tensor(DType::F32, &[64, 1], "x");
+        let bounds = ctx.new_tensor(DType::F32, &[4], "bounds");
+        let whole = ctx.new_i32_tensor(&[1], "whole");
+        let ban = ctx.new_i32_tensor(&[3], "ban");
+        let r = ctx.refine_logits_cpu(q8, w, x, bounds, whole, Some(ban), 36);
+        assert_eq!(r.unwrap().ne(), [40, 1, 1, 1]);
+        refused(
+            ctx.refine_logits_cpu(q8, w, x, bounds, whole, None, 30),
+            op,
+            "do not fit",
+        );
+        refused(
+            ctx.refine_logits_cpu(q8, w, x, bounds, whole, None, 41),
+            op,
+            "do not fit",
+        );
+        let w32 = ctx.new_tensor(DType::F32, &[64, 40], "w32");
+        refused(
+            ctx.refine_logits_cpu(q8, w32, x, bounds, whole, None, 36),
+            op,
+            "the weight: F32",
+        );
+        let x2 = ctx.new_tensor(DType::F32, &[64, 2], "x2");
+        refused(
+            ctx.refine_logits_cpu(q8, w, x2, bounds, whole, None, 36),
+            op,
+            "the activations: dims",
+        );
+        let b3 = ctx.new_tensor(DType::F32, &[3], "b3");
+        refused(
+            ctx.refine_logits_cpu(q8, w, x, b3, whole, None, 36),
+            op,
+            "the bounds: dims",
+        );
+        let whole_f = ctx.new_tensor(DType::F32, &[1], "whole_f");
+        refused(
+            ctx.refine_logits_cpu(q8, w, x, bounds, whole_f, None, 36),
+            op,
+            "the switch: F32",
+        );
+        let ban_f = ctx.new_tensor(DType::F32, &[3], "ban_f");
+        refused(
+            ctx.refine_logits_cpu(q8, w, x, bounds, whole, Some(ban_f), 36),
+            op,
+            "the banned rows",
+        );
+        let w_odd = ctx.new_tensor(DType::F16, &[48, 40], "w_odd");
+        let x_odd = ctx.new_tensor(DType::F32, &[48, 1], "x_odd");
+        let b_odd = ctx.new_tensor(DType::F32, &[3], "b_odd");
+        refused(
+            ctx.refine_logits_cpu(q8, w_odd, x_odd, b_odd, whole, None, 36),
+            op,
+            "do not fit",
         );
     }
 

@@ -49,6 +49,11 @@ impl HostTensor {
                 .collect(),
             DType::F16 => f16_bytes_to_f32(&self.data),
             DType::I8 => self.data.iter().map(|&b| b as i8 as f32).collect(),
+            DType::I32 => self
+                .data
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)
+                .collect(),
             DType::Q8_0 => {
                 let blocks = self.data.len() / self.dtype.size();
                 let n = blocks * self.dtype.block_len();
@@ -243,9 +248,10 @@ unsafe fn read_contents(
         let mut res = Ok(());
         for i in 0..sys::gguf_get_n_tensors(gguf) {
             let name = cstr(sys::gguf_get_tensor_name(gguf, i));
-            // Packed I8 weights exist only in memory; a file never holds them.
+            // Packed I8 weights and I32 inputs exist only in memory; a file never
+            // holds them.
             let stored = DType::from_raw(sys::gguf_get_tensor_type(gguf, i));
-            let Some(dtype) = stored.filter(|&t| t != DType::I8) else {
+            let Some(dtype) = stored.filter(|&t| !matches!(t, DType::I8 | DType::I32)) else {
                 res = Err(GgmlError::BadGguf(format!(
                     "tensor '{name}' has an unsupported type"
                 )));

@@ -8,9 +8,14 @@
 //! for the f32 product; the layer then follows the storage it finds.
 
 use crate::backend::Runtime;
-use crate::cpu_kernels::{self, PackedQ8};
+use crate::cpu_kernels::{self, refine, PackedQ8};
 use crate::error::Result;
 use crate::ggml::{Context, DType, HostTensor, Tensor};
+use half::slice::HalfFloatSliceExt;
+
+/// Rows of an embedding quantized at a time for [`Layers::logit_stages`] (a multiple
+/// of the packed groups' 16).
+const LOGIT_STAGE_CHUNK: usize = 1024;
 
 /// What a weight feeds, so that [`Layers::store`] can choose its storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +83,99 @@ impl Layers {
         }
         let y = ctx.mul_mat(w, x);
         Ok(b.map_or(y, |b| ctx.add(y, b)))
+    }
+
+    /// The tensors a decoder step's logits against the f16 embedding `t` [k, n] take in
+    /// two stages ([`Layers::step_logits`]), when the q8_0 and f16 kernels run: a q8_0
+    /// copy of its first rows (whole groups of 16, packed for the q8_0 kernel), named
+    /// `<name>.q8`, and its error bounds, `<name>.q8_bounds`. None otherwise. The copy
+    /// takes 1.25 bytes a value beside the weight's 2.
+    pub fn logit_stages(&self, t: &HostTensor) -> Vec<HostTensor> {
+        let (k, n) = match t.ne[..] {
+            [k, n] if t.dtype == DType::F16 => (k as usize, n as usize),
+            _ => return Vec::new(),
+        };
+        let rows = n / cpu_kernels::q8::GROUP_COLS * cpu_kernels::q8::GROUP_COLS;
+        if !(self.q8 && self.f16) || rows == 0 || !k.is_multiple_of(32) || t.data.len() != 2 * k * n
+        {
+            return Vec::new();
+        }
+        // In chunks of rows, so that only one chunk is ever held as f32.
+        let mut bounds = vec![0f32; refine::BOUNDS_PER_BLOCK * k / 32];
+        let cells = rows / cpu_kernels::q8::GROUP_COLS * (k / 32);
+        let mut packed = PackedQ8 {
+            k,
+            n: rows,
+            bytes: Vec::with_capacity(cells * cpu_kernels::q8::CELL_BYTES),
+        };
+        let (mut halves, mut values) = (Vec::new(), Vec::new());
+        for start in (0..rows).step_by(LOGIT_STAGE_CHUNK) {
+            let end = (start + LOGIT_STAGE_CHUNK).min(rows);
+            halves.clear();
+            halves.extend(
+                t.data[2 * k * start..2 * k * end]
+                    .chunks_exact(2)
+                    .map(|b| half::f16::from_le_bytes([b[0], b[1]])),
+            );
+            values.resize(halves.len(), 0f32);
+            halves.convert_to_f32_slice(&mut values);
+            let chunk = refine::quantize_q8(&values, k, &mut bounds)
+                .and_then(|q8| PackedQ8::pack(&q8, k, end - start));
+            let Some(chunk) = chunk else {
+                return Vec::new();
+            };
+            packed.bytes.extend(chunk.bytes);
+        }
+        vec![
+            HostTensor {
+                name: format!("{}.q8", t.name),
+                dtype: DType::I8,
+                ne: packed.tensor_shape().to_vec(),
+                data: packed.bytes,
+            },
+            HostTensor {
+                name: format!("{}.q8_bounds", t.name),
+                dtype: DType::F32,
+                ne: vec![bounds.len() as i64],
+                data: bounds.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            },
+        ]
+    }
+
+    /// One decoder step's logits, `w` [k, n] times `x` [k, 1]. With `stages` (the
+    /// q8_0 copy and bounds of [`Layers::logit_stages`]), in two stages: a q8_0
+    /// product over the text rows (below `head`), then the f16 product for the rows
+    /// that could hold the largest one not in `ban` and for the rows from `head` on
+    /// ([`crate::cpu_kernels::refine`]); the argmax and every logit from `head` on are
+    /// the f16 product's. The returned switch (i32 [1], an input) set to 1 makes every
+    /// row the f16 product's (sampling reads them all). Without stages: the product.
+    pub fn step_logits<'a>(
+        &self,
+        ctx: &'a Context,
+        w: Tensor<'a>,
+        stages: Option<(Tensor<'a>, Tensor<'a>)>,
+        x: Tensor<'a>,
+        head: usize,
+        ban: Option<Tensor<'a>>,
+    ) -> Result<(Tensor<'a>, Option<Tensor<'a>>)> {
+        let groups = head.min(w.ne()[1] as usize) / cpu_kernels::q8::GROUP_COLS;
+        let Some((q8, bounds)) = stages.filter(|_| groups > 0) else {
+            return Ok((self.mul_mat(ctx, w, x)?, None));
+        };
+        let [cell, blocks, packed_groups, _] = q8.ne();
+        let groups = groups.min(packed_groups as usize);
+        let text = ctx.view_3d(
+            q8,
+            [cell, blocks, groups as i64],
+            cell as usize,
+            (cell * blocks) as usize,
+            0,
+        );
+        let first = ctx.mul_mat_q8_packed(text, x, None)?;
+        let whole = ctx.new_i32_tensor(&[1], "logits_whole");
+        whole.mark_input();
+        let logits = ctx.refine_logits_cpu(first, w, x, bounds, whole, ban, head)?;
+        Ok((logits, Some(whole)))
     }
 
     /// [`Context::mul_mat`] for a product that is a read of a large weight (a decoder

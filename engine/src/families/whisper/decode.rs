@@ -13,7 +13,7 @@ use super::alignment::{
     add_word_timestamps, attention_matrix, negative_dtw, word_timings, TimedPiece, WordTiming,
 };
 use super::mel;
-use super::model::{DecoderStep, WhisperNet};
+use super::model::{DecoderStep, Read, WhisperNet};
 use super::row::Row;
 use super::timestamps::{apply_timestamp_rules, split_at_timestamps, WindowSplit};
 use super::tokenizer::Tokenizer;
@@ -535,7 +535,12 @@ impl WindowDecoder<'_, '_, '_> {
                 break;
             }
             tokens.push(best as u32);
-            self.step.run(&mut self.graph, best as u32, n_past)?;
+            let read = if temperature > 0.0 {
+                Read::Logits
+            } else {
+                Read::Summary
+            };
+            self.step.run(&mut self.graph, best as u32, n_past, read)?;
             // Greedy decoding reads the step's summary, sampling every logit.
             row = if temperature > 0.0 {
                 Row::full(self.step.logits()?)

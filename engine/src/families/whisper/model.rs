@@ -181,9 +181,16 @@ impl WhisperNet {
         path: &Path,
     ) -> Result<Self> {
         let layers = Layers::new(&runtime);
-        let tensors = tensors.into_iter().map(|t| {
+        let tensors = tensors.into_iter().flat_map(|t| {
+            let stages = if t.name == EMBEDDING {
+                layers.logit_stages(&t)
+            } else {
+                Vec::new()
+            };
             let usage = weight_use(&t.name);
-            Ok(WeightTensor::from(layers.store(t, usage)))
+            std::iter::once(layers.store(t, usage))
+                .chain(stages)
+                .map(|t| Ok(WeightTensor::from(t)))
         });
         let weights = Arc::new(WeightStore::upload(path, tensors, &runtime)?);
         Self::with_weights(hp, weights, runtime, layers)
@@ -600,6 +607,26 @@ impl WhisperNet {
         &'a self,
         ctx: &'a Context,
         graph: &mut crate::ggml::Graph<'a>,
+        x: Tensor<'a>,
+        write: &CacheWrite<'a>,
+        n_logits: usize,
+        layers: &[usize],
+    ) -> Result<(Tensor<'a>, Vec<Tensor<'a>>)> {
+        let (last, scores) = self.decoder_states(ctx, graph, x, write, n_logits, layers)?;
+        // The logits are a read of the whole embedding (40 MB in f16 for tiny) per token.
+        let logits = self.layers.mul_mat(ctx, self.w(EMBEDDING), last)?;
+        logits.mark_output();
+        graph.expand(logits);
+        Ok((logits, scores))
+    }
+
+    /// The decoder's layers and final norm over `x`: the states of the last `n_logits`
+    /// positions, and the cross-attention scores of `layers` (see
+    /// [`WhisperNet::decoder_scores`]).
+    fn decoder_states<'a>(
+        &'a self,
+        ctx: &'a Context,
+        graph: &mut crate::ggml::Graph<'a>,
         mut x: Tensor<'a>,
         write: &CacheWrite<'a>,
         n_logits: usize,
@@ -618,15 +645,11 @@ impl WhisperNet {
         let x = self.layer_norm(ctx, x, "decoder.layer_norm");
         let n = x.ne()[1] as usize;
         let last = ctx.view_2d_rows(x, d as i64, n_logits as i64, (n - n_logits) * d);
-        // The logits are a read of the whole embedding (40 MB in f16 for tiny) per token.
-        let logits = self.layers.mul_mat(ctx, self.w(EMBEDDING), last)?;
-        logits.mark_output();
-        graph.expand(logits);
         let scores = layers
             .iter()
             .filter_map(|l| scores.iter().find(|(k, _)| k == l).map(|(_, t)| *t))
             .collect();
-        Ok((logits, scores))
+        Ok((last, scores))
     }
 
     /// The forced-alignment pass of word timestamps: the decoder reads `tokens` (the
@@ -727,7 +750,6 @@ impl WhisperNet {
             mask,
             n_kv,
         };
-        let logits = self.decoder(ctx, &mut graph, x, &write, 1)?;
         let n_vocab = hp.n_vocab;
         let head = head.clamp(1, n_vocab);
         let head_ban: Vec<i32> = head_ban
@@ -735,7 +757,6 @@ impl WhisperNet {
             .filter(|&&t| (t as usize) < head)
             .map(|&t| t as i32)
             .collect();
-        let rows = ctx.reshape(logits, &[1, n_vocab as i64]);
         let ban = (!head_ban.is_empty()).then(|| {
             let ids = ctx.new_i32_tensor(&[head_ban.len() as i64], "head_ban");
             let value = ctx.new_tensor(DType::F32, &[1, head_ban.len() as i64], "head_ban_value");
@@ -743,6 +764,22 @@ impl WhisperNet {
             value.mark_input();
             (ids, value)
         });
+        let (last, _) = self.decoder_states(ctx, &mut graph, x, &write, 1, &[])?;
+        let stages = self
+            .weights
+            .tensor(&format!("{EMBEDDING}.q8"))
+            .zip(self.weights.tensor(&format!("{EMBEDDING}.q8_bounds")));
+        let (logits, whole) = self.layers.step_logits(
+            ctx,
+            self.w(EMBEDDING),
+            stages,
+            last,
+            head,
+            ban.map(|(ids, _)| ids),
+        )?;
+        logits.mark_output();
+        graph.expand(logits);
+        let rows = ctx.reshape(logits, &[1, n_vocab as i64]);
         let banned = match ban {
             Some((ids, value)) => ctx.set_rows(rows, value, ids),
             None => rows,
@@ -771,7 +808,11 @@ impl WhisperNet {
             position,
             v_rows,
             mask,
-            ban: ban.map(|(ids, value)| (ids, value, head_ban)),
+            ban: ban.map(|(ids, value)| {
+                let minus_inf = vec![f32::NEG_INFINITY; head_ban.len()];
+                (ids, value, head_ban, minus_inf)
+            }),
+            whole,
             floor,
             logits,
             best,
@@ -802,6 +843,15 @@ enum CacheWrite<'a> {
     },
 }
 
+/// What the host reads after a decoder step ([`DecoderStep::run`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// The summary ([`DecoderStep::row`]): greedy decoding.
+    Summary,
+    /// Every logit ([`DecoderStep::logits`]): sampling at a temperature.
+    Logits,
+}
+
 /// The value the step graph puts after the text tokens' logits: below any logit a
 /// model gives, and finite, so that every backend's argmax lands on a row.
 const HEAD_FLOOR: f32 = -f32::MAX / 2.0;
@@ -812,8 +862,11 @@ pub struct DecoderStep<'a> {
     position: Tensor<'a>,
     v_rows: Tensor<'a>,
     mask: Tensor<'a>,
-    /// The head's banned ids, the -inf row they take, and the ids' values.
-    ban: Option<(Tensor<'a>, Tensor<'a>, Vec<i32>)>,
+    /// The head's banned ids, the -inf row they take, the ids' values and the row's.
+    ban: Option<(Tensor<'a>, Tensor<'a>, Vec<i32>, Vec<f32>)>,
+    /// The two-stage logits' switch ([`Layers::step_logits`]): 1 when every logit is
+    /// read, 0 when the summary is.
+    whole: Option<Tensor<'a>>,
     /// The finite value after the head ([`HEAD_FLOOR`]).
     floor: Tensor<'a>,
     logits: Tensor<'a>,
@@ -834,9 +887,15 @@ impl DecoderStep<'_> {
     }
 
     /// Feeds `token` at cache position `n_past` (after the prompt and the tokens before
-    /// it) through the prepared step graph; its scores are then read by
-    /// [`Self::logits`] or [`Self::row`].
-    pub fn run(&self, graph: &mut Prepared<'_, '_, '_>, token: u32, n_past: usize) -> Result<()> {
+    /// it) through the prepared step graph; its scores are then read as `read` says:
+    /// [`Self::logits`] after [`Read::Logits`], [`Self::row`] after either.
+    pub fn run(
+        &self,
+        graph: &mut Prepared<'_, '_, '_>,
+        token: u32,
+        n_past: usize,
+        read: Read,
+    ) -> Result<()> {
         if n_past >= self.n_kv {
             return Err(crate::error::EngineError::Usage(format!(
                 "decoder position {n_past} is past the step's {} cached positions",
@@ -849,8 +908,8 @@ impl DecoderStep<'_> {
         let v_rows: Vec<i32> = (0..self.width)
             .map(|j| (j * self.capacity + n_past) as i32)
             .collect();
-        let minus_inf = vec![f32::NEG_INFINITY; self.ban.as_ref().map_or(0, |b| b.2.len())];
         let floor = [HEAD_FLOOR];
+        let whole = [i32::from(read == Read::Logits)];
         let mut floats = vec![(self.mask, &mask[..]), (self.floor, &floor[..])];
         let token = [token as i32];
         let position = [n_past as i32];
@@ -859,15 +918,20 @@ impl DecoderStep<'_> {
             (self.position, &position[..]),
             (self.v_rows, &v_rows[..]),
         ];
-        if let Some((ids, value, banned)) = &self.ban {
+        if let Some((ids, value, banned, minus_inf)) = &self.ban {
             floats.push((*value, &minus_inf[..]));
             ints.push((*ids, &banned[..]));
+        }
+        if let Some(switch) = self.whole {
+            ints.push((switch, &whole[..]));
         }
         graph.compute(&floats, &ints)?;
         Ok(())
     }
 
-    /// Every logit of the last step (the text tokens of the head ban masked).
+    /// Every logit of the last step (the text tokens of the head ban masked); each one
+    /// the product's after [`Read::Logits`] (after [`Read::Summary`], text logits far
+    /// below the largest may be the first stage's, see [`Layers::step_logits`]).
     pub fn logits(&self) -> Result<Vec<f32>> {
         Ok(self.logits.read_f32()?)
     }
@@ -902,6 +966,12 @@ mod tests {
 
     /// A one-layer network of random f32 weights with a vocabulary of 300 tokens.
     fn random_net() -> WhisperNet {
+        random_net_with(16, DType::F32)
+    }
+
+    /// A random network whose decoder is `text_state` wide, its embedding stored as
+    /// `embedding`.
+    fn random_net_with(text_state: usize, embedding: DType) -> WhisperNet {
         let hp = HParams {
             n_mels: 8,
             n_audio_ctx: 8,
@@ -909,7 +979,7 @@ mod tests {
             n_audio_head: 2,
             n_audio_layer: 1,
             n_text_ctx: 16,
-            n_text_state: 16,
+            n_text_state: text_state,
             n_text_head: 2,
             n_text_layer: 1,
             n_vocab: 300,
@@ -926,7 +996,20 @@ mod tests {
             .into_iter()
             .map(|(name, ne)| {
                 let n: i64 = ne.iter().product();
-                let data = (0..n).flat_map(|_| next().to_le_bytes()).collect();
+                let values: Vec<f32> = (0..n).map(|_| next()).collect();
+                if name == EMBEDDING && embedding == DType::F16 {
+                    let data = values
+                        .iter()
+                        .flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes())
+                        .collect();
+                    return HostTensor {
+                        name,
+                        dtype: DType::F16,
+                        ne,
+                        data,
+                    };
+                }
+                let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
                 HostTensor {
                     name,
                     dtype: DType::F32,
@@ -957,7 +1040,7 @@ mod tests {
             let (mut graph, step) = net.build_step(&ctx, 8, head, &ban).unwrap();
             let mut prepared = step_sched.prepare(&mut graph).unwrap();
             for (pos, token) in [(0usize, 5u32), (1, 270), (2, 42)] {
-                step.run(&mut prepared, token, pos).unwrap();
+                step.run(&mut prepared, token, pos, Read::Summary).unwrap();
                 let ids = || ban.iter().map(|&t| t as usize);
                 let mut whole = Row::full(step.logits().unwrap());
                 whole.mask(ids());
@@ -976,5 +1059,57 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// With an f16 embedding on the CPU kernels the step's logits come in two stages
+    /// (`Layers::step_logits`): read as a summary, the step chooses the token the
+    /// whole f16 row does, its logits from end-of-text on are that row's bit for bit,
+    /// and only text logits far below the top differ (some do: the first stage ran).
+    #[test]
+    fn two_stage_logits_choose_as_the_f16_row() {
+        use crate::cpu_kernels as k;
+        if !(k::q8_kernel_available() && k::f16_product_available()) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run the CPU kernels"
+            );
+            return;
+        }
+        let net = random_net_with(32, DType::F16);
+        assert!(
+            net.weights.tensor(&format!("{EMBEDDING}.q8")).is_some(),
+            "no q8_0 copy"
+        );
+        let mut sched = net.scheduler().unwrap();
+        let mel: Vec<f32> = (0..8 * 16)
+            .map(|i| (i * 37 % 23) as f32 / 23.0 - 0.5)
+            .collect();
+        net.encode(&mut sched, &mel).unwrap();
+        let head = 250;
+        let ban = vec![3u32, 17, 120, 260];
+        let ctx = net.step_context().unwrap();
+        let (mut graph, step) = net.build_step(&ctx, 8, head, &ban).unwrap();
+        let mut step_sched = net.scheduler().unwrap();
+        let mut prepared = step_sched.prepare(&mut graph).unwrap();
+        let mut approximated = 0;
+        for (pos, token) in [(0usize, 5u32), (1, 270), (2, 42), (3, 7), (4, 199)] {
+            step.run(&mut prepared, token, pos, Read::Logits).unwrap();
+            let exact = step.logits().unwrap();
+            step.run(&mut prepared, token, pos, Read::Summary).unwrap();
+            let first = step.logits().unwrap();
+            assert_eq!(exact[head..], first[head..], "the logits after the text");
+            approximated += exact.iter().zip(&first).filter(|(a, b)| a != b).count();
+            let ids = || ban.iter().map(|&t| t as usize);
+            let mut whole = Row::full(exact);
+            whole.mask(ids());
+            let mut part = step.row().unwrap();
+            part.mask(ids());
+            let (wb, wl) = whole.argmax_logprob();
+            let (pb, pl) = part.argmax_logprob();
+            assert_eq!(wb, pb, "token at position {pos}");
+            assert_eq!(whole.max_in(0, head), part.max_in(0, head));
+            assert!((wl - pl).abs() < 0.05, "log-probability {wl} against {pl}");
+        }
+        assert!(approximated > 0, "every logit was the f16 product's");
     }
 }

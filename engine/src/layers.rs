@@ -17,6 +17,9 @@ use half::slice::HalfFloatSliceExt;
 /// of the packed groups' 16).
 const LOGIT_STAGE_CHUNK: usize = 1024;
 
+/// Threads at most that make [`Layers::logit_stages`]' copy.
+const LOGIT_STAGE_THREADS: usize = 4;
+
 /// What a weight feeds, so that [`Layers::store`] can choose its storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightUse {
@@ -100,32 +103,61 @@ impl Layers {
         {
             return Vec::new();
         }
-        // In chunks of rows, so that only one chunk is ever held as f32.
-        let mut bounds = vec![0f32; refine::BOUNDS_PER_BLOCK * k / 32];
-        let cells = rows / cpu_kernels::q8::GROUP_COLS * (k / 32);
-        let mut packed = PackedQ8 {
-            k,
-            n: rows,
-            bytes: Vec::with_capacity(cells * cpu_kernels::q8::CELL_BYTES),
+        // In chunks of rows, so that only one chunk per thread is ever held as f32,
+        // spread over a few threads (the quantization is most of the copy's load time).
+        use cpu_kernels::q8::{CELL_BYTES, GROUP_COLS};
+        let nb = k / 32;
+        let mut bytes = vec![0u8; rows / GROUP_COLS * nb * CELL_BYTES];
+        let chunks: Vec<(usize, &mut [u8])> = bytes
+            .chunks_mut(LOGIT_STAGE_CHUNK / GROUP_COLS * nb * CELL_BYTES)
+            .enumerate()
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(LOGIT_STAGE_THREADS);
+        let per_thread = chunks.len().div_ceil(threads);
+        let data = &t.data;
+        let bounds: Option<Vec<f32>> = std::thread::scope(|scope| {
+            let mut chunks = chunks;
+            let mut workers = Vec::new();
+            while !chunks.is_empty() {
+                let rest = chunks.split_off(per_thread.min(chunks.len()));
+                let mine = std::mem::replace(&mut chunks, rest);
+                workers.push(scope.spawn(move || {
+                    let mut bounds = vec![0f32; refine::BOUNDS_PER_BLOCK * nb];
+                    let (mut values, mut floats) = (Vec::new(), Vec::new());
+                    for (i, out) in mine {
+                        let start = i * LOGIT_STAGE_CHUNK;
+                        let end = (start + LOGIT_STAGE_CHUNK).min(rows);
+                        let halves: &[u8] = &data[2 * k * start..2 * k * end];
+                        values.clear();
+                        values.extend(
+                            halves
+                                .chunks_exact(2)
+                                .map(|b| half::f16::from_le_bytes([b[0], b[1]])),
+                        );
+                        floats.resize(values.len(), 0f32);
+                        values.convert_to_f32_slice(&mut floats);
+                        let packed = refine::quantize_q8(&floats, k, &mut bounds)
+                            .and_then(|q8| PackedQ8::pack(&q8, k, end - start))?;
+                        out.copy_from_slice(&packed.bytes);
+                    }
+                    Some(bounds)
+                }));
+            }
+            workers.into_iter().try_fold(
+                vec![0f32; refine::BOUNDS_PER_BLOCK * nb],
+                |mut all, worker| {
+                    let theirs = worker.join().ok().flatten()?;
+                    all.iter_mut().zip(theirs).for_each(|(a, b)| *a = a.max(b));
+                    Some(all)
+                },
+            )
+        });
+        let Some(bounds) = bounds else {
+            return Vec::new();
         };
-        let (mut halves, mut values) = (Vec::new(), Vec::new());
-        for start in (0..rows).step_by(LOGIT_STAGE_CHUNK) {
-            let end = (start + LOGIT_STAGE_CHUNK).min(rows);
-            halves.clear();
-            halves.extend(
-                t.data[2 * k * start..2 * k * end]
-                    .chunks_exact(2)
-                    .map(|b| half::f16::from_le_bytes([b[0], b[1]])),
-            );
-            values.resize(halves.len(), 0f32);
-            halves.convert_to_f32_slice(&mut values);
-            let chunk = refine::quantize_q8(&values, k, &mut bounds)
-                .and_then(|q8| PackedQ8::pack(&q8, k, end - start));
-            let Some(chunk) = chunk else {
-                return Vec::new();
-            };
-            packed.bytes.extend(chunk.bytes);
-        }
+        let packed = PackedQ8 { k, n: rows, bytes };
         vec![
             HostTensor {
                 name: format!("{}.q8", t.name),
@@ -409,6 +441,68 @@ fn pack_conv(t: HostTensor) -> HostTensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The logits' q8_0 copy, made in chunks over threads, is the one-pass copy of the
+    /// same rows (whole groups of 16), with the same bounds; one stage only without the
+    /// kernels, for a weight that is not f16 or whose rows are not whole blocks.
+    #[test]
+    fn the_logit_stages_copy_the_embedding_rows_in_order() {
+        let layers = Layers::with_cpu_kernels(true);
+        if !(layers.q8 && layers.f16) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run the CPU kernels"
+            );
+            return;
+        }
+        let (k, n) = (64usize, 2 * LOGIT_STAGE_CHUNK + 300);
+        let values: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 7919) % 1013) as f32 / 500.0 - 1.0)
+            .collect();
+        let halves: Vec<u16> = values
+            .iter()
+            .map(|&v| half::f16::from_f32(v).to_bits())
+            .collect();
+        let t = HostTensor {
+            name: "emb".into(),
+            dtype: DType::F16,
+            ne: vec![k as i64, n as i64],
+            data: halves.iter().flat_map(|h| h.to_le_bytes()).collect(),
+        };
+        let stages = layers.logit_stages(&t);
+        let rows = n / 16 * 16;
+        let floats: Vec<f32> = halves[..k * rows]
+            .iter()
+            .map(|&h| half::f16::from_bits(h).to_f32())
+            .collect();
+        let mut bounds = vec![0f32; refine::BOUNDS_PER_BLOCK * k / 32];
+        let q8 = refine::quantize_q8(&floats, k, &mut bounds).unwrap();
+        let packed = PackedQ8::pack(&q8, k, rows).unwrap();
+        assert_eq!(stages.len(), 2);
+        assert_eq!(stages[0].name, "emb.q8");
+        assert_eq!(stages[0].ne, packed.tensor_shape().to_vec());
+        assert!(stages[0].data == packed.bytes, "the packed copy differs");
+        let theirs: Vec<f32> = stages[1]
+            .data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        assert_eq!(theirs, bounds);
+        assert!(Layers::with_cpu_kernels(false).logit_stages(&t).is_empty());
+        let odd = HostTensor {
+            ne: vec![32, (k * n / 32) as i64 - 1],
+            ..t.clone()
+        };
+        assert!(
+            layers.logit_stages(&odd).is_empty(),
+            "a length that does not match its dims"
+        );
+        let f32_weight = HostTensor {
+            dtype: DType::F32,
+            ..t
+        };
+        assert!(layers.logit_stages(&f32_weight).is_empty());
+    }
 
     fn q8_weight(name: &str, k: usize, n: usize) -> HostTensor {
         let values: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 - 3.0).collect();

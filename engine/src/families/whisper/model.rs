@@ -576,7 +576,8 @@ impl WhisperNet {
         );
         let x = ctx.add(ctx.get_rows(self.w(EMBEDDING), ids), pos);
         let k = n_logits.clamp(1, tokens.len());
-        let logits = self.decoder(&ctx, &mut graph, x, &CacheWrite::At(n_past), k)?;
+        let (logits, _) =
+            self.decoder_scores(&ctx, &mut graph, x, &CacheWrite::At(n_past), k, &[])?;
         let ids_i32: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         sched.compute_with(&mut graph, &[], &[(ids, &ids_i32)])?;
         Ok(logits.read_f32()?)
@@ -589,20 +590,9 @@ impl WhisperNet {
     }
 
     /// The decoder's layers, final norm and logits over `x` (the new tokens'
-    /// embeddings plus positions): the logits of the last `n_logits` positions.
-    fn decoder<'a>(
-        &'a self,
-        ctx: &'a Context,
-        graph: &mut crate::ggml::Graph<'a>,
-        x: Tensor<'a>,
-        write: &CacheWrite<'a>,
-        n_logits: usize,
-    ) -> Result<Tensor<'a>> {
-        Ok(self.decoder_scores(ctx, graph, x, write, n_logits, &[])?.0)
-    }
-
-    /// [`WhisperNet::decoder`], also returning the cross-attention scores of the
-    /// `layers` listed (marked as outputs, in that order).
+    /// embeddings plus positions): the logits of the last `n_logits` positions, and
+    /// the cross-attention scores of the `layers` listed (marked as outputs, in that
+    /// order).
     fn decoder_scores<'a>(
         &'a self,
         ctx: &'a Context,
@@ -1022,17 +1012,23 @@ mod tests {
         WhisperNet::new(hp, tensors, runtime, Path::new("random.gguf")).unwrap()
     }
 
+    /// Encodes a fixed mel window of the random network's size, for the decoder to
+    /// attend to.
+    fn encode_a_window(net: &WhisperNet) {
+        let mut sched = net.scheduler().unwrap();
+        let mel: Vec<f32> = (0..8 * 16)
+            .map(|i| (i * 37 % 23) as f32 / 23.0 - 0.5)
+            .collect();
+        net.encode(&mut sched, &mel).unwrap();
+    }
+
     /// What the step graph summarises of the text tokens (the head ban masked, the
     /// floor after them) chooses the token the whole row does, with the same
     /// log-probability; also when every text token is banned.
     #[test]
     fn the_step_summary_chooses_as_the_whole_row() {
         let net = random_net();
-        let mut sched = net.scheduler().unwrap();
-        let mel: Vec<f32> = (0..8 * 16)
-            .map(|i| (i * 37 % 23) as f32 / 23.0 - 0.5)
-            .collect();
-        net.encode(&mut sched, &mel).unwrap();
+        encode_a_window(&net);
         let head = 250;
         for ban in [vec![3u32, 17, 120, 260], (0..250).collect()] {
             let mut step_sched = net.scheduler().unwrap();
@@ -1080,11 +1076,7 @@ mod tests {
             net.weights.tensor(&format!("{EMBEDDING}.q8")).is_some(),
             "no q8_0 copy"
         );
-        let mut sched = net.scheduler().unwrap();
-        let mel: Vec<f32> = (0..8 * 16)
-            .map(|i| (i * 37 % 23) as f32 / 23.0 - 0.5)
-            .collect();
-        net.encode(&mut sched, &mel).unwrap();
+        encode_a_window(&net);
         let head = 250;
         let ban = vec![3u32, 17, 120, 260];
         let ctx = net.step_context().unwrap();

@@ -145,11 +145,15 @@ impl Layers {
                     Some(bounds)
                 }));
             }
-            workers.into_iter().try_fold(
+            // Every worker is joined (a panic becomes None), then their bounds merged.
+            let done: Vec<Option<Vec<f32>>> = workers
+                .into_iter()
+                .map(|worker| worker.join().ok().flatten())
+                .collect();
+            done.into_iter().try_fold(
                 vec![0f32; refine::BOUNDS_PER_BLOCK * nb],
-                |mut all, worker| {
-                    let theirs = worker.join().ok().flatten()?;
-                    all.iter_mut().zip(theirs).for_each(|(a, b)| *a = a.max(b));
+                |mut all, theirs| {
+                    all.iter_mut().zip(theirs?).for_each(|(a, b)| *a = a.max(b));
                     Some(all)
                 },
             )

@@ -376,4 +376,42 @@ mod tests {
             fail_under_ci("this CPU cannot run the f16 product");
         }
     }
+
+    /// Picked rows equal the whole product's bit for bit, unpicked ones are left as
+    /// they were, and rows past the weight, a wrong activation length or output
+    /// length are refused.
+    #[test]
+    fn picked_rows_equal_the_whole_product_and_bad_ranges_are_refused() {
+        if !f16_product_available() {
+            fail_under_ci("this CPU cannot run the f16 product");
+            return;
+        }
+        let (k, n) = (40usize, 13usize);
+        let w: Vec<u16> = values(k * n, 3, 0.5)
+            .iter()
+            .map(|&v| f32_to_f16(v))
+            .collect();
+        let x = values(k, 4, 1.0);
+        let m = Matrix::rows(&w, k, n).unwrap();
+        let mut whole = vec![0f32; n];
+        product(
+            m,
+            Matrix::rows(&x, k, 1).unwrap(),
+            &Output::new(&mut whole),
+            Part::WHOLE,
+        )
+        .unwrap();
+        let mut y = vec![f32::NAN; n - 2];
+        product_rows(m, &x, 2..n, |r| r % 3 != 0, &mut y).unwrap();
+        for r in 2..n {
+            if r % 3 != 0 {
+                assert_eq!(y[r - 2].to_bits(), whole[r].to_bits(), "row {r}");
+            } else {
+                assert!(y[r - 2].is_nan(), "row {r} was not picked");
+            }
+        }
+        assert!(product_rows(m, &x, 10..n + 1, |_| true, &mut [0.0; 4]).is_err());
+        assert!(product_rows(m, &x[1..], 0..4, |_| true, &mut [0.0; 4]).is_err());
+        assert!(product_rows(m, &x, 0..4, |_| true, &mut [0.0; 3]).is_err());
+    }
 }

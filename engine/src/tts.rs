@@ -141,7 +141,7 @@ pub trait Synthesizer: Send {
     /// forks. By default the family makes none.
     fn fork(&self) -> Result<Box<dyn Synthesizer>> {
         Err(EngineError::Usage(
-            "this model runs one request at a time (its family does not fork; Kokoro does)".into(),
+            "this model runs one request at a time (its family does not fork; Kokoro and Qwen3-TTS do)".into(),
         ))
     }
     /// Where its weights' device memory starts, one address per buffer (a fork gives

@@ -327,6 +327,7 @@ fn transposed_taps(w: &[f32], k: usize, ic: usize, oc: usize) -> Vec<f32> {
 }
 
 /// The codec's blocks, checked at load.
+#[derive(Clone)]
 pub struct Codec {
     p: CodecParams,
     transformer: Vec<DecoderLayer>,

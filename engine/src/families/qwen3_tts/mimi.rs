@@ -103,6 +103,7 @@ pub fn is_codebook(name: &str) -> bool {
 }
 
 /// The codec encoder's weights, checked at load.
+#[derive(Clone)]
 pub struct Mimi {
     p: Params,
     transformer: Vec<DecoderLayer>,

@@ -28,6 +28,8 @@ pub mod tokenizer;
 pub mod transformer;
 pub mod voice;
 
+use std::sync::Arc;
+
 use crate::backend::Runtime;
 use crate::error::{EngineError, Result};
 use crate::families::{Family, LoaderInfo};
@@ -102,7 +104,7 @@ pub struct Qwen3Tts {
     codec: codec::Codec,
     /// The speaker encoder and codec encoder of a Base model, with their schedulers.
     encoders: Option<Encoders>,
-    tokenizer: TextTokenizer,
+    tokenizer: Arc<TextTokenizer>,
     /// Speakers in the order listed (the spec's default first).
     voices: Vec<String>,
     layers: Layers,
@@ -111,7 +113,22 @@ pub struct Qwen3Tts {
     talker_sched: Scheduler,
     predictor_sched: Scheduler,
     codec_sched: Scheduler,
-    weights: WeightStore,
+    /// Shared with the forks ([`Qwen3Tts::fork`]): read-only once uploaded.
+    weights: Arc<WeightStore>,
+    runtime: Runtime,
+}
+
+/// What a model is made of besides its schedulers: what [`Qwen3Tts::load`] reads and
+/// [`Qwen3Tts::fork`] shares.
+struct Parts {
+    hp: HParams,
+    talker: Talker,
+    codec: codec::Codec,
+    encoders: Option<(speaker::Speaker, mimi::Mimi)>,
+    tokenizer: Arc<TextTokenizer>,
+    voices: Vec<String>,
+    layers: Layers,
+    weights: Arc<WeightStore>,
     runtime: Runtime,
 }
 
@@ -239,6 +256,32 @@ impl Qwen3Tts {
         if voices.is_empty() && hp.model_type == "custom_voice" {
             return Err(file.invalid("the CustomVoice model has no preset speakers".into()));
         }
+        Self::with_schedulers(Parts {
+            hp,
+            talker,
+            codec,
+            encoders,
+            tokenizer: Arc::new(tokenizer),
+            voices,
+            layers,
+            weights: Arc::new(weights),
+            runtime,
+        })
+    }
+
+    /// The model from its parts, with schedulers of its own on `parts.runtime`.
+    fn with_schedulers(parts: Parts) -> Result<Self> {
+        let Parts {
+            hp,
+            talker,
+            codec,
+            encoders,
+            tokenizer,
+            voices,
+            layers,
+            weights,
+            runtime,
+        } = parts;
         let encoders = match encoders {
             Some((speaker, mimi)) => Some(Encoders {
                 speaker_sched: runtime.scheduler(speaker.nodes())?,
@@ -262,6 +305,31 @@ impl Qwen3Tts {
             weights,
             runtime,
         })
+    }
+
+    /// A second model for another thread: the weights and tokenizer shared (not
+    /// copied), schedulers and backends of its own ([`Runtime::fork`]); it speaks and
+    /// clones voices as `self` does, sample for sample. The caches live per request.
+    pub fn fork(&self) -> Result<Self> {
+        Self::with_schedulers(Parts {
+            hp: self.hp.clone(),
+            talker: self.talker.clone(),
+            codec: self.codec.clone(),
+            encoders: self
+                .encoders
+                .as_ref()
+                .map(|e| (e.speaker.clone(), e.mimi.clone())),
+            tokenizer: Arc::clone(&self.tokenizer),
+            voices: self.voices.clone(),
+            layers: self.layers,
+            weights: Arc::clone(&self.weights),
+            runtime: self.runtime.fork()?,
+        })
+    }
+
+    /// Where the weights' device memory starts (equal for a model and its forks).
+    pub fn weight_addresses(&self) -> Vec<usize> {
+        self.weights.base_addresses()
     }
 
     /// The model's hyper-parameters.
@@ -695,6 +763,14 @@ impl Synthesizer for Qwen3Tts {
                 EngineError::Usage("parameter 'voice': this model has no voices".into())
             }),
         }
+    }
+
+    fn fork(&self) -> Result<Box<dyn Synthesizer>> {
+        Ok(Box::new(Qwen3Tts::fork(self)?))
+    }
+
+    fn weight_addresses(&self) -> Vec<usize> {
+        Qwen3Tts::weight_addresses(self)
     }
 
     fn clone_voice(&mut self, sample: &VoiceSample<'_>) -> Result<Vec<u8>> {

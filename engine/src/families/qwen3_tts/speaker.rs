@@ -69,6 +69,7 @@ pub fn log_mel(samples: &[f32], mel_dim: usize, sample_rate: u32) -> Option<(Vec
 }
 
 /// The speaker encoder's weights, checked at load.
+#[derive(Clone)]
 pub struct Speaker {
     p: Params,
 }

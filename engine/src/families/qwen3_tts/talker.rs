@@ -27,6 +27,7 @@ const PREDICTOR: &str = "predictor";
 const NODES_PER_LAYER: usize = 64;
 
 /// The talker's and code predictor's weights, checked at load.
+#[derive(Clone)]
 pub struct Talker {
     hp: HParams,
     talker_layers: Vec<DecoderLayer>,

@@ -38,6 +38,7 @@ pub enum Variant {
 }
 
 /// One layer's weights, checked by name and shape at load; kept by name.
+#[derive(Clone)]
 pub struct DecoderLayer {
     prefix: String,
     variant: Variant,

@@ -104,7 +104,7 @@ pub struct ModelEntry {
     /// Requests the model runs at once, each on a worker of its own that shares the
     /// weights ([`ModelEntry::workers`]); absent: [`default_parallel`] for `asr`
     /// models, 1 for the others. `vad` models take only 1 (Silero does not fork); a
-    /// `tts` family that does not fork (Qwen3-TTS) serves with one worker and logs it.
+    /// `tts` family that does not fork (the test tone) serves with one worker and logs it.
     #[serde(default)]
     pub parallel: Option<usize>,
 }

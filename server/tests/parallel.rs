@@ -1,8 +1,12 @@
 //! A model's `parallel` workers: with two, two transcriptions sent at once both run
 //! (a busy timeout far shorter than one transcription) and give exactly what each gives
 //! alone; with one, the second is refused with 503 `server_busy`. `GET /v1/models`
-//! reports `parallel`. Whisper tiny.en q8_0 on a 14 s clip, one thread per request. A
-//! TTS family that does not fork serves with one worker and says so in the log.
+//! reports `parallel`. Whisper tiny.en q8_0 on a 14 s clip, one thread per request.
+//! Qwen3-TTS forks too: two cloned-voice speech requests at once both run and give the
+//! bytes one gives alone. A TTS family that does not fork serves with one worker and
+//! says so in the log.
+
+use base64::Engine as _;
 
 use std::path::Path;
 
@@ -130,4 +134,69 @@ fn a_family_that_does_not_fork_serves_with_one_worker_and_logs_it() {
             && log.contains("it serves with 1 of 3 workers"),
         "{log}"
     );
+}
+
+#[test]
+fn qwen3_tts_serves_two_speech_requests_at_once_with_the_same_audio() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = common::root().join("engine/tests/fixtures/qwen3_tts_clone");
+    let gguf = dir.path().join("base.gguf");
+    audiocpp_engine::tasks::convert(
+        "qwen3_tts",
+        &fixtures.join("base"),
+        None,
+        &gguf,
+        &Default::default(),
+    )
+    .unwrap();
+    let cfg = serde_json::json!({
+        "port": 0, "threads": 2, "busy_timeout_ms": 50,
+        "models": [{ "id": "base", "path": gguf, "family": "qwen3_tts", "task": "tts", "parallel": 2 }],
+    });
+    let mut cmd = common::server_command(&common::write_config(dir.path(), &cfg));
+    cmd.stderr(std::process::Stdio::piped());
+    let server = Server::spawn(&mut cmd);
+    let models: serde_json::Value = ureq::get(&server.url("/v1/models"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(models["data"][0]["parallel"], 2, "{models}");
+    let wav = std::fs::read(fixtures.join("ref_24k.wav")).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&wav);
+    let body = serde_json::json!({
+        "model": "base", "input": "Two workers, one set of weights.",
+        "ref_audio": format!("data:audio/wav;base64,{b64}"),
+        "ref_text": "Hello, this is a short reference clip.",
+        "options": { "temperature": 0, "max_frames": 12 },
+    });
+    let speak = || common::post_json(&server, "/v1/audio/speech", &body);
+    let alone = speak();
+    assert_eq!(
+        alone.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&alone.body)
+    );
+    assert!(alone.body.len() > 44, "a wav with samples");
+    let barrier = std::sync::Barrier::new(2);
+    let both = std::thread::scope(|s| {
+        let run = || {
+            barrier.wait();
+            speak()
+        };
+        let (a, b) = (s.spawn(run), s.spawn(run));
+        [a.join().unwrap(), b.join().unwrap()]
+    });
+    for answer in both {
+        assert_eq!(
+            answer.status,
+            200,
+            "with two workers both run: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert!(answer.body == alone.body, "the same audio as alone");
+    }
+    let log = server.stop();
+    assert!(!log.contains("runs one request at a time"), "{log}");
 }

@@ -104,6 +104,20 @@ fn two_workers_run_two_requests_at_once_and_one_refuses_the_second() {
     );
 }
 
+/// A server of `cfg` (written in `dir`) whose log [`Server::stop`] returns, and its
+/// `GET /v1/models`.
+fn spawn_logged(dir: &Path, cfg: &serde_json::Value) -> (Server, serde_json::Value) {
+    let mut cmd = common::server_command(&common::write_config(dir, cfg));
+    cmd.stderr(std::process::Stdio::piped());
+    let server = Server::spawn(&mut cmd);
+    let models = ureq::get(&server.url("/v1/models"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    (server, models)
+}
+
 #[test]
 fn a_family_that_does_not_fork_serves_with_one_worker_and_logs_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -113,14 +127,7 @@ fn a_family_that_does_not_fork_serves_with_one_worker_and_logs_it() {
         "port": 0, "threads": 1,
         "models": [{ "id": "tone", "path": tone, "family": "test_tone", "task": "tts", "parallel": 3 }],
     });
-    let mut cmd = common::server_command(&common::write_config(dir.path(), &cfg));
-    cmd.stderr(std::process::Stdio::piped());
-    let server = Server::spawn(&mut cmd);
-    let models: serde_json::Value = ureq::get(&server.url("/v1/models"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let (server, models) = spawn_logged(dir.path(), &cfg);
     assert_eq!(models["data"][0]["parallel"], 1, "{models}");
     let spoken = common::post_json(
         &server,
@@ -139,28 +146,13 @@ fn a_family_that_does_not_fork_serves_with_one_worker_and_logs_it() {
 #[test]
 fn qwen3_tts_serves_two_speech_requests_at_once_with_the_same_audio() {
     let dir = tempfile::tempdir().unwrap();
-    let fixtures = common::root().join("engine/tests/fixtures/qwen3_tts_clone");
-    let gguf = dir.path().join("base.gguf");
-    audiocpp_engine::tasks::convert(
-        "qwen3_tts",
-        &fixtures.join("base"),
-        None,
-        &gguf,
-        &Default::default(),
-    )
-    .unwrap();
+    let fixtures = common::qwen3_clone_fixtures();
+    let gguf = common::qwen3_base_gguf(dir.path());
     let cfg = serde_json::json!({
         "port": 0, "threads": 2, "busy_timeout_ms": 50,
         "models": [{ "id": "base", "path": gguf, "family": "qwen3_tts", "task": "tts", "parallel": 2 }],
     });
-    let mut cmd = common::server_command(&common::write_config(dir.path(), &cfg));
-    cmd.stderr(std::process::Stdio::piped());
-    let server = Server::spawn(&mut cmd);
-    let models: serde_json::Value = ureq::get(&server.url("/v1/models"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let (server, models) = spawn_logged(dir.path(), &cfg);
     assert_eq!(models["data"][0]["parallel"], 2, "{models}");
     let wav = std::fs::read(fixtures.join("ref_24k.wav")).unwrap();
     let b64 = base64::engine::general_purpose::STANDARD.encode(&wav);

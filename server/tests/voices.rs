@@ -19,7 +19,7 @@ const KEY: &str = "test-key";
 
 /// The fixture folder of the cloning checkpoints.
 fn fixtures() -> PathBuf {
-    common::root().join("engine/tests/fixtures/qwen3_tts_clone")
+    common::qwen3_clone_fixtures()
 }
 
 /// The Base checkpoint converted to GGUF once for the whole file.
@@ -28,15 +28,7 @@ fn base_gguf() -> &'static Path {
     &GGUF
         .get_or_init(|| {
             let dir = tempfile::tempdir().unwrap();
-            let out = dir.path().join("base.gguf");
-            audiocpp_engine::tasks::convert(
-                "qwen3_tts",
-                &fixtures().join("base"),
-                None,
-                &out,
-                &Default::default(),
-            )
-            .unwrap();
+            let out = common::qwen3_base_gguf(dir.path());
             (dir, out)
         })
         .1

@@ -35,6 +35,26 @@ pub fn whisper_tiny_gguf(dir: &Path) -> PathBuf {
     gguf
 }
 
+/// The committed random-weight Qwen3-TTS Base checkpoint's folder
+/// (`engine/tests/fixtures/qwen3_tts_clone`: `base/`, `ref_24k.wav` and what it says).
+pub fn qwen3_clone_fixtures() -> PathBuf {
+    root().join("engine/tests/fixtures/qwen3_tts_clone")
+}
+
+/// That Base checkpoint converted by the engine into `dir/base.gguf`; returns its path.
+pub fn qwen3_base_gguf(dir: &Path) -> PathBuf {
+    let gguf = dir.join("base.gguf");
+    audiocpp_engine::tasks::convert(
+        "qwen3_tts",
+        &qwen3_clone_fixtures().join("base"),
+        None,
+        &gguf,
+        &Default::default(),
+    )
+    .unwrap();
+    gguf
+}
+
 /// Kokoro q8_0 converted by the engine from the pinned sources (the int8 ONNX, every
 /// voice, the vocabulary and lexicons) with the repository's specs, cached in this
 /// crate's test scratch folder and made again when the test binary (which holds the

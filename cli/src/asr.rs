@@ -48,20 +48,13 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
         }
     };
     check_output("--subtitles-out", flags.asr.subtitles_out.as_deref())?;
-    let mut asr = AsrModel::load(family, model, spec, &opts)?;
-    let mut decode = asr.default_options();
-    if let Some(lang) = &flags.asr.language {
-        decode.language = lang.clone();
-    }
-    decode.without_timestamps = flags.asr.without_timestamps;
-    decode.word_timestamps = flags.asr.word_timestamps;
+    // Every flag is checked before the model loads: a mistyped one costs no load.
     if let Some(t) = &flags.asr.temperatures {
         if t.is_empty() || t.iter().any(|&x| !(0.0..=2.0).contains(&x)) {
             return Err(usage(format!(
                 "--temperatures {t:?}: give values between 0 and 2, e.g. 0,0.2,0.4"
             )));
         }
-        decode.temperatures = t.clone();
     }
     if flags.vad.vad_chunks_out.is_some() {
         return Err(usage("--vad-chunks-out is for --task vad"));
@@ -75,11 +68,8 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             "{flag} tunes the VAD of --task asr: give --vad-model FILE too (or run --task vad)"
         )));
     }
-    let (out, vad_device) = match &flags.asr.vad_model {
-        None => {
-            let samples = audio::load_limited(audio, asr.sample_rate(), &limits)?.samples;
-            (asr.run_samples(&samples, &decode)?, None)
-        }
+    let vad_backend = match &flags.asr.vad_model {
+        None => None,
         Some(vad_path) => {
             if !vad_path.is_file() {
                 return Err(usage(format!(
@@ -87,15 +77,30 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
                     vad_path.display()
                 )));
             }
-            // A spec folder serves both models; a single spec file is the ASR model's.
-            let specs = spec.filter(|p| p.is_dir());
-            let vad_opts = opts.for_vad(
+            Some(
                 flags
                     .asr
                     .vad_backend
                     .parse()
                     .map_err(|e| usage(format!("--vad-backend: {e}")))?,
-            );
+            )
+        }
+    };
+    let mut asr = AsrModel::load(family, model, spec, &opts)?;
+    let mut decode = asr.default_options();
+    if let Some(lang) = &flags.asr.language {
+        decode.language = lang.clone();
+    }
+    decode.without_timestamps = flags.asr.without_timestamps;
+    decode.word_timestamps = flags.asr.word_timestamps;
+    if let Some(t) = &flags.asr.temperatures {
+        decode.temperatures = t.clone();
+    }
+    let (out, vad_device) = match (&flags.asr.vad_model, vad_backend) {
+        (Some(vad_path), Some(vad_backend)) => {
+            // A spec folder serves both models; a single spec file is the ASR model's.
+            let specs = spec.filter(|p| p.is_dir());
+            let vad_opts = opts.for_vad(vad_backend);
             let mut vad = VadModel::load(&flags.asr.vad_family, vad_path, specs, &vad_opts)
                 .map_err(|e| {
                     let f = Failure::from(e);
@@ -108,6 +113,10 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             let samples = audio::load_limited(audio, asr.sample_rate(), &limits)?.samples;
             let out = asr.run_samples_with_vad(&samples, &decode, &mut vad, &params)?;
             (out, Some(vad.device()))
+        }
+        _ => {
+            let samples = audio::load_limited(audio, asr.sample_rate(), &limits)?.samples;
+            (asr.run_samples(&samples, &decode)?, None)
         }
     };
     write_then_print(

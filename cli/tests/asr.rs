@@ -966,6 +966,37 @@ fn vad_flags_need_their_task() {
         ],
     );
     assert_user_error(&lacking, "available: cpu");
+    // The flags are checked before the model loads: with a file that is no model at
+    // all, each error still names its flag, not the model.
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.gguf");
+    std::fs::write(&junk, b"not a model").unwrap();
+    for (extra, flag) in [
+        (
+            &["--vad-model", s(&silero_bin()), "--vad-backend", "tpu"][..],
+            "--vad-backend",
+        ),
+        (&["--vad-model", "no-such-vad.bin"][..], "--vad-model"),
+        (
+            &[
+                "--vad-model",
+                s(&silero_bin()),
+                "--vad-chunks-out",
+                "x.json",
+            ][..],
+            "--vad-chunks-out",
+        ),
+        (&["--vad-threshold", "0.6"][..], "--vad-threshold"),
+        (&["--temperatures", "0,5"][..], "--temperatures"),
+    ] {
+        let run = cli(&[&asr_args(s(&junk), s(&phrase))[..], extra].concat());
+        assert_user_error(&run, flag);
+        assert!(
+            !run.stderr.contains("junk.gguf"),
+            "{flag} after the load: {}",
+            run.stderr
+        );
+    }
     // A Whisper model is not a VAD model: the error names the flag.
     let wrong = asr(s(&phrase), &["--vad-model", s(gguf())]);
     assert_ne!(wrong.code, 0);

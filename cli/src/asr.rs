@@ -68,7 +68,8 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             "{flag} tunes the VAD of --task asr: give --vad-model FILE too (or run --task vad)"
         )));
     }
-    let vad_backend = match &flags.asr.vad_model {
+    // The VAD model and its backend, when one is given.
+    let vad = match &flags.asr.vad_model {
         None => None,
         Some(vad_path) => {
             if !vad_path.is_file() {
@@ -77,13 +78,12 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
                     vad_path.display()
                 )));
             }
-            Some(
-                flags
-                    .asr
-                    .vad_backend
-                    .parse()
-                    .map_err(|e| usage(format!("--vad-backend: {e}")))?,
-            )
+            let backend = flags
+                .asr
+                .vad_backend
+                .parse()
+                .map_err(|e| usage(format!("--vad-backend: {e}")))?;
+            Some((vad_path, backend))
         }
     };
     let mut asr = AsrModel::load(family, model, spec, &opts)?;
@@ -96,8 +96,8 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     if let Some(t) = &flags.asr.temperatures {
         decode.temperatures = t.clone();
     }
-    let (out, vad_device) = match (&flags.asr.vad_model, vad_backend) {
-        (Some(vad_path), Some(vad_backend)) => {
+    let (out, vad_device) = match vad {
+        Some((vad_path, vad_backend)) => {
             // A spec folder serves both models; a single spec file is the ASR model's.
             let specs = spec.filter(|p| p.is_dir());
             let vad_opts = opts.for_vad(vad_backend);
@@ -114,7 +114,7 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             let out = asr.run_samples_with_vad(&samples, &decode, &mut vad, &params)?;
             (out, Some(vad.device()))
         }
-        _ => {
+        None => {
             let samples = audio::load_limited(audio, asr.sample_rate(), &limits)?.samples;
             (asr.run_samples(&samples, &decode)?, None)
         }

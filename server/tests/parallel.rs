@@ -6,9 +6,9 @@
 //! bytes one gives alone. A TTS family that does not fork serves with one worker and
 //! says so in the log.
 
-use base64::Engine as _;
-
 use std::path::Path;
+
+use base64::Engine as _;
 
 mod common;
 use common::Server;
@@ -56,11 +56,16 @@ fn transcribe(server: &Server, wav: &[u8]) -> (u16, serde_json::Value) {
 
 /// Two transcriptions of `wav` sent at once.
 fn two_at_once(server: &Server, wav: &[u8]) -> [(u16, serde_json::Value); 2] {
+    at_once(|| transcribe(server, wav))
+}
+
+/// `request` made twice at once, from two threads released together.
+fn at_once<R: Send>(request: impl Fn() -> R + Sync) -> [R; 2] {
     let barrier = std::sync::Barrier::new(2);
     std::thread::scope(|s| {
         let run = || {
             barrier.wait();
-            transcribe(server, wav)
+            request()
         };
         let (a, b) = (s.spawn(run), s.spawn(run));
         [a.join().unwrap(), b.join().unwrap()]
@@ -171,16 +176,7 @@ fn qwen3_tts_serves_two_speech_requests_at_once_with_the_same_audio() {
         String::from_utf8_lossy(&alone.body)
     );
     assert!(alone.body.len() > 44, "a wav with samples");
-    let barrier = std::sync::Barrier::new(2);
-    let both = std::thread::scope(|s| {
-        let run = || {
-            barrier.wait();
-            speak()
-        };
-        let (a, b) = (s.spawn(run), s.spawn(run));
-        [a.join().unwrap(), b.join().unwrap()]
-    });
-    for answer in both {
+    for answer in at_once(speak) {
         assert_eq!(
             answer.status,
             200,

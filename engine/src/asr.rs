@@ -139,6 +139,18 @@ pub trait Recognizer: Send {
     ) -> Result<(String, Option<f32>)>;
     /// Transcribes mono samples (segment times relative to their start).
     fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript>;
+    /// Transcribes each `(samples, options)` of `jobs`, each as [`Self::transcribe`]
+    /// would: a family that batches requests runs them together, others one after
+    /// another. The outer error fails the whole batch.
+    fn transcribe_batch(
+        &mut self,
+        jobs: &[(&[f32], &DecodeOptions)],
+    ) -> Result<Vec<Result<Transcript>>> {
+        Ok(jobs
+            .iter()
+            .map(|(samples, opts)| self.transcribe(samples, opts))
+            .collect())
+    }
     /// A second model for another thread, which shares the weights (not copied) and has
     /// caches and backends of its own: the server runs requests side by side on forks.
     fn fork(&self) -> Result<Box<dyn Recognizer>>;
@@ -303,7 +315,6 @@ impl AsrModel {
         opts: &DecodeOptions,
     ) -> Result<AsrOutput> {
         let t0 = Instant::now();
-        let rate = self.sample_rate();
         let first = chunks
             .first()
             .map_or(&samples[..0], |c| &samples[c.start..c.end]);
@@ -313,13 +324,73 @@ impl AsrModel {
             language: language.clone(),
             ..opts.clone()
         };
+        let mut parts = Vec::with_capacity(chunks.len());
+        for c in chunks {
+            parts.push((
+                c.start,
+                self.model.transcribe(&samples[c.start..c.end], &opts)?,
+            ));
+        }
+        Ok(self.output(samples.len(), (language, language_probability), parts, t0))
+    }
+
+    /// Transcribes each `(samples, options)` of `inputs` as [`Self::run_samples`] does;
+    /// a family that batches requests ([`Recognizer::transcribe_batch`]) decodes them
+    /// together, with the same transcripts. The outer error fails the whole batch;
+    /// `inference_ms` is the batch's.
+    pub fn run_batch(
+        &mut self,
+        inputs: &[(&[f32], &DecodeOptions)],
+    ) -> Result<Vec<Result<AsrOutput>>> {
+        let t0 = Instant::now();
+        let resolved: Vec<Result<(String, Option<f32>)>> = inputs
+            .iter()
+            .map(|(samples, opts)| self.model.resolve_language(samples, &opts.language))
+            .collect();
+        let opts: Vec<Option<DecodeOptions>> = inputs
+            .iter()
+            .zip(&resolved)
+            .map(|((_, opts), r)| {
+                r.as_ref().ok().map(|(language, _)| DecodeOptions {
+                    language: language.clone(),
+                    ..(*opts).clone()
+                })
+            })
+            .collect();
+        let jobs: Vec<(&[f32], &DecodeOptions)> = inputs
+            .iter()
+            .zip(&opts)
+            .filter_map(|((samples, _), o)| o.as_ref().map(|o| (*samples, o)))
+            .collect();
+        let mut done = self.model.transcribe_batch(&jobs)?.into_iter();
+        Ok(inputs
+            .iter()
+            .zip(resolved)
+            .map(|((samples, _), language)| {
+                let language = language?;
+                let part = done.next().expect("one transcript per job")?;
+                Ok(self.output(samples.len(), language, vec![(0, part)], t0))
+            })
+            .collect())
+    }
+
+    /// The output of a run over `n_samples` samples in `language` (and its detected
+    /// probability) from the transcripts of its chunks (each with its first sample),
+    /// joined in order with times relative to the whole audio.
+    fn output(
+        &self,
+        n_samples: usize,
+        (language, language_probability): (String, Option<f32>),
+        parts: Vec<(usize, Transcript)>,
+        t0: Instant,
+    ) -> AsrOutput {
+        let rate = self.sample_rate();
         let mut segments = Vec::new();
         let mut decode_passes = 0;
         let (mut decoder_steps, mut decoder_ms) = (0, 0.0);
-        for c in chunks {
-            let part = self.model.transcribe(&samples[c.start..c.end], &opts)?;
-            let offset = c.start as f64 / rate as f64;
-            let frame_offset = self.model.frames_at(c.start);
+        for (start, part) in parts {
+            let offset = start as f64 / rate as f64;
+            let frame_offset = self.model.frames_at(start);
             segments.extend(part.segments.into_iter().map(|s| {
                 Segment {
                     start: s.start + offset,
@@ -347,11 +418,11 @@ impl AsrModel {
             .collect::<String>()
             .trim()
             .to_string();
-        Ok(AsrOutput {
+        AsrOutput {
             family: self.family.to_string(),
             device: self.model.device(),
             spec_source: self.spec_source.to_string(),
-            audio_seconds: samples.len() as f64 / rate as f64,
+            audio_seconds: n_samples as f64 / rate as f64,
             language,
             language_probability,
             text,
@@ -360,7 +431,7 @@ impl AsrModel {
             decoder_steps,
             decoder_ms,
             inference_ms: t0.elapsed().as_secs_f64() * 1000.0,
-        })
+        }
     }
 
     /// Decodes an audio file and transcribes it.

@@ -46,6 +46,7 @@ macro_rules! tensor_ops {
 mod checks;
 mod conv;
 mod custom_op;
+pub(crate) use custom_op::panic_text;
 mod device;
 mod gguf;
 pub mod hip_arch;

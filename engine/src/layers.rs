@@ -88,6 +88,14 @@ impl Layers {
         Ok(b.map_or(y, |b| ctx.add(y, b)))
     }
 
+    /// Whether a product with the weight `w` gives each column of its input the bits a
+    /// product with that column alone gives: the q8_0 kernel's does (each row's sums
+    /// run in one order whatever the columns beside it); ggml's products may tile or
+    /// split several columns otherwise.
+    pub fn sums_columns_alike(&self, w: Tensor<'_>) -> bool {
+        w.dtype() == Some(DType::I8)
+    }
+
     /// The tensors a decoder step's logits against the f16 embedding `t` [k, n] take in
     /// two stages ([`Layers::step_logits`]), when the q8_0 and f16 kernels run: a q8_0
     /// copy of its first rows (whole groups of 16, packed for the q8_0 kernel), named
@@ -178,13 +186,15 @@ impl Layers {
         ]
     }
 
-    /// One decoder step's logits, `w` [k, n] times `x` [k, 1]. With `stages` (the
-    /// q8_0 copy and bounds of [`Layers::logit_stages`]), in two stages: a q8_0
-    /// product over the text rows (below `head`), then the f16 product for the rows
-    /// that could hold the largest one not in `ban` and for the rows from `head` on
-    /// ([`crate::cpu_kernels::refine`]); the argmax and every logit from `head` on are
-    /// the f16 product's. The returned switch (i32 [1], an input) set to 1 makes every
-    /// row the f16 product's (sampling reads them all). Without stages: the product.
+    /// One decoder step's logits for each column of `x` [k, m], `w` [k, n] times the
+    /// column. With `stages` (the q8_0 copy and bounds of [`Layers::logit_stages`]), in
+    /// two stages: a q8_0 product over the text rows (below `head`) for all columns,
+    /// then per column the f16 product for the rows that could hold the largest one
+    /// not in `ban` and for the rows from `head` on ([`crate::cpu_kernels::refine`]);
+    /// the argmax and every logit from `head` on are the f16 product's. Each column's
+    /// switch (i32 [1], an input) set to 1 makes every row of that column the f16
+    /// product's (sampling reads them all). Without stages: the product's columns (one
+    /// product per column where several would not sum each column alike).
     pub fn step_logits<'a>(
         &self,
         ctx: &'a Context,
@@ -193,10 +203,25 @@ impl Layers {
         x: Tensor<'a>,
         head: usize,
         ban: Option<Tensor<'a>>,
-    ) -> Result<(Tensor<'a>, Option<Tensor<'a>>)> {
+    ) -> Result<Vec<(Tensor<'a>, Option<Tensor<'a>>)>> {
+        let m = x.ne()[1] as usize;
+        let column = |t: Tensor<'a>, i: usize| {
+            if m == 1 {
+                t
+            } else {
+                let rows = t.ne()[0];
+                ctx.view_2d_rows(t, rows, 1, i * rows as usize)
+            }
+        };
         let groups = head.min(w.ne()[1] as usize) / cpu_kernels::q8::GROUP_COLS;
         let Some((q8, bounds)) = stages.filter(|_| groups > 0) else {
-            return Ok((self.mul_mat(ctx, w, x)?, None));
+            if m > 1 && !self.sums_columns_alike(w) {
+                return (0..m)
+                    .map(|i| Ok((self.mul_mat(ctx, w, column(x, i))?, None)))
+                    .collect();
+            }
+            let all = self.mul_mat(ctx, w, x)?;
+            return Ok((0..m).map(|i| (column(all, i), None)).collect());
         };
         let [cell, blocks, packed_groups, _] = q8.ne();
         let groups = groups.min(packed_groups as usize);
@@ -208,10 +233,22 @@ impl Layers {
             0,
         );
         let first = ctx.mul_mat_q8_packed(text, x, None)?;
-        let whole = ctx.new_i32_tensor(&[1], "logits_whole");
-        whole.mark_input();
-        let logits = ctx.refine_logits_cpu(first, w, x, bounds, whole, ban, head)?;
-        Ok((logits, Some(whole)))
+        (0..m)
+            .map(|i| {
+                let whole = ctx.new_i32_tensor(&[1], "logits_whole");
+                whole.mark_input();
+                let logits = ctx.refine_logits_cpu(
+                    column(first, i),
+                    w,
+                    column(x, i),
+                    bounds,
+                    whole,
+                    ban,
+                    head,
+                )?;
+                Ok((logits, Some(whole)))
+            })
+            .collect()
     }
 
     /// [`Context::mul_mat`] for a product that is a read of a large weight (a decoder

@@ -18,7 +18,6 @@
 
 mod whisper_common;
 
-use std::f32::consts::PI;
 use std::time::Instant;
 
 use audiocpp_engine::asr::DecodeOptions;
@@ -38,25 +37,6 @@ fn white_noise() -> Vec<f32> {
             state ^= state << 17;
             let u = (state >> 40) as f32 / (1u64 << 24) as f32;
             amplitude * (2.0 * u - 1.0)
-        })
-        .collect()
-}
-
-/// A major chord (root, third, fifth) whose root glides between 220 and 440 Hz every
-/// four seconds: music-like tones with no speech in them.
-fn tones() -> Vec<f32> {
-    let rate = 16_000.0;
-    let mut phase = [0f32; 3];
-    (0..SAMPLES)
-        .map(|i| {
-            let t = i as f32 / rate;
-            let root = 220.0 * 2f32.powf(0.5 + 0.5 * (2.0 * PI * t / 8.0).sin());
-            let mut v = 0.0;
-            for (p, ratio) in phase.iter_mut().zip([1.0, 1.26, 1.5]) {
-                *p = (*p + 2.0 * PI * root * ratio / rate) % (2.0 * PI);
-                v += 0.1 * p.sin();
-            }
-            v
         })
         .collect()
 }
@@ -104,7 +84,7 @@ fn ten_minutes_of_white_noise_give_no_text() {
 
 #[test]
 fn ten_minutes_of_tones_give_no_text() {
-    let (text, passes) = run("tones", &tones());
+    let (text, passes) = run("tones", &tones(SAMPLES));
     assert_eq!(text, "", "tones must give no text");
     assert!(
         (20..=MAX_PASSES).contains(&passes),

@@ -174,3 +174,23 @@ pub fn words(text: &str) -> Vec<String> {
 }
 
 pub use audiocpp_test_support::word_errors;
+
+/// `samples` of a major chord (root, third, fifth) at 16 kHz whose root glides between
+/// 220 and 440 Hz every four seconds: music-like tones with no speech in them.
+pub fn tones(samples: usize) -> Vec<f32> {
+    use std::f32::consts::PI;
+    let rate = 16_000.0;
+    let mut phase = [0f32; 3];
+    (0..samples)
+        .map(|i| {
+            let t = i as f32 / rate;
+            let root = 220.0 * 2f32.powf(0.5 + 0.5 * (2.0 * PI * t / 8.0).sin());
+            let mut v = 0.0;
+            for (p, ratio) in phase.iter_mut().zip([1.0, 1.26, 1.5]) {
+                *p = (*p + 2.0 * PI * root * ratio / rate) % (2.0 * PI);
+                v += 0.1 * p.sin();
+            }
+            v
+        })
+        .collect()
+}

@@ -13,7 +13,8 @@ use super::alignment::{
     add_word_timestamps, attention_matrix, negative_dtw, word_timings, TimedPiece, WordTiming,
 };
 use super::mel;
-use super::model::{DecoderStep, Read, WhisperNet};
+use super::mel::MelParams;
+use super::model::{DecoderStep, HParams, Read, StepInput, WhisperNet};
 use super::row::Row;
 use super::timestamps::{apply_timestamp_rules, split_at_timestamps, WindowSplit};
 use super::tokenizer::Tokenizer;
@@ -130,7 +131,136 @@ impl Whisper {
     /// [`Whisper::resolve_language`].
     pub fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript> {
         let prompt = self.prompt(opts)?;
-        let (mel, n_frames) = self.log_mel(samples);
+        let n_kv = prompt.len() + max_new(self.hp, &prompt);
+        let (decoding, net, sched, step_sched) = self.parts();
+        // One decoder step graph for the whole call: every token of every window runs it.
+        let ctx = net.step_context(1)?;
+        let eot = decoding.tok.specials().eot as usize;
+        let (mut graph, step) = net.build_step(&ctx, &[(0, n_kv)], eot, decoding.suppress)?;
+        let mut alone = Alone {
+            net,
+            sched,
+            step: &step,
+            graph: step_sched.prepare(&mut graph)?,
+        };
+        decoding.run(&mut alone, samples, opts, &prompt)
+    }
+
+    /// The parts of the model a call reads ([`Decoding`]), the network, and the
+    /// schedulers of the encoder and prompts and of the decoder step.
+    pub(super) fn parts(&mut self) -> (Decoding<'_>, &WhisperNet, &mut Scheduler, &mut Scheduler) {
+        let Whisper {
+            net,
+            sched,
+            step_sched,
+            hp,
+            mel,
+            filters,
+            tok,
+            suppress,
+            suppress_begin,
+            alignment_heads,
+            ..
+        } = self;
+        let decoding = Decoding {
+            hp: *hp,
+            mel: *mel,
+            filters,
+            tok,
+            suppress,
+            suppress_begin,
+            alignment_heads,
+        };
+        (decoding, net, sched, step_sched)
+    }
+}
+
+/// The most tokens a window's text may have after `prompt` (OpenAI's `sample_len`).
+pub(super) fn max_new(hp: HParams, prompt: &[u32]) -> usize {
+    hp.n_text_ctx
+        .saturating_sub(prompt.len())
+        .min(hp.n_text_ctx / 2)
+}
+
+/// What decoding a request reads of the model, shared by the requests of a batch.
+#[derive(Clone, Copy)]
+pub(super) struct Decoding<'w> {
+    pub hp: HParams,
+    pub mel: MelParams,
+    pub filters: &'w [f32],
+    pub tok: &'w Tokenizer,
+    pub suppress: &'w [u32],
+    pub suppress_begin: &'w [u32],
+    /// The (decoder layer, head) pairs of word alignment.
+    pub alignment_heads: &'w [(usize, usize)],
+}
+
+/// What decoding a request asks of the network: run on graphs of its own ([`Alone`]),
+/// or as a member of a batch whose decoder steps run as one graph
+/// ([`super::batch`]).
+pub(super) trait WindowNet {
+    /// Encodes a window of log-mel features into the request's cross-attention cache.
+    fn encode(&mut self, mel: &[f32]) -> Result<()>;
+    /// Feeds the prompt from position 0; the logits of each of its positions.
+    fn prompt(&mut self, tokens: &[u32]) -> Result<Vec<f32>>;
+    /// The forced-alignment pass ([`WhisperNet::align_pass`]).
+    fn align(&mut self, tokens: &[u32], layers: &[usize]) -> Result<(Vec<f32>, Vec<Vec<f32>>)>;
+    /// One token through the decoder step; its row, read as `input.read` says.
+    fn step(&mut self, input: StepInput) -> Result<Row>;
+    /// Cache positions the step reaches.
+    fn positions(&self) -> usize;
+}
+
+/// A request run alone: cache slot 0 of the network and its own step graph.
+struct Alone<'w, 's, 'g> {
+    net: &'w WhisperNet,
+    sched: &'w mut Scheduler,
+    step: &'g DecoderStep<'g>,
+    graph: Prepared<'s, 'g, 'g>,
+}
+
+impl WindowNet for Alone<'_, '_, '_> {
+    fn encode(&mut self, mel: &[f32]) -> Result<()> {
+        self.net.encode(self.sched, 0, mel).map(drop)
+    }
+
+    fn prompt(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.net.decode(self.sched, 0, tokens, 0, tokens.len())
+    }
+
+    fn align(&mut self, tokens: &[u32], layers: &[usize]) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+        self.net.align_pass(self.sched, 0, tokens, layers)
+    }
+
+    fn step(&mut self, input: StepInput) -> Result<Row> {
+        self.step.run_columns(&mut self.graph, &[input])?;
+        read_row(self.step, 0, input.read)
+    }
+
+    fn positions(&self) -> usize {
+        self.step.positions(0)
+    }
+}
+
+/// Column `i`'s row of the last step, as `read` says.
+pub(super) fn read_row(step: &DecoderStep<'_>, i: usize, read: Read) -> Result<Row> {
+    match read {
+        Read::Logits => Ok(Row::full(step.logits(i)?)),
+        Read::Summary => step.row(i),
+    }
+}
+
+impl Decoding<'_> {
+    /// [`Whisper::transcribe`] of `samples` after `prompt` (made from `opts`) on `net`.
+    pub(super) fn run(
+        &self,
+        net: &mut dyn WindowNet,
+        samples: &[f32],
+        opts: &DecodeOptions,
+        prompt: &[u32],
+    ) -> Result<Transcript> {
+        let prompt = prompt.to_vec();
+        let (mel, n_frames) = mel::log_mel(samples, &self.mel, self.filters);
         let content = n_frames.saturating_sub(1);
         let hp = self.hp;
         let window = 2 * hp.n_audio_ctx;
@@ -141,10 +271,7 @@ impl Whisper {
         let max_initial = (!opts.without_timestamps)
             .then(|| (opts.max_initial_timestamp as f64 / step_seconds).round() as usize);
         let tb = self.tok.specials().timestamp_begin;
-        let max_new = hp
-            .n_text_ctx
-            .saturating_sub(prompt.len())
-            .min(hp.n_text_ctx / 2);
+        let max_new = max_new(hp, &prompt);
         let (hop, rate) = (self.mel.hop, self.mel.sample_rate as usize);
         let floor = opts.silence_floor_db.map(|db| 10f32.powf(db / 20.0));
         if opts.word_timestamps && self.alignment_heads.is_empty() {
@@ -157,29 +284,12 @@ impl Whisper {
         let no_ts = self.tok.specials().no_timestamps;
         let sot_sequence: Vec<u32> = prompt.iter().copied().filter(|&t| t != no_ts).collect();
         let mut last_speech = 0.0;
-        let Whisper {
-            net,
-            sched,
-            step_sched,
-            tok,
-            suppress,
-            suppress_begin,
-            alignment_heads,
-            ..
-        } = self;
-        let alignment_heads: &[(usize, usize)] = alignment_heads;
-        // One decoder step graph for the whole call: every token of every window runs it.
-        let ctx = net.step_context()?;
-        let eot = tok.specials().eot as usize;
-        let (mut graph, step) = net.build_step(&ctx, prompt.len() + max_new, eot, suppress)?;
+        let alignment_heads = self.alignment_heads;
         let mut dec = WindowDecoder {
             net,
-            sched,
-            step: &step,
-            graph: step_sched.prepare(&mut graph)?,
-            tok,
-            suppress,
-            suppress_begin,
+            tok: self.tok,
+            suppress: self.suppress,
+            suppress_begin: self.suppress_begin,
             n_vocab: hp.n_vocab,
             n_audio_ctx: hp.n_audio_ctx,
             positions_per_second: 1.0 / step_seconds,
@@ -200,7 +310,7 @@ impl Whisper {
                 continue;
             }
             let input = mel::window(&mel, hp.n_mels, n_frames, seek, window);
-            dec.net.encode(dec.sched, &input)?;
+            dec.net.encode(&input)?;
             let kept = dec.decode_with_fallback(&prompt, max_initial, opts, &mut sampler)?;
             decode_passes += kept.passes;
             let stats = kept.attempt;
@@ -299,14 +409,10 @@ impl Whisper {
     }
 }
 
-/// What decoding a window needs, borrowed from [`Whisper`] for one
-/// [`Whisper::transcribe`] call: the network, the scheduler of the encoder and the
-/// prompt, and the decoder step graph, prepared once and run for every token.
-struct WindowDecoder<'w, 's, 'g> {
-    net: &'w WhisperNet,
-    sched: &'w mut Scheduler,
-    step: &'g DecoderStep<'g>,
-    graph: Prepared<'s, 'g, 'g>,
+/// What decoding a window needs for one request: its network and the model's
+/// tables.
+struct WindowDecoder<'w, 'n> {
+    net: &'n mut dyn WindowNet,
     tok: &'w Tokenizer,
     suppress: &'w [u32],
     suppress_begin: &'w [u32],
@@ -322,7 +428,7 @@ struct WindowDecoder<'w, 's, 'g> {
     step_time: std::time::Duration,
 }
 
-impl WindowDecoder<'_, '_, '_> {
+impl WindowDecoder<'_, '_> {
     /// The words of the current window's text `text` (its pieces' text tokens in
     /// order) with their times from the window's start: the alignment pass over
     /// `sot_sequence`, `<|notimestamps|>`, `text` and end-of-text, then the cost matrix
@@ -347,7 +453,7 @@ impl WindowDecoder<'_, '_, '_> {
         let mut layers: Vec<usize> = heads.iter().map(|&(l, _)| l).collect();
         layers.sort_unstable();
         layers.dedup();
-        let (logits, scores) = self.net.align_pass(self.sched, &input, &layers)?;
+        let (logits, scores) = self.net.align(&input, &layers)?;
         let (n, total) = (input.len(), self.n_audio_ctx);
         let per_head: Vec<Vec<f32>> = heads
             .iter()
@@ -488,7 +594,7 @@ impl WindowDecoder<'_, '_, '_> {
         if max_initial.is_none() {
             banned.extend(s.timestamp_begin as usize..n_vocab);
         }
-        let logits = self.net.decode(self.sched, prompt, 0, prompt.len())?;
+        let logits = self.net.prompt(prompt)?;
         let sot_pos = prompt.iter().position(|&t| t == s.sot).unwrap_or(0);
         let no_speech = softmax_at(
             &logits[sot_pos * n_vocab..(sot_pos + 1) * n_vocab],
@@ -500,7 +606,7 @@ impl WindowDecoder<'_, '_, '_> {
         let mut sum_logprob = 0f64;
         let max_new = self
             .max_new
-            .min(self.step.positions().saturating_sub(prompt.len()));
+            .min(self.net.positions().saturating_sub(prompt.len()));
         let started = std::time::Instant::now();
         let steps_before = self.steps;
         loop {
@@ -540,13 +646,12 @@ impl WindowDecoder<'_, '_, '_> {
             } else {
                 Read::Summary
             };
-            self.step.run(&mut self.graph, best as u32, n_past, read)?;
             // Greedy decoding reads the step's summary, sampling every logit.
-            row = if temperature > 0.0 {
-                Row::full(self.step.logits()?)
-            } else {
-                self.step.row()?
-            };
+            row = self.net.step(StepInput {
+                token: best as u32,
+                n_past,
+                read,
+            })?;
             n_past += 1;
             self.steps += 1;
         }

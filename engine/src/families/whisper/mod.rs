@@ -12,6 +12,7 @@
 //! each window is one segment, and a window whose text ends early loses the rest.
 
 pub mod alignment;
+mod batch;
 pub mod convert;
 pub mod ct2;
 pub mod decode;
@@ -211,6 +212,13 @@ impl Recognizer for Whisper {
         language: &str,
     ) -> Result<(String, Option<f32>)> {
         Whisper::resolve_language(self, samples, language)
+    }
+
+    fn transcribe_batch(
+        &mut self,
+        jobs: &[(&[f32], &DecodeOptions)],
+    ) -> Result<Vec<Result<Transcript>>> {
+        Whisper::transcribe_batch(self, jobs)
     }
 
     fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript> {
@@ -512,9 +520,9 @@ impl Whisper {
         let (mel, n_frames) = self.log_mel(samples);
         let window = 2 * self.hp.n_audio_ctx;
         let input = mel::window(&mel, self.hp.n_mels, n_frames, 0, window);
-        self.net.encode(&mut self.sched, &input)?;
+        self.net.encode(&mut self.sched, 0, &input)?;
         let sot = self.tok.specials().sot;
-        let logits = self.net.decode(&mut self.sched, &[sot], 0, 1)?;
+        let logits = self.net.decode(&mut self.sched, 0, &[sot], 0, 1)?;
         let lang_logits: Vec<f32> = langs.iter().map(|(_, id)| logits[*id as usize]).collect();
         let (best, _) = argmax_logprob(&lang_logits);
         Ok((langs[best].0.clone(), softmax_at(&lang_logits, best)))

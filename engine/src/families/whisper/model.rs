@@ -148,11 +148,42 @@ pub struct WhisperNet {
     hp: HParams,
     /// Shared by the model's forks ([`WhisperNet::fork`]); read-only once uploaded.
     weights: Arc<WeightStore>,
-    cache: Context,
-    _cache_buf: Buffer,
+    /// Cache slot 0 serves [`Whisper::transcribe`](super::Whisper); more are added for
+    /// requests decoded as one batch ([`WhisperNet::add_slots`]).
+    caches: Vec<SlotCache>,
     runtime: Runtime,
     /// Which implementation computes each layer on this runtime.
     layers: Layers,
+}
+
+/// One request's caches: per decoder layer the cross-attention keys and values of
+/// the current window (f16) and the self-attention keys and values (f32).
+struct SlotCache {
+    ctx: Context,
+    _buf: Buffer,
+}
+
+impl SlotCache {
+    fn new(hp: HParams, runtime: &Runtime) -> Result<Self> {
+        let ctx = Context::new(4 * hp.n_text_layer + 4, 0)?;
+        let (t, a_ctx, t_ctx) = (
+            hp.n_text_state as i64,
+            hp.n_audio_ctx as i64,
+            hp.n_text_ctx as i64,
+        );
+        for l in 0..hp.n_text_layer {
+            ctx.new_tensor(DType::F16, &[t, a_ctx], &format!("cross_k.{l}"));
+            ctx.new_tensor(DType::F16, &[a_ctx, t], &format!("cross_v.{l}"));
+            ctx.new_tensor(DType::F32, &[t, t_ctx], &format!("self_k.{l}"));
+            ctx.new_tensor(DType::F32, &[t_ctx, t], &format!("self_v.{l}"));
+        }
+        let buf = Buffer::alloc_context(&ctx, runtime.main())?;
+        // Zeros, not whatever the memory held: a decoder step reads the whole
+        // self-attention cache under a mask, and a masked NaN would still poison its
+        // softmax.
+        buf.clear(0);
+        Ok(SlotCache { ctx, _buf: buf })
+    }
 }
 
 /// Which attention a block computes.
@@ -203,27 +234,11 @@ impl WhisperNet {
         runtime: Runtime,
         layers: Layers,
     ) -> Result<Self> {
-        let cache = Context::new(4 * hp.n_text_layer + 4, 0)?;
-        let (t, a_ctx, t_ctx) = (
-            hp.n_text_state as i64,
-            hp.n_audio_ctx as i64,
-            hp.n_text_ctx as i64,
-        );
-        for l in 0..hp.n_text_layer {
-            cache.new_tensor(DType::F16, &[t, a_ctx], &format!("cross_k.{l}"));
-            cache.new_tensor(DType::F16, &[a_ctx, t], &format!("cross_v.{l}"));
-            cache.new_tensor(DType::F32, &[t, t_ctx], &format!("self_k.{l}"));
-            cache.new_tensor(DType::F32, &[t_ctx, t], &format!("self_v.{l}"));
-        }
-        let cache_buf = Buffer::alloc_context(&cache, runtime.main())?;
-        // Zeros, not whatever the memory held: a decoder step reads the whole self-attention
-        // cache under a mask, and a masked NaN would still poison its softmax.
-        cache_buf.clear(0);
+        let cache = SlotCache::new(hp, &runtime)?;
         Ok(WhisperNet {
             hp,
             weights,
-            cache,
-            _cache_buf: cache_buf,
+            caches: vec![cache],
             runtime,
             layers,
         })
@@ -261,10 +276,25 @@ impl WhisperNet {
             .unwrap_or_else(|| panic!("weight {name} was created at load"))
     }
 
-    fn c(&self, name: &str) -> Tensor<'_> {
-        self.cache
+    /// Cache tensor `name` of slot `slot`.
+    fn c(&self, slot: usize, name: &str) -> Tensor<'_> {
+        self.caches[slot]
+            .ctx
             .tensor_by_name(name)
-            .unwrap_or_else(|| panic!("cache {name} was created at load"))
+            .unwrap_or_else(|| panic!("cache {name} was created with its slot"))
+    }
+
+    /// Cache slots: requests this network can hold at once.
+    pub fn slots(&self) -> usize {
+        self.caches.len()
+    }
+
+    /// Adds cache slots until there are `n`.
+    pub fn add_slots(&mut self, n: usize) -> Result<()> {
+        while self.caches.len() < n {
+            self.caches.push(SlotCache::new(self.hp, &self.runtime)?);
+        }
+        Ok(())
     }
 
     /// The layer norm `p` (gain and bias) over each column of `x`.
@@ -284,6 +314,29 @@ impl WhisperNet {
     fn linear<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Result<Tensor<'a>> {
         let (w, b) = (self.w(&format!("{p}.weight")), self.w(&format!("{p}.bias")));
         self.layers.linear(ctx, w, Some(b), x)
+    }
+
+    /// [`Self::linear`] over the `columns` tokens of a decoder step, each its own
+    /// request's: one product where it sums each column alike, else one per column,
+    /// so that a column gets the bits of a step alone.
+    fn step_linear<'a>(
+        &'a self,
+        ctx: &'a Context,
+        x: Tensor<'a>,
+        p: &str,
+        columns: usize,
+    ) -> Result<Tensor<'a>> {
+        let w = self.w(&format!("{p}.weight"));
+        if columns <= 1 || self.layers.sums_columns_alike(w) {
+            return self.linear(ctx, x, p);
+        }
+        let rows = x.ne()[0];
+        let mut joined = None;
+        for i in 0..columns {
+            let y = self.linear(ctx, ctx.view_2d_rows(x, rows, 1, i * rows as usize), p)?;
+            joined = Some(joined.map_or(y, |j| ctx.concat(j, y, 1)));
+        }
+        Ok(joined.expect("at least two columns"))
     }
 
     /// The decoder's scaled dot-product attention over heads against a cache. `q` and
@@ -370,14 +423,24 @@ impl WhisperNet {
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L154-L158 and L170
     /// (`ResidualAttentionBlock.mlp`).
-    fn ffn<'a>(&'a self, ctx: &'a Context, x: Tensor<'a>, p: &str) -> Result<Tensor<'a>> {
+    fn ffn<'a>(
+        &'a self,
+        ctx: &'a Context,
+        x: Tensor<'a>,
+        p: &str,
+        columns: usize,
+    ) -> Result<Tensor<'a>> {
         let h = self.layer_norm(ctx, x, &format!("{p}.ffn.layer_norm"));
         // The exact GELU: ggml's tanh form (an f16 table on the CPU) is 10% faster but
         // moved a borderline window's transcript away from faster-whisper's.
-        let h = self
-            .layers
-            .gelu(ctx, self.linear(ctx, h, &format!("{p}.ffn.linear_0"))?)?;
-        Ok(ctx.add(x, self.linear(ctx, h, &format!("{p}.ffn.linear_1"))?))
+        let h = self.layers.gelu(
+            ctx,
+            self.step_linear(ctx, h, &format!("{p}.ffn.linear_0"), columns)?,
+        )?;
+        Ok(ctx.add(
+            x,
+            self.step_linear(ctx, h, &format!("{p}.ffn.linear_1"), columns)?,
+        ))
     }
 
     /// Conv stem block `i`: 1-D conv (kernel 3, padding 1) with bias, then GELU; takes
@@ -419,7 +482,7 @@ impl WhisperNet {
             x,
             self.linear(ctx, att, &format!("{p}.self_attention.linear_1"))?,
         );
-        self.ffn(ctx, x, &p)
+        self.ffn(ctx, x, &p, 1)
     }
 
     /// Runs the encoder on one window of log-mel features (`n_mels` rows of
@@ -429,7 +492,7 @@ impl WhisperNet {
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L188-L204
     /// (`AudioEncoder.forward`; positions from `sinusoids` L62-L68), the cross-attention
     /// keys and values computed once as `MultiHeadAttention.forward` L101-L109 reuses them.
-    pub fn encode(&self, sched: &mut Scheduler, mel: &[f32]) -> Result<Vec<f32>> {
+    pub fn encode(&self, sched: &mut Scheduler, slot: usize, mel: &[f32]) -> Result<Vec<f32>> {
         let hp = self.hp;
         let ctx = Context::new(GRAPH_NODES, GRAPH_NODES)?;
         let frames = 2 * hp.n_audio_ctx as i64;
@@ -452,8 +515,8 @@ impl WhisperNet {
             let kv = self.linear(&ctx, enc, &format!("decoder.layer_{l}.attention.linear_1"))?;
             let k = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, 0);
             let v = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, t);
-            graph.expand(ctx.cpy(k, self.c(&format!("cross_k.{l}"))));
-            graph.expand(ctx.cpy(ctx.transpose(v), self.c(&format!("cross_v.{l}"))));
+            graph.expand(ctx.cpy(k, self.c(slot, &format!("cross_k.{l}"))));
+            graph.expand(ctx.cpy(ctx.transpose(v), self.c(slot, &format!("cross_v.{l}"))));
         }
         graph.expand(enc);
         sched.compute(&mut graph, &[(x_in, mel)])?;
@@ -463,7 +526,8 @@ impl WhisperNet {
     /// Decoder layer `l` for the new tokens `x`, writing their keys and values into
     /// the cache where `write` says: causal self-attention over the cache,
     /// cross-attention over the encoder output and the MLP, each pre-norm with its
-    /// residual. Returns the layer's output and its cross-attention scores.
+    /// residual. Returns the layer's output and, for a pass over one slot
+    /// ([`CacheWrite::At`]), its cross-attention scores.
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L160-L171
     /// (`ResidualAttentionBlock.forward` with cross-attention) and L92-L112
@@ -475,25 +539,43 @@ impl WhisperNet {
         x: Tensor<'a>,
         l: usize,
         write: &CacheWrite<'a>,
-    ) -> Result<(Tensor<'a>, Tensor<'a>)> {
+    ) -> Result<(Tensor<'a>, Option<Tensor<'a>>)> {
         let hp = self.hp;
         let p = format!("decoder.layer_{l}");
         let (d, h) = (hp.n_text_state, hp.n_text_head);
+        let cap = hp.n_text_ctx;
         let n_new = x.ne()[1];
+        let split = |t: Tensor<'a>| self.heads(ctx, t, 0, 1, d, h);
+        let self_kv = |slot: usize| {
+            (
+                self.c(slot, &format!("self_k.{l}")),
+                self.c(slot, &format!("self_v.{l}")),
+            )
+        };
+        let cross_kv = |slot: usize| {
+            (
+                split(self.c(slot, &format!("cross_k.{l}"))),
+                self.cached_values_t(
+                    ctx,
+                    self.c(slot, &format!("cross_v.{l}")),
+                    hp.n_audio_ctx,
+                    h,
+                ),
+            )
+        };
         // Self-attention with the cache: store the new keys/values first (the writes
         // enter the graph before the reads, and ggml runs nodes in order), then attend
         // over the cache.
+        let columns = match write {
+            CacheWrite::At { .. } => 1,
+            CacheWrite::Steps(steps) => steps.len(),
+        };
         let n = self.layer_norm(ctx, x, &format!("{p}.self_attention.layer_norm"));
-        let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"))?;
-        let (cache_k, cache_v) = (
-            self.c(&format!("self_k.{l}")),
-            self.c(&format!("self_v.{l}")),
-        );
-        let cap = hp.n_text_ctx;
-        let k_new = ctx.view_2d_rows(qkv, d as i64, n_new, d);
-        let (n_kv, mask) = match write {
-            CacheWrite::At(n_past) => {
-                let n_past = *n_past;
+        let qkv = self.step_linear(ctx, n, &format!("{p}.self_attention.linear_0"), columns)?;
+        let att = match write {
+            CacheWrite::At { slot, n_past } => {
+                let (n_past, (cache_k, cache_v)) = (*n_past, self_kv(*slot));
+                let k_new = ctx.view_2d_rows(qkv, d as i64, n_new, d);
                 graph.expand(ctx.cpy(
                     k_new,
                     ctx.view_2d_rows(cache_k, d as i64, n_new, n_past * d),
@@ -501,50 +583,85 @@ impl WhisperNet {
                 let v_new = ctx.transpose(ctx.view_2d_rows(qkv, d as i64, n_new, 2 * d));
                 let v_slot = ctx.view_3d(cache_v, [n_new, d as i64, 1], cap, cap * d, n_past);
                 graph.expand(ctx.cpy(v_new, v_slot));
-                (n_past + n_new as usize, Mask::Causal(n_past as i32))
+                let n_kv = n_past + n_new as usize;
+                self.attention(
+                    ctx,
+                    self.heads(ctx, qkv, 0, 3, d, h),
+                    split(ctx.view_2d_rows(cache_k, d as i64, n_kv as i64, 0)),
+                    self.cached_values_t(ctx, cache_v, n_kv, h),
+                    Mask::Causal(n_past as i32),
+                )?
+                .0
             }
-            CacheWrite::Indexed {
-                row,
-                v_rows,
-                mask,
-                n_kv,
-            } => {
-                graph.expand(ctx.set_rows(cache_k, k_new, *row));
+            // Each column is one token of its own slot, with the ops of a lone step.
+            CacheWrite::Steps(steps) => self.per_column(ctx, steps, |i, st| {
+                let (cache_k, cache_v) = self_kv(st.slot);
+                let col = ctx.view_2d_rows(qkv, 3 * d as i64, 1, i * 3 * d);
+                graph.expand(ctx.set_rows(cache_k, ctx.view_2d_rows(col, d as i64, 1, d), st.row));
                 // The value cache is transposed (positions adjacent): the new value is
                 // one column, written element by element as rows of one value.
-                let v_new = ctx.view_3d(qkv, [1, d as i64, 1], 1, d, 2 * d);
+                let v_new = ctx.view_3d(col, [1, d as i64, 1], 1, d, 2 * d);
                 let v_flat = ctx.reshape(cache_v, &[1, (cap * d) as i64]);
-                graph.expand(ctx.set_rows(v_flat, v_new, *v_rows));
-                (*n_kv, Mask::Input(*mask))
-            }
+                graph.expand(ctx.set_rows(v_flat, v_new, st.v_rows));
+                Ok(self
+                    .attention(
+                        ctx,
+                        self.heads(ctx, col, 0, 3, d, h),
+                        split(ctx.view_2d_rows(cache_k, d as i64, st.n_kv as i64, 0)),
+                        self.cached_values_t(ctx, cache_v, st.n_kv, h),
+                        Mask::Input(st.mask),
+                    )?
+                    .0)
+            })?,
         };
-        let split = |t: Tensor<'a>| self.heads(ctx, t, 0, 1, d, h);
-        let (att, _) = self.attention(
-            ctx,
-            self.heads(ctx, qkv, 0, 3, d, h),
-            split(ctx.view_2d_rows(cache_k, d as i64, n_kv as i64, 0)),
-            self.cached_values_t(ctx, cache_v, n_kv, h),
-            mask,
-        )?;
         let x = ctx.add(
             x,
-            self.linear(ctx, att, &format!("{p}.self_attention.linear_1"))?,
+            self.step_linear(ctx, att, &format!("{p}.self_attention.linear_1"), columns)?,
         );
         // Cross-attention over the encoder output (keys/values cached by `encode`).
         let n = self.layer_norm(ctx, x, &format!("{p}.attention.layer_norm"));
-        let q = self.linear(ctx, n, &format!("{p}.attention.linear_0"))?;
-        let (att, cross_scores) = self.attention(
-            ctx,
-            split(q),
-            split(self.c(&format!("cross_k.{l}"))),
-            self.cached_values_t(ctx, self.c(&format!("cross_v.{l}")), hp.n_audio_ctx, h),
-            Mask::None,
-        )?;
+        let q = self.step_linear(ctx, n, &format!("{p}.attention.linear_0"), columns)?;
+        let (att, cross_scores) = match write {
+            CacheWrite::At { slot, .. } => {
+                let (k, v) = cross_kv(*slot);
+                let (att, scores) = self.attention(ctx, split(q), k, v, Mask::None)?;
+                (att, Some(scores))
+            }
+            CacheWrite::Steps(steps) => {
+                let att = self.per_column(ctx, steps, |i, st| {
+                    let (k, v) = cross_kv(st.slot);
+                    let col = ctx.view_2d_rows(q, d as i64, 1, i * d);
+                    Ok(self.attention(ctx, split(col), k, v, Mask::None)?.0)
+                })?;
+                (att, None)
+            }
+        };
         let x = ctx.add(
             x,
-            self.linear(ctx, att, &format!("{p}.attention.linear_2"))?,
+            self.step_linear(ctx, att, &format!("{p}.attention.linear_2"), columns)?,
         );
-        Ok((self.ffn(ctx, x, &p)?, cross_scores))
+        Ok((self.ffn(ctx, x, &p, columns)?, cross_scores))
+    }
+
+    /// `one(i, step)` for each column `i` of a step over `steps`, joined as columns
+    /// (the lone column itself when there is one).
+    fn per_column<'a>(
+        &'a self,
+        ctx: &'a Context,
+        steps: &[StepSlot<'a>],
+        mut one: impl FnMut(usize, &StepSlot<'a>) -> Result<Tensor<'a>>,
+    ) -> Result<Tensor<'a>> {
+        let mut joined: Option<Tensor<'a>> = None;
+        for (i, st) in steps.iter().enumerate() {
+            let t = one(i, st)?;
+            joined = Some(match joined {
+                Some(j) => ctx.concat(j, t, 1),
+                None => t,
+            });
+        }
+        joined.ok_or_else(|| {
+            crate::error::EngineError::Usage("a decoder step needs at least one column".into())
+        })
     }
 
     /// Feeds `tokens` after `n_past` cached positions; returns the logits of the last
@@ -556,6 +673,7 @@ impl WhisperNet {
     pub fn decode(
         &self,
         sched: &mut Scheduler,
+        slot: usize,
         tokens: &[u32],
         n_past: usize,
         n_logits: usize,
@@ -576,8 +694,14 @@ impl WhisperNet {
         );
         let x = ctx.add(ctx.get_rows(self.w(EMBEDDING), ids), pos);
         let k = n_logits.clamp(1, tokens.len());
-        let (logits, _) =
-            self.decoder_scores(&ctx, &mut graph, x, &CacheWrite::At(n_past), k, &[])?;
+        let (logits, _) = self.decoder_scores(
+            &ctx,
+            &mut graph,
+            x,
+            &CacheWrite::At { slot, n_past },
+            k,
+            &[],
+        )?;
         let ids_i32: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         sched.compute_with(&mut graph, &[], &[(ids, &ids_i32)])?;
         Ok(logits.read_f32()?)
@@ -626,7 +750,7 @@ impl WhisperNet {
         let mut scores = Vec::new();
         for l in 0..self.hp.n_text_layer {
             let (y, cross) = self.decoder_layer(ctx, graph, x, l, write)?;
-            if layers.contains(&l) {
+            if let Some(cross) = cross.filter(|_| layers.contains(&l)) {
                 cross.mark_output();
                 scores.push((l, cross));
             }
@@ -655,6 +779,7 @@ impl WhisperNet {
     pub fn align_pass(
         &self,
         sched: &mut Scheduler,
+        slot: usize,
         tokens: &[u32],
         layers: &[usize],
     ) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
@@ -677,7 +802,7 @@ impl WhisperNet {
             &ctx,
             &mut graph,
             x,
-            &CacheWrite::At(0),
+            &CacheWrite::At { slot, n_past: 0 },
             tokens.len(),
             layers,
         )?;
@@ -694,52 +819,79 @@ impl WhisperNet {
         Ok((logits.read_f32()?, scores))
     }
 
-    /// A context with room for one decoder step's graph ([`WhisperNet::build_step`]).
-    pub fn step_context(&self) -> Result<Context> {
-        let nodes = self.decoder_nodes();
+    /// A context with room for the graph of a decoder step over `columns` slots
+    /// ([`WhisperNet::build_step`]).
+    pub fn step_context(&self, columns: usize) -> Result<Context> {
+        let nodes = self.step_nodes(columns);
         Ok(Context::new(nodes, nodes)?)
     }
 
-    /// The decoder step for one token as a graph of fixed shape, built once and
-    /// computed for every token of every window: the token, its position and the
-    /// cache rows it writes are inputs, and the self-attention reads the first `n_kv`
-    /// cache positions through a mask (0 up to the token's position, -inf after), so
-    /// that no node changes from token to token ([`crate::ggml::Scheduler::prepare`]).
+    /// Nodes of a step graph over `columns` slots: each column adds its attention
+    /// and its token choice.
+    fn step_nodes(&self, columns: usize) -> usize {
+        self.decoder_nodes() + 64 * columns.saturating_sub(1) * (self.hp.n_text_layer + 1)
+    }
+
+    /// The decoder step for one token in each of `slots` (its cache slot and the
+    /// cache positions its attention reads), as a graph of fixed shape built once and
+    /// computed for every token of every window: the tokens, their positions and the
+    /// cache rows they write are inputs, and each slot's self-attention reads the
+    /// first `n_kv` positions of its cache through a mask (0 up to the token's
+    /// position, -inf after), so that no node changes from token to token
+    /// ([`crate::ggml::Scheduler::prepare`]). The slots' tokens go through the linear
+    /// layers and the logits as the columns of one batch (the weights are read once
+    /// for all); attention and the token choice run per column with the ops of a
+    /// lone step, so that a column gets the bits a step of its slot alone gets where
+    /// the products sum each column alike (the CPU kernels; see the tests).
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L227-L249
     /// (`TextDecoder.forward` for one token with the cache).
     ///
-    /// Beside the logits the graph summarises the text tokens, those below `head`
-    /// (end-of-text) with `head_ban` masked (the ones suppressed at every step): their
-    /// largest logit (on a tie, the backend's argmax picks), its value and its softmax
-    /// probability, after which come the logits from `head` on. At temperature 0 that
-    /// summary is all the host reads back ([`DecoderStep::row`]).
+    /// Beside the logits the graph summarises each column's text tokens, those below
+    /// `head` (end-of-text) with `head_ban` masked (the ones suppressed at every
+    /// step): their largest logit (on a tie, the backend's argmax picks), its value
+    /// and its softmax probability, after which come the logits from `head` on. At
+    /// temperature 0 that summary is all the host reads back ([`DecoderStep::row`]).
     pub fn build_step<'a>(
         &'a self,
         ctx: &'a Context,
-        n_kv: usize,
+        slots: &[(usize, usize)],
         head: usize,
         head_ban: &[u32],
     ) -> Result<(crate::ggml::Graph<'a>, DecoderStep<'a>)> {
         let hp = self.hp;
         let d = hp.n_text_state;
-        let n_kv = n_kv.clamp(1, hp.n_text_ctx);
-        let token = ctx.new_i32_tensor(&[1], "token");
-        let position = ctx.new_i32_tensor(&[1], "position");
-        let v_rows = ctx.new_i32_tensor(&[d as i64], "v_rows");
-        let mask = ctx.new_tensor(DType::F32, &[n_kv as i64, 1], "kv_mask");
-        for t in [token, position, v_rows, mask] {
-            t.mark_input();
+        if let Some(&(slot, _)) = slots.iter().find(|(s, _)| *s >= self.slots()) {
+            return Err(crate::error::EngineError::Usage(format!(
+                "cache slot {slot} of a network with {} slots",
+                self.slots()
+            )));
         }
-        let mut graph = ctx.new_graph(self.decoder_nodes());
-        let pos = ctx.get_rows(self.w("decoder.position_encodings.encodings"), position);
-        let x = ctx.add(ctx.get_rows(self.w(EMBEDDING), token), pos);
-        let write = CacheWrite::Indexed {
-            row: position,
-            v_rows,
-            mask,
-            n_kv,
-        };
+        let columns = slots.len() as i64;
+        let tokens = ctx.new_i32_tensor(&[columns], "tokens");
+        let positions = ctx.new_i32_tensor(&[columns], "positions");
+        tokens.mark_input();
+        positions.mark_input();
+        let steps: Vec<StepSlot<'a>> = slots
+            .iter()
+            .map(|&(slot, n_kv)| {
+                let n_kv = n_kv.clamp(1, hp.n_text_ctx);
+                let st = StepSlot {
+                    slot,
+                    row: ctx.new_i32_tensor(&[1], "row"),
+                    v_rows: ctx.new_i32_tensor(&[d as i64], "v_rows"),
+                    mask: ctx.new_tensor(DType::F32, &[n_kv as i64, 1], "kv_mask"),
+                    n_kv,
+                };
+                for t in [st.row, st.v_rows, st.mask] {
+                    t.mark_input();
+                }
+                st
+            })
+            .collect();
+        let mut graph = ctx.new_graph(self.step_nodes(slots.len()));
+        let pos = ctx.get_rows(self.w("decoder.position_encodings.encodings"), positions);
+        let x = ctx.add(ctx.get_rows(self.w(EMBEDDING), tokens), pos);
         let n_vocab = hp.n_vocab;
         let head = head.clamp(1, n_vocab);
         let head_ban: Vec<i32> = head_ban
@@ -754,12 +906,13 @@ impl WhisperNet {
             value.mark_input();
             (ids, value)
         });
-        let (last, _) = self.decoder_states(ctx, &mut graph, x, &write, 1, &[])?;
+        let write = CacheWrite::Steps(steps.clone());
+        let (last, _) = self.decoder_states(ctx, &mut graph, x, &write, slots.len(), &[])?;
         let stages = self
             .weights
             .tensor(&format!("{EMBEDDING}.q8"))
             .zip(self.weights.tensor(&format!("{EMBEDDING}.q8_bounds")));
-        let (logits, whole) = self.layers.step_logits(
+        let scored = self.layers.step_logits(
             ctx,
             self.w(EMBEDDING),
             stages,
@@ -767,48 +920,52 @@ impl WhisperNet {
             head,
             ban.map(|(ids, _)| ids),
         )?;
-        logits.mark_output();
-        graph.expand(logits);
-        let rows = ctx.reshape(logits, &[1, n_vocab as i64]);
-        let banned = match ban {
-            Some((ids, value)) => ctx.set_rows(rows, value, ids),
-            None => rows,
-        };
         // One finite floor after the text tokens, so that the argmax names a row even
         // when every logit is -inf or NaN (ggml-cuda's argmax would give -1 there).
         let floor = ctx.new_tensor(DType::F32, &[1], "head_floor");
         floor.mark_input();
-        let text = ctx.concat(ctx.view_1d(banned, head as i64, 0), floor, 0);
-        let best = ctx.argmax(text);
-        let top = ctx.get_rows(ctx.reshape(text, &[1, head as i64 + 1]), best);
-        let p = ctx.soft_max(text);
-        let p_top = ctx.get_rows(ctx.reshape(p, &[1, head as i64 + 1]), best);
-        let tail = ctx.view_1d(logits, (n_vocab - head) as i64, head);
-        let summary = ctx.concat(
-            ctx.concat(tail, ctx.reshape(top, &[1]), 0),
-            ctx.reshape(p_top, &[1]),
-            0,
-        );
-        for t in [best, summary] {
-            t.mark_output();
-            graph.expand(t);
+        let mut columns = Vec::with_capacity(steps.len());
+        for (st, (logits, whole)) in steps.into_iter().zip(scored) {
+            logits.mark_output();
+            graph.expand(logits);
+            let rows = ctx.reshape(logits, &[1, n_vocab as i64]);
+            let banned = match ban {
+                Some((ids, value)) => ctx.set_rows(rows, value, ids),
+                None => rows,
+            };
+            let text = ctx.concat(ctx.view_1d(banned, head as i64, 0), floor, 0);
+            let best = ctx.argmax(text);
+            let top = ctx.get_rows(ctx.reshape(text, &[1, head as i64 + 1]), best);
+            let p = ctx.soft_max(text);
+            let p_top = ctx.get_rows(ctx.reshape(p, &[1, head as i64 + 1]), best);
+            let tail = ctx.view_1d(logits, (n_vocab - head) as i64, head);
+            let summary = ctx.concat(
+                ctx.concat(tail, ctx.reshape(top, &[1]), 0),
+                ctx.reshape(p_top, &[1]),
+                0,
+            );
+            for t in [best, summary] {
+                t.mark_output();
+                graph.expand(t);
+            }
+            columns.push(StepColumn {
+                inputs: st,
+                whole,
+                logits,
+                best,
+                summary,
+            });
         }
         let step = DecoderStep {
-            token,
-            position,
-            v_rows,
-            mask,
+            tokens,
+            positions,
             ban: ban.map(|(ids, value)| {
                 let minus_inf = vec![f32::NEG_INFINITY; head_ban.len()];
                 (ids, value, head_ban, minus_inf)
             }),
-            whole,
             floor,
-            logits,
-            best,
-            summary,
+            columns,
             head,
-            n_kv,
             width: d,
             capacity: hp.n_text_ctx,
         };
@@ -819,18 +976,24 @@ impl WhisperNet {
 /// Where a decoder pass writes its new keys and values, and which cache positions its
 /// self-attention reads.
 enum CacheWrite<'a> {
-    /// At positions `n_past..` (copies into views of the cache: a graph for those
-    /// positions only), attending causally over the positions up to the new ones.
-    At(usize),
-    /// One token at the position the input `row` holds (the key's cache row; `v_rows`
-    /// holds the value's element indices in the transposed value cache), attending the
-    /// first `n_kv` positions under the input `mask`.
-    Indexed {
-        row: Tensor<'a>,
-        v_rows: Tensor<'a>,
-        mask: Tensor<'a>,
-        n_kv: usize,
-    },
+    /// At positions `n_past..` of `slot` (copies into views of the cache: a graph for
+    /// those positions only), attending causally over the positions up to the new ones.
+    At { slot: usize, n_past: usize },
+    /// One token per column, each into its own slot ([`StepSlot`]).
+    Steps(Vec<StepSlot<'a>>),
+}
+
+/// One column of a decoder step: the token at the position the input `row` holds
+/// (the key's cache row in `slot`; `v_rows` holds the value's element indices in the
+/// slot's transposed value cache), attending the first `n_kv` positions under the
+/// input `mask`.
+#[derive(Clone)]
+struct StepSlot<'a> {
+    slot: usize,
+    row: Tensor<'a>,
+    v_rows: Tensor<'a>,
+    mask: Tensor<'a>,
+    n_kv: usize,
 }
 
 /// What the host reads after a decoder step ([`DecoderStep::run`]).
@@ -846,39 +1009,57 @@ pub enum Read {
 /// model gives, and finite, so that every backend's argmax lands on a row.
 const HEAD_FLOOR: f32 = -f32::MAX / 2.0;
 
-/// The inputs and output of a fixed-shape decoder step ([`WhisperNet::build_step`]).
+/// The inputs and outputs of a fixed-shape decoder step ([`WhisperNet::build_step`]).
 pub struct DecoderStep<'a> {
-    token: Tensor<'a>,
-    position: Tensor<'a>,
-    v_rows: Tensor<'a>,
-    mask: Tensor<'a>,
+    /// The columns' tokens and positions (i32 [columns]).
+    tokens: Tensor<'a>,
+    positions: Tensor<'a>,
     /// The head's banned ids, the -inf row they take, the ids' values and the row's.
     ban: Option<(Tensor<'a>, Tensor<'a>, Vec<i32>, Vec<f32>)>,
+    /// The finite value after the head ([`HEAD_FLOOR`]).
+    floor: Tensor<'a>,
+    columns: Vec<StepColumn<'a>>,
+    head: usize,
+    width: usize,
+    capacity: usize,
+}
+
+/// One column's inputs and outputs in a [`DecoderStep`].
+struct StepColumn<'a> {
+    inputs: StepSlot<'a>,
     /// The two-stage logits' switch ([`Layers::step_logits`]): 1 when every logit is
     /// read, 0 when the summary is.
     whole: Option<Tensor<'a>>,
-    /// The finite value after the head ([`HEAD_FLOOR`]).
-    floor: Tensor<'a>,
     logits: Tensor<'a>,
     /// The head's largest logit (i32 [1]; on a tie, whichever the backend's argmax picks).
     best: Tensor<'a>,
     /// The logits from `head` on, then the head's largest logit and its probability.
     summary: Tensor<'a>,
-    head: usize,
-    n_kv: usize,
-    width: usize,
-    capacity: usize,
+}
+
+/// One column's token in a step ([`DecoderStep::run_columns`]): the token, the cache
+/// position it goes to (after the prompt and the tokens before it) and what is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepInput {
+    pub token: u32,
+    pub n_past: usize,
+    pub read: Read,
 }
 
 impl DecoderStep<'_> {
-    /// Positions the step can reach: a token fed at `n_past` needs `n_past < n_kv`.
-    pub fn positions(&self) -> usize {
-        self.n_kv
+    /// Positions the step can reach in column `i`: a token fed at `n_past` needs
+    /// `n_past < n_kv`.
+    pub fn positions(&self, i: usize) -> usize {
+        self.columns.get(i).map_or(0, |c| c.inputs.n_kv)
     }
 
-    /// Feeds `token` at cache position `n_past` (after the prompt and the tokens before
-    /// it) through the prepared step graph; its scores are then read as `read` says:
-    /// [`Self::logits`] after [`Read::Logits`], [`Self::row`] after either.
+    /// Columns of the step (the slots it was built for, in that order).
+    pub fn columns(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// Feeds `token` at cache position `n_past` of a one-column step
+    /// ([`Self::run_columns`]).
     pub fn run(
         &self,
         graph: &mut Prepared<'_, '_, '_>,
@@ -886,52 +1067,113 @@ impl DecoderStep<'_> {
         n_past: usize,
         read: Read,
     ) -> Result<()> {
-        if n_past >= self.n_kv {
+        self.run_columns(
+            graph,
+            &[StepInput {
+                token,
+                n_past,
+                read,
+            }],
+        )
+    }
+
+    /// Feeds each column its input through the prepared step graph; each column's
+    /// scores are then read as its `read` says: [`Self::logits`] after
+    /// [`Read::Logits`], [`Self::row`] after either.
+    pub fn run_columns(
+        &self,
+        graph: &mut Prepared<'_, '_, '_>,
+        inputs: &[StepInput],
+    ) -> Result<()> {
+        if inputs.len() != self.columns.len() {
             return Err(crate::error::EngineError::Usage(format!(
-                "decoder position {n_past} is past the step's {} cached positions",
-                self.n_kv
+                "a decoder step of {} columns was given {} tokens",
+                self.columns.len(),
+                inputs.len()
             )));
         }
-        let mask: Vec<f32> = (0..self.n_kv)
-            .map(|j| if j <= n_past { 0.0 } else { f32::NEG_INFINITY })
+        for (c, input) in self.columns.iter().zip(inputs) {
+            if input.n_past >= c.inputs.n_kv {
+                return Err(crate::error::EngineError::Usage(format!(
+                    "decoder position {} is past the step's {} cached positions",
+                    input.n_past, c.inputs.n_kv
+                )));
+            }
+        }
+        let masks: Vec<Vec<f32>> = self
+            .columns
+            .iter()
+            .zip(inputs)
+            .map(|(c, input)| {
+                (0..c.inputs.n_kv)
+                    .map(|j| {
+                        if j <= input.n_past {
+                            0.0
+                        } else {
+                            f32::NEG_INFINITY
+                        }
+                    })
+                    .collect()
+            })
             .collect();
-        let v_rows: Vec<i32> = (0..self.width)
-            .map(|j| (j * self.capacity + n_past) as i32)
+        let v_rows: Vec<Vec<i32>> = inputs
+            .iter()
+            .map(|input| {
+                (0..self.width)
+                    .map(|j| (j * self.capacity + input.n_past) as i32)
+                    .collect()
+            })
             .collect();
+        let rows: Vec<[i32; 1]> = inputs.iter().map(|i| [i.n_past as i32]).collect();
+        let wholes: Vec<[i32; 1]> = inputs
+            .iter()
+            .map(|i| [i32::from(i.read == Read::Logits)])
+            .collect();
+        let tokens: Vec<i32> = inputs.iter().map(|i| i.token as i32).collect();
+        let positions: Vec<i32> = inputs.iter().map(|i| i.n_past as i32).collect();
         let floor = [HEAD_FLOOR];
-        let whole = [i32::from(read == Read::Logits)];
-        let mut floats = vec![(self.mask, &mask[..]), (self.floor, &floor[..])];
-        let token = [token as i32];
-        let position = [n_past as i32];
-        let mut ints = vec![
-            (self.token, &token[..]),
-            (self.position, &position[..]),
-            (self.v_rows, &v_rows[..]),
-        ];
+        let mut floats = vec![(self.floor, &floor[..])];
+        let mut ints = vec![(self.tokens, &tokens[..]), (self.positions, &positions[..])];
+        for (i, c) in self.columns.iter().enumerate() {
+            floats.push((c.inputs.mask, &masks[i][..]));
+            ints.push((c.inputs.row, &rows[i][..]));
+            ints.push((c.inputs.v_rows, &v_rows[i][..]));
+            if let Some(switch) = c.whole {
+                ints.push((switch, &wholes[i][..]));
+            }
+        }
         if let Some((ids, value, banned, minus_inf)) = &self.ban {
             floats.push((*value, &minus_inf[..]));
             ints.push((*ids, &banned[..]));
-        }
-        if let Some(switch) = self.whole {
-            ints.push((switch, &whole[..]));
         }
         graph.compute(&floats, &ints)?;
         Ok(())
     }
 
-    /// Every logit of the last step (the text tokens of the head ban masked); each one
-    /// the product's after [`Read::Logits`] (after [`Read::Summary`], text logits far
-    /// below the largest may be the first stage's, see [`Layers::step_logits`]).
-    pub fn logits(&self) -> Result<Vec<f32>> {
-        Ok(self.logits.read_f32()?)
+    /// Every logit of column `i` in the last step (the text tokens of the head ban
+    /// masked); each one the product's after [`Read::Logits`] (after [`Read::Summary`],
+    /// text logits far below the largest may be the first stage's, see
+    /// [`Layers::step_logits`]).
+    pub fn logits(&self, i: usize) -> Result<Vec<f32>> {
+        Ok(self.column(i)?.logits.read_f32()?)
     }
 
-    /// The last step's scores as the host needs them at temperature 0: the text
-    /// tokens' summary and the logits from end-of-text on (a few KB instead of the
-    /// whole row).
-    pub fn row(&self) -> Result<Row> {
-        let mut tail = self.summary.read_f32()?;
-        let best = self.best.read_i32()?;
+    fn column(&self, i: usize) -> Result<&StepColumn<'_>> {
+        self.columns.get(i).ok_or_else(|| {
+            crate::error::EngineError::Usage(format!(
+                "column {i} of a decoder step of {} columns",
+                self.columns.len()
+            ))
+        })
+    }
+
+    /// Column `i`'s scores of the last step as the host needs them at temperature 0:
+    /// the text tokens' summary and the logits from end-of-text on (a few KB instead
+    /// of the whole row).
+    pub fn row(&self, i: usize) -> Result<Row> {
+        let c = self.column(i)?;
+        let mut tail = c.summary.read_f32()?;
+        let best = c.best.read_i32()?;
         let (p_top, top) = (tail.pop(), tail.pop());
         let (Some(p_top), Some(top), Some(&best)) = (p_top, top, best.first()) else {
             return Err(crate::error::EngineError::Usage(
@@ -1019,7 +1261,7 @@ mod tests {
         let mel: Vec<f32> = (0..8 * 16)
             .map(|i| (i * 37 % 23) as f32 / 23.0 - 0.5)
             .collect();
-        net.encode(&mut sched, &mel).unwrap();
+        net.encode(&mut sched, 0, &mel).unwrap();
     }
 
     /// What the step graph summarises of the text tokens (the head ban masked, the
@@ -1032,15 +1274,15 @@ mod tests {
         let head = 250;
         for ban in [vec![3u32, 17, 120, 260], (0..250).collect()] {
             let mut step_sched = net.scheduler().unwrap();
-            let ctx = net.step_context().unwrap();
-            let (mut graph, step) = net.build_step(&ctx, 8, head, &ban).unwrap();
+            let ctx = net.step_context(1).unwrap();
+            let (mut graph, step) = net.build_step(&ctx, &[(0, 8)], head, &ban).unwrap();
             let mut prepared = step_sched.prepare(&mut graph).unwrap();
             for (pos, token) in [(0usize, 5u32), (1, 270), (2, 42)] {
                 step.run(&mut prepared, token, pos, Read::Summary).unwrap();
                 let ids = || ban.iter().map(|&t| t as usize);
-                let mut whole = Row::full(step.logits().unwrap());
+                let mut whole = Row::full(step.logits(0).unwrap());
                 whole.mask(ids());
-                let mut part = step.row().unwrap();
+                let mut part = step.row(0).unwrap();
                 part.mask(ids());
                 assert!(part.logits().is_none());
                 for (a, b) in [(0, 300), (0, head), (head, 300)] {
@@ -1079,22 +1321,22 @@ mod tests {
         encode_a_window(&net);
         let head = 250;
         let ban = vec![3u32, 17, 120, 260];
-        let ctx = net.step_context().unwrap();
-        let (mut graph, step) = net.build_step(&ctx, 8, head, &ban).unwrap();
+        let ctx = net.step_context(1).unwrap();
+        let (mut graph, step) = net.build_step(&ctx, &[(0, 8)], head, &ban).unwrap();
         let mut step_sched = net.scheduler().unwrap();
         let mut prepared = step_sched.prepare(&mut graph).unwrap();
         let mut approximated = 0;
         for (pos, token) in [(0usize, 5u32), (1, 270), (2, 42), (3, 7), (4, 199)] {
             step.run(&mut prepared, token, pos, Read::Logits).unwrap();
-            let exact = step.logits().unwrap();
+            let exact = step.logits(0).unwrap();
             step.run(&mut prepared, token, pos, Read::Summary).unwrap();
-            let first = step.logits().unwrap();
+            let first = step.logits(0).unwrap();
             assert_eq!(exact[head..], first[head..], "the logits after the text");
             approximated += exact.iter().zip(&first).filter(|(a, b)| a != b).count();
             let ids = || ban.iter().map(|&t| t as usize);
             let mut whole = Row::full(exact);
             whole.mask(ids());
-            let mut part = step.row().unwrap();
+            let mut part = step.row(0).unwrap();
             part.mask(ids());
             let (wb, wl) = whole.argmax_logprob();
             let (pb, pl) = part.argmax_logprob();

@@ -13,6 +13,9 @@ use crate::flags::Flags;
 use crate::print::{self, out};
 use crate::{check_output, usage, write_then_print, Failure};
 
+/// The most chunks `--batch` decodes at once: each holds its own decoder caches.
+const MAX_BATCH: usize = 32;
+
 /// Transcribes `--audio` with the model `model` of `family`.
 pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
     let audio = flags.audio.input(Task::Asr)?;
@@ -68,6 +71,20 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             "{flag} tunes the VAD of --task asr: give --vad-model FILE too (or run --task vad)"
         )));
     }
+    let batch = match (flags.asr.batch, &flags.asr.vad_model) {
+        (None, _) => 1,
+        (Some(_), None) => {
+            return Err(usage(
+                "--batch decodes the chunks --vad-model cuts together: give --vad-model FILE too",
+            ))
+        }
+        (Some(n), Some(_)) if (1..=MAX_BATCH).contains(&n) => n,
+        (Some(n), Some(_)) => {
+            return Err(usage(format!(
+                "--batch {n}: give 1 to {MAX_BATCH} chunks decoded at once"
+            )))
+        }
+    };
     // The VAD model and its backend, when one is given.
     let vad = match &flags.asr.vad_model {
         None => None,
@@ -111,7 +128,7 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
                 })?;
             let params = flags.vad.params(vad.asr_chunking_params());
             let samples = audio::load_limited(audio, asr.sample_rate(), &limits)?.samples;
-            let out = asr.run_samples_with_vad(&samples, &decode, &mut vad, &params)?;
+            let out = asr.run_samples_with_vad(&samples, &decode, &mut vad, &params, batch)?;
             (out, Some(vad.device()))
         }
         None => {

@@ -240,6 +240,12 @@ pub struct AsrFlags {
     /// kernel launches than on the CPU, so --backend gives the GPU to the ASR model only.
     #[arg(long, default_value = "cpu")]
     pub vad_backend: String,
+    /// ASR with --vad-model: decode up to this many of the VAD's chunks at once, as one
+    /// batch (1 to 32; the same transcript at any value). Default 1, one after another:
+    /// on the CPU that is as fast or faster; a batch pays where a decoder step costs
+    /// its kernel launches more than its work, as on a GPU (docs/models/whisper.md).
+    #[arg(long)]
+    pub batch: Option<usize>,
     /// ASR: spoken language code (de, en, ...) or auto: detect it on the first 30 s
     /// (multilingual models; English-only ones take en). Default from the model spec: auto.
     /// TTS (multilingual families, see --list-voices): the text's language, or auto.

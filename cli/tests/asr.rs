@@ -926,6 +926,43 @@ fn vad_chunks_cost_no_accuracy_and_recover_what_whole_windows_drop() {
     );
 }
 
+#[test]
+fn batched_vad_chunks_give_the_transcript_of_one_after_another() {
+    // long.wav's VAD chunks decoded one after another, then four at a time: the same
+    // segments file (times, text, tokens, log-probabilities) and the same output, for
+    // the f16 and the q8_0 model.
+    let long = clip("long.wav");
+    let (vad, specs) = (silero_bin(), specs());
+    let dir = tempfile::tempdir().unwrap();
+    for (model, name) in [(gguf(), "f16"), (gguf_q8(), "q8_0")] {
+        let run = |batch: &str| {
+            let segs = dir.path().join(format!("{name}-{batch}.json"));
+            let mut args = vec![
+                "--vad-model",
+                s(&vad),
+                "--model-spec-override",
+                s(&specs),
+                "--segments-out",
+                s(&segs),
+            ];
+            if batch != "none" {
+                args.extend_from_slice(&["--batch", batch]);
+            }
+            let run = asr_with(model, s(&long), &args);
+            assert_eq!(run.code, 0, "{}", run.stderr);
+            (run, std::fs::read_to_string(&segs).unwrap())
+        };
+        let (alone, alone_segs) = run("none");
+        let (batched, batched_segs) = run("4");
+        let passes: usize = alone.value("decode_passes").unwrap().parse().unwrap();
+        assert!(passes >= 3, "{name}: too few chunks to batch: {}", alone.stdout);
+        assert_eq!(batched_segs, alone_segs, "{name}: the segments differ");
+        for key in ["text", "decode_passes", "decoder_steps"] {
+            assert_eq!(batched.value(key), alone.value(key), "{name}: {key}");
+        }
+    }
+}
+
 /// Max word error rate of the VAD-chunked transcript (`--without-timestamps`) of long.wav
 /// against what espeak-ng said (0.29 measured: the first sentence of the first chunk
 /// is dropped, and espeak's "Stella" and "AMD" are misheard by every engine).
@@ -988,6 +1025,9 @@ fn vad_flags_need_their_task() {
         ),
         (&["--vad-threshold", "0.6"][..], "--vad-threshold"),
         (&["--temperatures", "0,5"][..], "--temperatures"),
+        (&["--batch", "4"][..], "--batch"),
+        (&["--vad-model", s(&silero_bin()), "--batch", "0"][..], "--batch"),
+        (&["--vad-model", s(&silero_bin()), "--batch", "33"][..], "--batch"),
     ] {
         let run = cli(&[&asr_args(s(&junk), s(&phrase))[..], extra].concat());
         assert_user_error(&run, flag);

@@ -276,6 +276,7 @@ impl AsrModel {
                 end: samples.len(),
             }],
             opts,
+            1,
         )
     }
 
@@ -283,13 +284,16 @@ impl AsrModel {
     /// found speech: chunks of at most one 30 s window ([`vad::chunks_for_window`]),
     /// so windows start and end in pauses instead of inside words, and long silences
     /// are skipped. Segment times stay relative to the whole audio. The VAD model must
-    /// run at the same sample rate.
+    /// run at the same sample rate. Up to `batch` chunks are decoded at once as one
+    /// batch ([`Recognizer::transcribe_batch`]; the same transcript, a different speed),
+    /// 1 decodes them one after another.
     pub fn run_samples_with_vad(
         &mut self,
         samples: &[f32],
         opts: &DecodeOptions,
         vad: &mut VadModel,
         params: &VadParams,
+        batch: usize,
     ) -> Result<AsrOutput> {
         let rate = self.sample_rate();
         if vad.sample_rate() != rate {
@@ -301,18 +305,19 @@ impl AsrModel {
         let t0 = Instant::now();
         let speech = vad.run_samples(samples, params)?.segments;
         let chunks = vad::chunks_for_window(&speech, self.model.window_samples());
-        let mut out = self.run_chunks(samples, &chunks, opts)?;
+        let mut out = self.run_chunks(samples, &chunks, opts, batch)?;
         out.inference_ms = t0.elapsed().as_secs_f64() * 1000.0;
         Ok(out)
     }
 
-    /// Transcribes each chunk of `samples` on its own and joins the results; the
-    /// language (when `auto`) is detected on the first chunk.
+    /// Transcribes each chunk of `samples` on its own, `batch` at a time, and joins the
+    /// results; the language (when `auto`) is detected on the first chunk.
     fn run_chunks(
         &mut self,
         samples: &[f32],
         chunks: &[vad::Segment],
         opts: &DecodeOptions,
+        batch: usize,
     ) -> Result<AsrOutput> {
         let t0 = Instant::now();
         let first = chunks
@@ -325,11 +330,20 @@ impl AsrModel {
             ..opts.clone()
         };
         let mut parts = Vec::with_capacity(chunks.len());
-        for c in chunks {
-            parts.push((
-                c.start,
-                self.model.transcribe(&samples[c.start..c.end], &opts)?,
-            ));
+        if batch > 1 {
+            for group in chunks.chunks(batch) {
+                let jobs: Vec<(&[f32], &DecodeOptions)> = group
+                    .iter()
+                    .map(|c| (&samples[c.start..c.end], &opts))
+                    .collect();
+                for (c, part) in group.iter().zip(self.model.transcribe_batch(&jobs)?) {
+                    parts.push((c.start, part?));
+                }
+            }
+        } else {
+            for c in chunks {
+                parts.push((c.start, self.model.transcribe(&samples[c.start..c.end], &opts)?));
+            }
         }
         Ok(self.output(samples.len(), (language, language_probability), parts, t0))
     }

@@ -106,7 +106,7 @@ async fn run_asr(
         match vad {
             Some(vad) => {
                 let params = vad.asr_chunking_params();
-                model.run_samples_with_vad(&samples, &opts, vad, &params)
+                model.run_samples_with_vad(&samples, &opts, vad, &params, 1)
             }
             None => model.run_samples(&samples, &opts),
         }

@@ -42,6 +42,8 @@ pub struct Layers {
     float: bool,
     /// The f16 product.
     f16: bool,
+    /// The CPU backend runs the model (with or without the engine's kernels).
+    cpu: bool,
 }
 
 impl Layers {
@@ -57,6 +59,7 @@ impl Layers {
             q8: cpu_kernels && cpu_kernels::q8_kernel_available(),
             float: cpu_kernels && cpu_kernels::attention_kernel_available(),
             f16: cpu_kernels && cpu_kernels::f16_product_available(),
+            cpu: cpu_kernels,
         }
     }
 
@@ -88,12 +91,17 @@ impl Layers {
         Ok(b.map_or(y, |b| ctx.add(y, b)))
     }
 
-    /// Whether a product with the weight `w` gives each column of its input the bits a
-    /// product with that column alone gives: the q8_0 kernel's does (each row's sums
-    /// run in one order whatever the columns beside it); ggml's products may tile or
-    /// split several columns otherwise.
-    pub fn sums_columns_alike(&self, w: Tensor<'_>) -> bool {
-        w.dtype() == Some(DType::I8)
+    /// Whether a decoder step over several requests' columns computes the product with
+    /// the weight `w` over all columns at once, or one product per column. On the CPU,
+    /// at once only where the q8_0 kernel runs: it gives each column the bits a lone
+    /// column gets (each row's sums run in one order whatever the columns beside it),
+    /// while ggml's products may tile several columns otherwise, so one per column
+    /// keeps a request's transcript what it is alone. On a GPU always at once: a step
+    /// costs its kernel launches, which one product per column would multiply, and its
+    /// columns may round as a lone column's does not (as its products round unlike the
+    /// CPU's).
+    pub fn batches_columns(&self, w: Tensor<'_>) -> bool {
+        !self.cpu || w.dtype() == Some(DType::I8)
     }
 
     /// The tensors a decoder step's logits against the f16 embedding `t` [k, n] take in
@@ -194,7 +202,7 @@ impl Layers {
     /// the argmax and every logit from `head` on are the f16 product's. Each column's
     /// switch (i32 [1], an input) set to 1 makes every row of that column the f16
     /// product's (sampling reads them all). Without stages: the product's columns (one
-    /// product per column where several would not sum each column alike).
+    /// product per column where [`Layers::batches_columns`] says so).
     pub fn step_logits<'a>(
         &self,
         ctx: &'a Context,
@@ -215,7 +223,7 @@ impl Layers {
         };
         let groups = head.min(w.ne()[1] as usize) / cpu_kernels::q8::GROUP_COLS;
         let Some((q8, bounds)) = stages.filter(|_| groups > 0) else {
-            if m > 1 && !self.sums_columns_alike(w) {
+            if m > 1 && !self.batches_columns(w) {
                 return (0..m)
                     .map(|i| Ok((self.mul_mat(ctx, w, column(x, i))?, None)))
                     .collect();

@@ -10,6 +10,9 @@ transformers. Prints a markdown table per part and writes every run to OUT/gpu_b
   decoder steps and the time per step (the CLI's decoder_step_ms).
 - Silero VAD on the 10 min clip, CPU against CUDA; Whisper with --vad-model on CUDA, the
   VAD on its default backend (the CPU) against --vad-backend cuda.
+- Batches (`--batch`): Whisper with --vad-model on the 10 min clip, its chunks decoded
+  one after another (--batch 1) against 4, 8 and 16 at a time, on the GPU and on the
+  CPU at --cpu-threads, runs alternated; the transcripts must be identical.
 - Kokoro (a GGUF given) on a ~60 s text (af_heart): RTF on CUDA and the CPU, and the CUDA audio
   against the CPU's as log-mel MAE and cosine (the f16 bounds of
   engine/tests/kokoro_reference.rs: MAE <= 0.06, cosine >= 0.9995).
@@ -191,6 +194,48 @@ def vad_part(args, clips, results):
     }
 
 
+def batch_part(args, clips, results):
+    cli = args.cli
+    rows = []
+    for name in ("tiny.en", "base"):
+        for quant in ("f16", "q8_0"):
+            if args.only and f"{name}:{quant}" not in args.only.split(","):
+                continue
+            gguf = os.path.join(args.out, f"{name}-{quant}.gguf")
+            if not os.path.exists(gguf):
+                ct2 = args.tiny if name == "tiny.en" else args.base
+                run([cli, "--task", "convert", "--family", "whisper", "--model", ct2, "--out", gguf,
+                     *(["--quantize", quant] if quant != "f16" else []), "--json"])
+            for backend in (args.gpu, "cpu"):
+                asr = [cli, "--task", "asr", "--family", "whisper", "--model", gguf, "--audio",
+                       clips["600s"], "--language", "en", "--temperatures", "0", "--backend",
+                       backend, "--vad-model", args.vad, "--threads", str(args.cpu_threads),
+                       "--json"]
+                sizes = (1, 4, 8, 16) if backend != "cpu" else (1, 8)
+                runs = {b: [] for b in sizes}
+                for _ in range(2 if backend != "cpu" else 1):
+                    for b in sizes:
+                        runs[b].append(run(asr + ["--batch", str(b)]))
+                texts = {d["text"] for rs in runs.values() for d in rs}
+                row = {"model": name, "weights": quant, "backend": backend,
+                       "same_text": len(texts) == 1,
+                       "steps": runs[1][0]["decoder_steps"], "chunks": runs[1][0]["decode_passes"]}
+                for b, rs in runs.items():
+                    row[f"batch{b}_ms"] = min(d["inference_ms"] for d in rs)
+                    row[f"batch{b}_runs_ms"] = [d["inference_ms"] for d in rs]
+                rows.append(row)
+                print(f"batch {name} {quant} {backend}: " + ", ".join(
+                    f"{b}: {row[f'batch{b}_ms']:.0f} ms" for b in sizes) +
+                    f", same text {row['same_text']}", flush=True)
+    results["batch"] = rows
+    print("\n| model | weights | backend | batch 1 ms | 4 | 8 | 16 | batch 8 vs 1 | same text |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    for r in rows:
+        cell = lambda b: f"{r[f'batch{b}_ms']:.0f}" if f"batch{b}_ms" in r else "-"
+        print(f"| {r['model']} | {r['weights']} | {r['backend']} | {cell(1)} | {cell(4)} | {cell(8)} | "
+              f"{cell(16)} | {r['batch1_ms'] / r['batch8_ms']:.2f}x | {r['same_text']} |")
+
+
 def kokoro_part(args, results):
     cli = args.cli
     outs = {}
@@ -247,7 +292,7 @@ def main():
     ap.add_argument("--kokoro")
     ap.add_argument("--peer", action="store_true")
     ap.add_argument("--cpu-threads", type=int, default=16)
-    ap.add_argument("--parts", default="whisper,vad,kokoro,peer")
+    ap.add_argument("--parts", default="whisper,vad,batch,kokoro,peer")
     ap.add_argument("--gpu", default="cuda", help="the GPU backend (cpu: a dry run of the script)")
     ap.add_argument("--baseline-cli", help="another build's CLI beside the same libraries, timed "
                     "alternately with --cli on the GPU (a before/after of a change)")
@@ -264,6 +309,7 @@ def main():
     parts = args.parts.split(",")
     steps = [("whisper", lambda: whisper_part(args, clips, results)),
              ("vad", lambda: vad_part(args, clips, results)),
+             ("batch", lambda: batch_part(args, clips, results)),
              ("kokoro", lambda: kokoro_part(args, results) if args.kokoro else None),
              ("peer", lambda: peer_part(args, clips, results) if args.peer else None)]
     for name, step in steps:

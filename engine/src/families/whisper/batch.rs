@@ -3,10 +3,10 @@
 //! fallback, the segments), while the calling thread runs every graph on the model's
 //! network, each request in a cache slot of its own; the decoder steps of the
 //! requests waiting for one run as one graph over their slots
-//! ([`WhisperNet::build_step`]), which reads the weights once for all of them. A
-//! step's column gets the bits a lone step of its slot gets where the products sum
-//! each column alike (the CPU kernels), so a request's transcript does not depend on
-//! the requests beside it.
+//! ([`WhisperNet::build_step`]), which reads the weights once for all of them. On the
+//! CPU a step's column gets the bits a lone step of its slot gets
+//! ([`crate::layers::Layers::batches_columns`]), so a request's transcript does not
+//! depend on the requests beside it; on a GPU its products may round otherwise.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 

@@ -317,8 +317,8 @@ impl WhisperNet {
     }
 
     /// [`Self::linear`] over the `columns` tokens of a decoder step, each its own
-    /// request's: one product where it sums each column alike, else one per column,
-    /// so that a column gets the bits of a step alone.
+    /// request's: one product, or one per column where [`Layers::batches_columns`]
+    /// says so (so that a column gets the bits of a step alone).
     fn step_linear<'a>(
         &'a self,
         ctx: &'a Context,
@@ -327,7 +327,7 @@ impl WhisperNet {
         columns: usize,
     ) -> Result<Tensor<'a>> {
         let w = self.w(&format!("{p}.weight"));
-        if columns <= 1 || self.layers.sums_columns_alike(w) {
+        if columns <= 1 || self.layers.batches_columns(w) {
             return self.linear(ctx, x, p);
         }
         let rows = x.ne()[0];

@@ -71,20 +71,19 @@ pub fn run(flags: &Flags, family: &str, model: &Path) -> Result<(), Failure> {
             "{flag} tunes the VAD of --task asr: give --vad-model FILE too (or run --task vad)"
         )));
     }
-    let batch = match (flags.asr.batch, &flags.asr.vad_model) {
-        (None, _) => 1,
-        (Some(_), None) => {
-            return Err(usage(
+    let batch =
+        match (flags.asr.batch, &flags.asr.vad_model) {
+            (None, _) => 1,
+            (Some(_), None) => return Err(usage(
                 "--batch decodes the chunks --vad-model cuts together: give --vad-model FILE too",
-            ))
-        }
-        (Some(n), Some(_)) if (1..=MAX_BATCH).contains(&n) => n,
-        (Some(n), Some(_)) => {
-            return Err(usage(format!(
-                "--batch {n}: give 1 to {MAX_BATCH} chunks decoded at once"
-            )))
-        }
-    };
+            )),
+            (Some(n), Some(_)) if (1..=MAX_BATCH).contains(&n) => n,
+            (Some(n), Some(_)) => {
+                return Err(usage(format!(
+                    "--batch {n}: give 1 to {MAX_BATCH} chunks decoded at once"
+                )))
+            }
+        };
     // The VAD model and its backend, when one is given.
     let vad = match &flags.asr.vad_model {
         None => None,

@@ -955,7 +955,11 @@ fn batched_vad_chunks_give_the_transcript_of_one_after_another() {
         let (alone, alone_segs) = run("none");
         let (batched, batched_segs) = run("4");
         let passes: usize = alone.value("decode_passes").unwrap().parse().unwrap();
-        assert!(passes >= 3, "{name}: too few chunks to batch: {}", alone.stdout);
+        assert!(
+            passes >= 3,
+            "{name}: too few chunks to batch: {}",
+            alone.stdout
+        );
         assert_eq!(batched_segs, alone_segs, "{name}: the segments differ");
         for key in ["text", "decode_passes", "decoder_steps"] {
             assert_eq!(batched.value(key), alone.value(key), "{name}: {key}");
@@ -1026,8 +1030,14 @@ fn vad_flags_need_their_task() {
         (&["--vad-threshold", "0.6"][..], "--vad-threshold"),
         (&["--temperatures", "0,5"][..], "--temperatures"),
         (&["--batch", "4"][..], "--batch"),
-        (&["--vad-model", s(&silero_bin()), "--batch", "0"][..], "--batch"),
-        (&["--vad-model", s(&silero_bin()), "--batch", "33"][..], "--batch"),
+        (
+            &["--vad-model", s(&silero_bin()), "--batch", "0"][..],
+            "--batch",
+        ),
+        (
+            &["--vad-model", s(&silero_bin()), "--batch", "33"][..],
+            "--batch",
+        ),
     ] {
         let run = cli(&[&asr_args(s(&junk), s(&phrase))[..], extra].concat());
         assert_user_error(&run, flag);

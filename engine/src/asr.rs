@@ -342,7 +342,10 @@ impl AsrModel {
             }
         } else {
             for c in chunks {
-                parts.push((c.start, self.model.transcribe(&samples[c.start..c.end], &opts)?));
+                parts.push((
+                    c.start,
+                    self.model.transcribe(&samples[c.start..c.end], &opts)?,
+                ));
             }
         }
         Ok(self.output(samples.len(), (language, language_probability), parts, t0))

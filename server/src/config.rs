@@ -107,7 +107,20 @@ pub struct ModelEntry {
     /// `tts` family that does not fork (the test tone) serves with one worker and logs it.
     #[serde(default)]
     pub parallel: Option<usize>,
+    /// `asr` models: requests waiting for the model are decoded together, up to this
+    /// many in one batch on one worker ([`crate::batch`]); 1 (the default) runs each
+    /// on a worker of its own. Each request's transcript is the one it gets alone on
+    /// the CPU; docs/server.md gives what it saves where.
+    #[serde(default = "default_batch")]
+    pub batch: usize,
 }
+
+fn default_batch() -> usize {
+    1
+}
+
+/// The most requests one batch decodes: each holds its own decoder caches.
+pub const MAX_BATCH: usize = 32;
 
 /// The most workers one model may have: each holds its own caches and compute buffers
 /// (tens of MB for Whisper tiny, hundreds for large), so a typo such as 1000 is refused
@@ -279,6 +292,18 @@ impl Config {
                     ))
                 }
                 _ => {}
+            }
+            if m.batch == 0 || m.batch > MAX_BATCH {
+                return Err(format!(
+                    "model '{}': batch {} is not between 1 and {MAX_BATCH} (requests decoded together)",
+                    m.id, m.batch
+                ));
+            }
+            if m.batch > 1 && m.task != Task::Asr {
+                return Err(format!(
+                    "model '{}': batch {} is for task 'asr' models, not '{}' (set batch to 1)",
+                    m.id, m.batch, m.task
+                ));
             }
             if let Some(v) = &m.vad_model {
                 if m.task != Task::Asr {

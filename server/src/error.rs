@@ -30,6 +30,14 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
 
+    /// The same error again, for another request that fails for the same reason.
+    pub fn duplicate(&self) -> Self {
+        ApiError {
+            message: self.message.clone(),
+            ..*self
+        }
+    }
+
     /// A 400 naming the parameter at fault.
     pub fn bad_param(param: &'static str, message: impl Into<String>) -> Self {
         ApiError {

@@ -8,6 +8,7 @@
 //! async workers on blocking threads.
 
 mod auth;
+mod batch;
 mod body;
 mod config;
 mod error;

@@ -1,6 +1,6 @@
 //! `GET /v1/models` and `GET /v1/models/{id}`: the served models as OpenAI's model
-//! objects, with their family, task, load status and
-//! `parallel` (requests run at once).
+//! objects, with their family, task, load status,
+//! `parallel` (requests run at once) and `batch` (requests decoded together).
 
 use std::sync::Arc;
 
@@ -19,7 +19,7 @@ fn model_object(state: &AppState, slot: &Slot) -> serde_json::Value {
     json!({
         "id": slot.entry.id, "object": "model", "created": state.started_unix_s,
         "owned_by": "audiocpp", "family": slot.entry.family, "task": slot.entry.task,
-        "status": status, "parallel": slot.parallel(),
+        "status": status, "parallel": slot.parallel(), "batch": slot.entry.batch,
     })
 }
 

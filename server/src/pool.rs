@@ -60,6 +60,8 @@ pub struct Slot {
     usable: AtomicUsize,
     /// Permits of workers that could not be made, still held by requests.
     excess: AtomicUsize,
+    /// Requests waiting to be decoded together (`batch` above 1).
+    pub queue: Arc<crate::batch::Queue>,
 }
 
 /// A worker taken for one request ([`acquire`]); dropping it frees the worker.
@@ -94,6 +96,7 @@ impl Slot {
             made: Mutex::new(false),
             usable: AtomicUsize::new(n),
             excess: AtomicUsize::new(0),
+            queue: Arc::default(),
         }
     }
 

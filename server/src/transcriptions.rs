@@ -73,7 +73,13 @@ pub async fn transcriptions(
     // Every format decodes alike (timestamp tokens, every window read); the formats
     // differ only in what they show. Words add the alignment pass, and the next window
     // then starts at the last word's end (faster-whisper's word_timestamps=True).
-    let (out, wall) = run_asr(&state, slot, audio, r.language.clone(), words).await?;
+    let (out, wall, batch) = if slot.entry.batch > 1 {
+        let done = crate::batch::transcribe(&state, slot, audio, r.language.clone(), words).await?;
+        (done.out, done.wall_ms, Some(done.batch))
+    } else {
+        let (out, wall) = run_asr(&state, slot, audio, r.language.clone(), words).await?;
+        (out, wall, None)
+    };
     let resp = match format.as_str() {
         _ if r.stream => formats::transcript_events(&out),
         "text" => formats::plain_text(format!("{}\n", out.text)),
@@ -81,7 +87,13 @@ pub async fn transcriptions(
         "verbose_json" => Json(formats::verbose_json(&out, segments, words)).into_response(),
         _ => Json(json!({ "text": out.text })).into_response(),
     };
-    Ok(with_timing(resp, wall, out.audio_seconds))
+    let mut resp = with_timing(resp, wall, out.audio_seconds);
+    if let Some(n) = batch {
+        // Requests decoded together with this one (itself included).
+        resp.headers_mut()
+            .insert("x-audiocpp-batch", axum::http::HeaderValue::from(n));
+    }
+    Ok(resp)
 }
 
 /// Runs speech recognition on a slot's model.

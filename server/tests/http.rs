@@ -230,6 +230,18 @@ fn bad_configs_exit_2_with_the_reason() {
             serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "silero_vad", "task": "vad", "parallel": 2 }] }),
             "model 'a': parallel 2 is for task 'asr' and 'tts' models; 'vad' models run one request at a time",
         ),
+        (
+            serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "whisper", "task": "asr", "batch": 0 }] }),
+            "model 'a': batch 0 is not between 1 and 32",
+        ),
+        (
+            serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "whisper", "task": "asr", "batch": 33 }] }),
+            "model 'a': batch 33 is not between 1 and 32",
+        ),
+        (
+            serde_json::json!({ "models": [{ "id": "a", "path": "server.json", "family": "kokoro", "task": "tts", "batch": 2 }] }),
+            "model 'a': batch 2 is for task 'asr' models, not 'tts'",
+        ),
     ];
     for (extra, needle) in cases {
         let cfg = write_config(dir.path(), extra);

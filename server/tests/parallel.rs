@@ -2,6 +2,9 @@
 //! (a busy timeout far shorter than one transcription) and give exactly what each gives
 //! alone; with one, the second is refused with 503 `server_busy`. `GET /v1/models`
 //! reports `parallel`. Whisper tiny.en q8_0 on a 14 s clip, one thread per request.
+//! With `batch` 4 on one worker, five requests sent at once are decoded together in
+//! rounds (the `X-AudioCPP-Batch` header says how many at once), none refused, each
+//! answered what it gets alone, a bad upload among them refused alone.
 //! Qwen3-TTS forks too: two cloned-voice speech requests at once both run and give the
 //! bytes one gives alone. A TTS family that does not fork serves with one worker and
 //! says so in the log.
@@ -15,6 +18,11 @@ use common::Server;
 
 /// A server of tiny.en q8_0 with `parallel` workers and a 50 ms busy timeout.
 fn start(dir: &Path, parallel: usize) -> Server {
+    start_batched(dir, parallel, 1)
+}
+
+/// [`start`] with `batch` requests decoded together.
+fn start_batched(dir: &Path, parallel: usize, batch: usize) -> Server {
     let gguf = dir.join("tiny.en-q8_0.gguf");
     if !gguf.is_file() {
         audiocpp_engine::tasks::convert(
@@ -34,13 +42,19 @@ fn start(dir: &Path, parallel: usize) -> Server {
         &serde_json::json!({
             "port": 0, "threads": 1, "busy_timeout_ms": 50,
             "models": [{ "id": "tiny", "path": gguf, "family": "whisper", "task": "asr",
-                         "parallel": parallel }],
+                         "parallel": parallel, "batch": batch }],
         }),
     )
 }
 
 /// Status and JSON body of one transcription of `wav`.
 fn transcribe(server: &Server, wav: &[u8]) -> (u16, serde_json::Value) {
+    let (status, _, v) = transcribe_batched(server, wav);
+    (status, v)
+}
+
+/// Status, `X-AudioCPP-Batch` header and JSON body of one transcription of `wav`.
+fn transcribe_batched(server: &Server, wav: &[u8]) -> (u16, Option<usize>, serde_json::Value) {
     let (ct, body) = common::multipart(
         &[("model", "tiny"), ("response_format", "verbose_json")],
         Some(("a.wav", wav)),
@@ -51,7 +65,8 @@ fn transcribe(server: &Server, wav: &[u8]) -> (u16, serde_json::Value) {
         &body,
     );
     let status = resp.status();
-    (status, resp.into_json().unwrap())
+    let batch = resp.header("x-audiocpp-batch").map(|v| v.parse().unwrap());
+    (status, batch, resp.into_json().unwrap())
 }
 
 /// Two transcriptions of `wav` sent at once.
@@ -106,6 +121,75 @@ fn two_workers_run_two_requests_at_once_and_one_refuses_the_second() {
         (503, Some("server_busy")),
         "with one worker the second waits 50 ms and is refused: {}",
         answers[1].1
+    );
+}
+
+#[test]
+fn a_batch_decodes_waiting_requests_together_with_the_answers_they_get_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let clip = |name: &str| {
+        std::fs::read(common::assets(&format!("clips/{name}")).join(format!("clips/{name}")))
+            .unwrap()
+    };
+    let wavs = [
+        clip("speech_gaps.wav"),
+        clip("voice_f3.wav"),
+        clip("speech_gaps.wav"),
+        clip("voice_f3.wav"),
+        b"not audio at all".to_vec(),
+    ];
+    let server = start_batched(dir.path(), 1, 4);
+    let models: serde_json::Value = ureq::get(&server.url("/v1/models"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(models["data"][0]["batch"], 4, "{models}");
+    let alone: Vec<_> = wavs
+        .iter()
+        .map(|w| transcribe_batched(&server, w))
+        .collect();
+    for (i, (status, batch, v)) in alone.iter().enumerate() {
+        if i == 4 {
+            assert_eq!(*status, 400, "{v}");
+            assert_eq!(v["error"]["code"], "invalid_audio", "{v}");
+        } else {
+            assert_eq!(*status, 200, "{v}");
+            assert_eq!(*batch, Some(1), "sent alone");
+            assert!(!v["text"].as_str().unwrap().is_empty(), "{v}");
+        }
+    }
+    // Released together: the first leads, the others wait for its worker (no 503 at a
+    // 50 ms busy timeout) and go in the next round together.
+    let barrier = std::sync::Barrier::new(wavs.len());
+    let together: Vec<_> = std::thread::scope(|s| {
+        let runs: Vec<_> = wavs
+            .iter()
+            .map(|w| {
+                let barrier = &barrier;
+                let server = &server;
+                s.spawn(move || {
+                    barrier.wait();
+                    transcribe_batched(server, w)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let mut largest = 0;
+    for (i, ((status, batch, v), (_, _, want))) in together.iter().zip(&alone).enumerate() {
+        if i == 4 {
+            assert_eq!(*status, 400, "{v}");
+            continue;
+        }
+        assert_eq!(*status, 200, "request {i}: {v}");
+        assert_eq!(v["text"], want["text"], "request {i}");
+        assert_eq!(v["segments"], want["segments"], "request {i}");
+        largest = largest.max(batch.unwrap());
+    }
+    assert!(
+        largest >= 2,
+        "no round decoded two requests together: {together:?}"
     );
 }
 

@@ -14,7 +14,9 @@ For each task it prints:
   the server at `parallel` 1 (one request at a time, as before parallel workers) and at
   2, 4 and 8 workers (all threads 0: every core, fitted per graph), each a fresh
   server: requests/s, p50/p99 latency, the ratio to parallel 1 and the server's peak
-  RSS; then faster-whisper's BatchedInferencePipeline on the same CTranslate2 weights
+  RSS; then one worker decoding the waiting requests together (`batch` 4 and 8: the
+  largest batch seen is printed from `X-AudioCPP-Batch`); then faster-whisper's
+  BatchedInferencePipeline on the same CTranslate2 weights
   (int8, beam 1, batch_size 8) driven by the same 8 client threads on one model with
   8 workers, as the peer.
 
@@ -67,8 +69,9 @@ def multipart(fields, audio_bytes):
     return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
-def request(conn, task, audio_bytes):
-    """One request on a kept-alive connection: (latency ms, server wall ms, body)."""
+def request(conn, task, audio_bytes, with_batch=False):
+    """One request on a kept-alive connection: (latency ms, server wall ms, body), and
+    with `with_batch` the requests decoded with it (`X-AudioCPP-Batch`, 1 when absent)."""
     if task == "vad":
         path, fields = "/v1/tasks/run", {"model": "vad"}
     else:
@@ -81,7 +84,10 @@ def request(conn, task, audio_bytes):
     latency = (time.perf_counter() - t0) * 1000
     if r.status != 200:
         raise SystemExit(f"server answered {r.status} for {task}: {data.decode(errors='replace')}")
-    return latency, float(r.getheader("x-audiocpp-wall-ms")), json.loads(data)
+    out = latency, float(r.getheader("x-audiocpp-wall-ms")), json.loads(data)
+    if with_batch:
+        return out + (int(r.getheader("x-audiocpp-batch") or 1),)
+    return out
 
 
 def serve(args, config, threads=None):
@@ -182,7 +188,8 @@ def eight_clients(one, per_client):
 
 
 def bench_parallel(args, tmp):
-    """8 clients against the server at parallel 1, 2, 4, 8, then faster-whisper."""
+    """8 clients against the server at parallel 1, 2, 4, 8, at batch 4 and 8 on one
+    worker, then faster-whisper."""
     q8 = os.path.join(tmp, "whisper-tiny.en-q8_0.gguf")
     subprocess.run([args.cli, "--task", "convert", "--family", "whisper", "--model", args.asr_ct2,
                     "--quantize", "q8_0", "--out", q8], check=True, capture_output=True)
@@ -193,12 +200,13 @@ def bench_parallel(args, tmp):
           f"threads 0 (all, fitted per graph)")
     print(f"   {'':34} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'x p=1':>6} {'peak RSS':>9}")
     base, texts = None, set()
-    for parallel in [1, 2, 4, 8]:
-        config = os.path.join(tmp, f"parallel{parallel}.json")
+    for parallel, batch in [(1, 1), (2, 1), (4, 1), (8, 1), (1, 4), (1, 8)]:
+        config = os.path.join(tmp, f"parallel{parallel}-batch{batch}.json")
         with open(config, "w") as f:
             json.dump({"busy_timeout_ms": 600000, "models": [
                 {"id": "asr", "path": q8, "family": "whisper", "task": "asr",
-                 "parallel": parallel}]}, f)
+                 "parallel": parallel, "batch": batch}]}, f)
+        largest = [0]
         proc, port = serve(args, config, threads=0)
         try:
             local = __import__("threading").local()
@@ -206,8 +214,9 @@ def bench_parallel(args, tmp):
             def one():
                 if not hasattr(local, "conn"):
                     local.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-                latency, _, body = request(local.conn, "asr", audio_bytes)
+                latency, _, body, batched = request(local.conn, "asr", audio_bytes, with_batch=True)
                 texts.add(body["text"])
+                largest[0] = max(largest[0], batched)
                 return latency
 
             one()  # warm: the first request pays one-time work
@@ -218,7 +227,9 @@ def bench_parallel(args, tmp):
             proc.wait(timeout=30)
         base = base or rps
         rss_text = f"{rss:7.0f} MB" if rss is not None else "      n/a"
-        label = "audiocpp_server parallel 1 (before)" if parallel == 1 else f"audiocpp_server parallel {parallel}"
+        label = ("audiocpp_server parallel 1 (before)" if (parallel, batch) == (1, 1)
+                 else f"audiocpp_server parallel {parallel}" if batch == 1
+                 else f"audiocpp_server batch {batch} (largest {largest[0]})")
         print(f"   {label:34} {rps:7.2f} {med(lats):8.0f} {p99(lats):8.0f} {rps / base:5.2f}x {rss_text}")
     print(f"   transcripts: {'one text for every request and setting' if len(texts) == 1 else f'{len(texts)} different texts: {sorted(texts)}'}")
     try:

@@ -811,17 +811,7 @@ fn vad_chunks_skip_silence_and_keep_times_in_the_whole_audio() {
     let phrase_s = phrase_gap_phrase(&wav, 70.0);
     let segs = dir.path().join("segments.json");
     let (vad, specs) = (silero_bin(), specs());
-    let chunked = asr(
-        s(&wav),
-        &[
-            "--vad-model",
-            s(&vad),
-            "--model-spec-override",
-            s(&specs),
-            "--segments-out",
-            s(&segs),
-        ],
-    );
+    let chunked = asr(s(&wav), &vad_segments_args(&vad, &specs, &segs));
     assert_eq!(chunked.code, 0, "{}", chunked.stderr);
     // The VAD runs on the CPU unless --vad-backend says otherwise (whatever --backend).
     assert_eq!(chunked.value("vad_device").as_deref(), Some("CPU"));
@@ -926,6 +916,19 @@ fn vad_chunks_cost_no_accuracy_and_recover_what_whole_windows_drop() {
     );
 }
 
+/// The flags of a run cut by the Silero model `vad` (specs from `specs`) that writes its
+/// segments to `segs`.
+fn vad_segments_args<'a>(vad: &'a Path, specs: &'a Path, segs: &'a Path) -> Vec<&'a str> {
+    vec![
+        "--vad-model",
+        s(vad),
+        "--model-spec-override",
+        s(specs),
+        "--segments-out",
+        s(segs),
+    ]
+}
+
 #[test]
 fn batched_vad_chunks_give_the_transcript_of_one_after_another() {
     // long.wav's VAD chunks decoded one after another, then four at a time: the same
@@ -937,14 +940,7 @@ fn batched_vad_chunks_give_the_transcript_of_one_after_another() {
     for (model, name) in [(gguf(), "f16"), (gguf_q8(), "q8_0")] {
         let run = |batch: &str| {
             let segs = dir.path().join(format!("{name}-{batch}.json"));
-            let mut args = vec![
-                "--vad-model",
-                s(&vad),
-                "--model-spec-override",
-                s(&specs),
-                "--segments-out",
-                s(&segs),
-            ];
+            let mut args = vad_segments_args(&vad, &specs, &segs);
             if batch != "none" {
                 args.extend_from_slice(&["--batch", batch]);
             }

@@ -799,6 +799,36 @@ impl Context {
         })
     }
 
+    /// A 4-D view [ne0, ne1, ne2, ne3] of `a` with strides (in elements) `s1`, `s2`,
+    /// `s3` for axes 1 to 3, starting at element `offset_elems`. Axis 0 is contiguous.
+    pub fn view_4d<'a>(
+        &'a self,
+        a: Tensor<'a>,
+        ne: [i64; 4],
+        [s1, s2, s3]: [usize; 3],
+        offset_elems: usize,
+    ) -> Tensor<'a> {
+        let esize = a.element_size().expect("views of unblocked types");
+        let bytes = |s: usize| s.saturating_mul(esize);
+        let strides = [esize, bytes(s1), bytes(s2), bytes(s3)];
+        require_view_inside("view_4d", &a, &ne, &strides, bytes(offset_elems));
+        // SAFETY: the view lies inside the tensor (checked above).
+        self.wrap(unsafe {
+            sys::ggml_view_4d(
+                self.raw.as_ptr(),
+                a.raw(),
+                ne[0],
+                ne[1],
+                ne[2],
+                ne[3],
+                bytes(s1),
+                bytes(s2),
+                bytes(s3),
+                bytes(offset_elems),
+            )
+        })
+    }
+
     /// A computation graph with room for `max_nodes` nodes.
     pub fn new_graph(&self, max_nodes: usize) -> Graph<'_> {
         // SAFETY: a pure size query.

@@ -104,6 +104,14 @@ impl Layers {
         !self.cpu || w.dtype() == Some(DType::I8)
     }
 
+    /// Whether a decoder step over several requests' slots runs their attention as one
+    /// batched product over every slot's caches (on a GPU: a step costs its kernel
+    /// launches, which one attention per column would multiply), or column by column
+    /// with the ops of a lone step (on the CPU, which keeps each column's bits).
+    pub fn batches_attention(&self) -> bool {
+        !self.cpu
+    }
+
     /// The tensors a decoder step's logits against the f16 embedding `t` [k, n] take in
     /// two stages ([`Layers::step_logits`]), when the q8_0 and f16 kernels run: a q8_0
     /// copy of its first rows (whole groups of 16, packed for the q8_0 kernel), named

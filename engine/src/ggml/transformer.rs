@@ -67,9 +67,10 @@ impl Context {
         })
     }
 
-    /// Softmax along `ne[0]` of `a * scale + mask`: `a` is [keys, queries, heads] f32,
-    /// `mask` [keys, >= queries] f32 with 0 where a query sees a key and `-inf` where it
-    /// does not, the same for every head.
+    /// Softmax along `ne[0]` of `a * scale + mask`: `a` is [keys, queries, heads,
+    /// batches] f32, `mask` [keys, >= queries, 1, 1 or batches] f32 with 0 where a query
+    /// sees a key and `-inf` where it does not, the same for every head (and batch, when
+    /// it has one).
     pub fn soft_max_masked<'a>(
         &'a self,
         a: Tensor<'a>,
@@ -79,8 +80,9 @@ impl Context {
         checks::require_contiguous_of("soft_max_masked", "the input", &a, &[DType::F32]);
         checks::require_contiguous_of("soft_max_masked", "the mask", &mask, &[DType::F32]);
         let (x, m) = (a.ne(), mask.ne());
+        // A mask's axes 2 and 3 repeat over the scores' (one mask per batch, say).
         checks::require(
-            m[0] == x[0] && m[1] >= x[1] && m[2] == 1 && m[3] == 1,
+            m[0] == x[0] && m[1] >= x[1] && x[2] % m[2] == 0 && x[3] % m[3] == 0,
             "soft_max_masked",
             || format!("a mask {m:?} does not cover scores {x:?}"),
         );

@@ -15,7 +15,7 @@ use crate::error::{EngineError, Result};
 use crate::ggml::{GgmlError, Scheduler};
 
 use super::decode::{max_new, read_row, Decoding, WindowNet};
-use super::model::{StepInput, WhisperNet};
+use super::model::{Read, StepInput, WhisperNet};
 use super::row::Row;
 use super::Whisper;
 
@@ -239,6 +239,9 @@ impl Runner<'_, '_> {
             ops: (0..n).map(|_| None).collect(),
             live: self.replies.iter().map(Option::is_some).collect(),
         };
+        if self.net.steps_every_slot(n) {
+            return self.serve_every_slot(received, pending);
+        }
         while pending.gather(received) {
             run_alone(self.net, self.sched, self.replies, &mut pending);
             let members = pending.stepping();
@@ -278,6 +281,57 @@ impl Runner<'_, '_> {
                 if pending.stepping() != members {
                     break;
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Runner<'_, '_> {
+    /// [`Self::serve`] where a step runs over every slot at once
+    /// ([`WhisperNet::steps_every_slot`]): one graph for the whole batch, in which a
+    /// member that is not stepping (between windows, done, or never started) feeds a
+    /// token whose key and value go to its last position, which no step of its reads
+    /// unwritten.
+    fn serve_every_slot(
+        self,
+        received: &Receiver<(usize, Op)>,
+        mut pending: Pending,
+    ) -> Result<()> {
+        let n = self.replies.len();
+        let n_kv = self.positions.iter().copied().max().unwrap_or(1).max(1);
+        let slots: Vec<(usize, usize)> = (0..n).map(|m| (m, n_kv)).collect();
+        let eot = self.decoding.tok.specials().eot as usize;
+        let net = self.net;
+        let ctx = net.step_context(n)?;
+        let (mut graph, step) = net.build_step(&ctx, &slots, eot, self.decoding.suppress)?;
+        let mut prepared = self.step_sched.prepare(&mut graph)?;
+        let idle = StepInput {
+            token: 0,
+            n_past: n_kv - 1,
+            read: Read::Summary,
+        };
+        while pending.gather(received) {
+            run_alone(net, self.sched, self.replies, &mut pending);
+            let members = pending.stepping();
+            if members.is_empty() {
+                continue;
+            }
+            let inputs: Vec<StepInput> = (0..n)
+                .map(|m| match pending.ops[m].take() {
+                    Some(Op::Step(input)) => input,
+                    _ => idle,
+                })
+                .collect();
+            let ran = step.run_columns(&mut prepared, &inputs);
+            for &m in &members {
+                let row = match &ran {
+                    Ok(()) => read_row(&step, m, inputs[m].read).map(Reply::Row),
+                    Err(e) => Err(EngineError::Ggml(GgmlError::Failed(format!(
+                        "the batch's decoder step: {e}"
+                    )))),
+                };
+                reply(self.replies, m, row);
             }
         }
         Ok(())

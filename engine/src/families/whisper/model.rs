@@ -150,39 +150,47 @@ pub struct WhisperNet {
     weights: Arc<WeightStore>,
     /// Cache slot 0 serves [`Whisper::transcribe`](super::Whisper); more are added for
     /// requests decoded as one batch ([`WhisperNet::add_slots`]).
-    caches: Vec<SlotCache>,
+    caches: Caches,
     runtime: Runtime,
     /// Which implementation computes each layer on this runtime.
     layers: Layers,
 }
 
-/// One request's caches: per decoder layer the cross-attention keys and values of
-/// the current window (f16) and the self-attention keys and values (f32).
-struct SlotCache {
+/// The requests' caches: per decoder layer the cross-attention keys and values of the
+/// current window (f16) and the self-attention keys and values (f32), each one tensor
+/// whose last axis is the request's slot, so that a step over every slot reads them
+/// as one batch.
+struct Caches {
     ctx: Context,
     _buf: Buffer,
+    slots: usize,
 }
 
-impl SlotCache {
-    fn new(hp: HParams, runtime: &Runtime) -> Result<Self> {
+impl Caches {
+    fn new(hp: HParams, runtime: &Runtime, slots: usize) -> Result<Self> {
         let ctx = Context::new(4 * hp.n_text_layer + 4, 0)?;
-        let (t, a_ctx, t_ctx) = (
+        let (t, a_ctx, t_ctx, n) = (
             hp.n_text_state as i64,
             hp.n_audio_ctx as i64,
             hp.n_text_ctx as i64,
+            slots as i64,
         );
         for l in 0..hp.n_text_layer {
-            ctx.new_tensor(DType::F16, &[t, a_ctx], &format!("cross_k.{l}"));
-            ctx.new_tensor(DType::F16, &[a_ctx, t], &format!("cross_v.{l}"));
-            ctx.new_tensor(DType::F32, &[t, t_ctx], &format!("self_k.{l}"));
-            ctx.new_tensor(DType::F32, &[t_ctx, t], &format!("self_v.{l}"));
+            ctx.new_tensor(DType::F16, &[t, a_ctx, n], &format!("cross_k.{l}"));
+            ctx.new_tensor(DType::F16, &[a_ctx, t, n], &format!("cross_v.{l}"));
+            ctx.new_tensor(DType::F32, &[t, t_ctx, n], &format!("self_k.{l}"));
+            ctx.new_tensor(DType::F32, &[t_ctx, t, n], &format!("self_v.{l}"));
         }
         let buf = Buffer::alloc_context(&ctx, runtime.main())?;
         // Zeros, not whatever the memory held: a decoder step reads the whole
         // self-attention cache under a mask, and a masked NaN would still poison its
         // softmax.
         buf.clear(0);
-        Ok(SlotCache { ctx, _buf: buf })
+        Ok(Caches {
+            ctx,
+            _buf: buf,
+            slots,
+        })
     }
 }
 
@@ -234,11 +242,11 @@ impl WhisperNet {
         runtime: Runtime,
         layers: Layers,
     ) -> Result<Self> {
-        let cache = SlotCache::new(hp, &runtime)?;
+        let caches = Caches::new(hp, &runtime, 1)?;
         Ok(WhisperNet {
             hp,
             weights,
-            caches: vec![cache],
+            caches,
             runtime,
             layers,
         })
@@ -276,25 +284,39 @@ impl WhisperNet {
             .unwrap_or_else(|| panic!("weight {name} was created at load"))
     }
 
-    /// Cache tensor `name` of slot `slot`.
-    fn c(&self, slot: usize, name: &str) -> Tensor<'_> {
-        self.caches[slot]
+    /// Cache tensor `name` of every slot ([state or positions, ..., slots]).
+    fn cache(&self, name: &str) -> Tensor<'_> {
+        self.caches
             .ctx
             .tensor_by_name(name)
-            .unwrap_or_else(|| panic!("cache {name} was created with its slot"))
+            .unwrap_or_else(|| panic!("cache {name} was created with the others"))
+    }
+
+    /// Cache tensor `name` of slot `slot`, as a view in `ctx`.
+    fn c<'a>(&'a self, ctx: &'a Context, slot: usize, name: &str) -> Tensor<'a> {
+        let all = self.cache(name);
+        let [a, b, _, _] = all.ne();
+        ctx.view_2d_rows(all, a, b, slot * (a * b) as usize)
     }
 
     /// Cache slots: requests this network can hold at once.
     pub fn slots(&self) -> usize {
-        self.caches.len()
+        self.caches.slots
     }
 
-    /// Adds cache slots until there are `n`.
+    /// Makes room for `n` requests' caches when there is less: every slot's caches
+    /// are made again (zeroed), so call it before the requests start.
     pub fn add_slots(&mut self, n: usize) -> Result<()> {
-        while self.caches.len() < n {
-            self.caches.push(SlotCache::new(self.hp, &self.runtime)?);
+        if n > self.caches.slots {
+            self.caches = Caches::new(self.hp, &self.runtime, n)?;
         }
         Ok(())
+    }
+
+    /// Whether a decoder step over `n` slots runs them as one batch throughout
+    /// ([`Layers::batches_attention`]): then a step is built over every slot at once.
+    pub fn steps_every_slot(&self, n: usize) -> bool {
+        n > 1 && self.layers.batches_attention()
     }
 
     /// The layer norm `p` (gain and bias) over each column of `x`.
@@ -355,7 +377,7 @@ impl WhisperNet {
         vt: Tensor<'a>,
         mask: Mask<'a>,
     ) -> Result<(Tensor<'a>, Tensor<'a>)> {
-        let [dh, heads, t, _] = q.ne();
+        let [dh, heads, t, batches] = q.ne();
         let qp = ctx.permute(q, [0, 2, 1, 3]);
         let qp = if t > 1 { ctx.cont(qp) } else { qp };
         let kp = ctx.permute(k, [0, 2, 1, 3]);
@@ -368,7 +390,7 @@ impl WhisperNet {
         };
         let out = self.layers.mul_mat(ctx, vt, probs)?;
         let merged = ctx.cont(ctx.permute(out, [0, 2, 1, 3]));
-        Ok((ctx.reshape(merged, &[dh * heads, t]), kq))
+        Ok((ctx.reshape(merged, &[dh * heads, t * batches]), kq))
     }
 
     /// Splits a [width, len] tensor whose rows are `parts` stacked projections into the
@@ -515,8 +537,11 @@ impl WhisperNet {
             let kv = self.linear(&ctx, enc, &format!("decoder.layer_{l}.attention.linear_1"))?;
             let k = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, 0);
             let v = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, t);
-            graph.expand(ctx.cpy(k, self.c(slot, &format!("cross_k.{l}"))));
-            graph.expand(ctx.cpy(ctx.transpose(v), self.c(slot, &format!("cross_v.{l}"))));
+            graph.expand(ctx.cpy(k, self.c(&ctx, slot, &format!("cross_k.{l}"))));
+            graph.expand(ctx.cpy(
+                ctx.transpose(v),
+                self.c(&ctx, slot, &format!("cross_v.{l}")),
+            ));
         }
         graph.expand(enc);
         sched.compute(&mut graph, &[(x_in, mel)])?;
@@ -548,16 +573,16 @@ impl WhisperNet {
         let split = |t: Tensor<'a>| self.heads(ctx, t, 0, 1, d, h);
         let self_kv = |slot: usize| {
             (
-                self.c(slot, &format!("self_k.{l}")),
-                self.c(slot, &format!("self_v.{l}")),
+                self.c(ctx, slot, &format!("self_k.{l}")),
+                self.c(ctx, slot, &format!("self_v.{l}")),
             )
         };
         let cross_kv = |slot: usize| {
             (
-                split(self.c(slot, &format!("cross_k.{l}"))),
+                split(self.c(ctx, slot, &format!("cross_k.{l}"))),
                 self.cached_values_t(
                     ctx,
-                    self.c(slot, &format!("cross_v.{l}")),
+                    self.c(ctx, slot, &format!("cross_v.{l}")),
                     hp.n_audio_ctx,
                     h,
                 ),
@@ -568,7 +593,7 @@ impl WhisperNet {
         // over the cache.
         let columns = match write {
             CacheWrite::At { .. } => 1,
-            CacheWrite::Steps(steps) => steps.len(),
+            CacheWrite::Steps { steps, .. } => steps.len(),
         };
         let n = self.layer_norm(ctx, x, &format!("{p}.self_attention.layer_norm"));
         let qkv = self.step_linear(ctx, n, &format!("{p}.self_attention.linear_0"), columns)?;
@@ -593,11 +618,56 @@ impl WhisperNet {
                 )?
                 .0
             }
+            // Every slot's column at once: keys written in one op, attention as one
+            // product batched over the slots (the heads and slots as its batch axes).
+            CacheWrite::Steps {
+                steps,
+                every: Some(every),
+            } => {
+                let (k_all, v_all) = (
+                    self.cache(&format!("self_k.{l}")),
+                    self.cache(&format!("self_v.{l}")),
+                );
+                let slots = steps.len();
+                let k_rows = ctx.reshape(k_all, &[d as i64, (cap * slots) as i64]);
+                let k_new = ctx.view_2d_rows(qkv, d as i64, slots as i64, d);
+                graph.expand(ctx.set_rows(k_rows, k_new, every.rows));
+                for (i, st) in steps.iter().enumerate() {
+                    let v_new = ctx.view_3d(qkv, [1, d as i64, 1], 1, d, i * 3 * d + 2 * d);
+                    let v_flat = ctx.reshape(self_kv(st.slot).1, &[1, (cap * d) as i64]);
+                    graph.expand(ctx.set_rows(v_flat, v_new, st.v_rows));
+                }
+                let (dh, n_kv) = (d / h, every.n_kv);
+                let q = ctx.view_4d(
+                    qkv,
+                    [dh as i64, h as i64, 1, slots as i64],
+                    [dh, 3 * d, 3 * d],
+                    0,
+                );
+                let k = ctx.view_4d(
+                    k_all,
+                    [dh as i64, h as i64, n_kv as i64, slots as i64],
+                    [dh, d, d * cap],
+                    0,
+                );
+                let vt = ctx.view_4d(
+                    v_all,
+                    [n_kv as i64, dh as i64, h as i64, slots as i64],
+                    [cap, cap * dh, cap * d],
+                    0,
+                );
+                self.attention(ctx, q, k, vt, Mask::Input(every.masks))?.0
+            }
             // Each column is one token of its own slot, with the ops of a lone step.
-            CacheWrite::Steps(steps) => self.per_column(ctx, steps, |i, st| {
+            CacheWrite::Steps { steps, every: None } => self.per_column(ctx, steps, |i, st| {
+                let (Some(row), Some(mask)) = (st.row, st.mask) else {
+                    return Err(crate::error::EngineError::Usage(
+                        "a column of a step over every slot has no row or mask of its own".into(),
+                    ));
+                };
                 let (cache_k, cache_v) = self_kv(st.slot);
                 let col = ctx.view_2d_rows(qkv, 3 * d as i64, 1, i * 3 * d);
-                graph.expand(ctx.set_rows(cache_k, ctx.view_2d_rows(col, d as i64, 1, d), st.row));
+                graph.expand(ctx.set_rows(cache_k, ctx.view_2d_rows(col, d as i64, 1, d), row));
                 // The value cache is transposed (positions adjacent): the new value is
                 // one column, written element by element as rows of one value.
                 let v_new = ctx.view_3d(col, [1, d as i64, 1], 1, d, 2 * d);
@@ -609,7 +679,7 @@ impl WhisperNet {
                         self.heads(ctx, col, 0, 3, d, h),
                         split(ctx.view_2d_rows(cache_k, d as i64, st.n_kv as i64, 0)),
                         self.cached_values_t(ctx, cache_v, st.n_kv, h),
-                        Mask::Input(st.mask),
+                        Mask::Input(mask),
                     )?
                     .0)
             })?,
@@ -627,7 +697,28 @@ impl WhisperNet {
                 let (att, scores) = self.attention(ctx, split(q), k, v, Mask::None)?;
                 (att, Some(scores))
             }
-            CacheWrite::Steps(steps) => {
+            CacheWrite::Steps {
+                steps,
+                every: Some(_),
+            } => {
+                let slots = steps.len() as i64;
+                let (a_ctx, dh) = (hp.n_audio_ctx, d / h);
+                let q = ctx.view_4d(q, [dh as i64, h as i64, 1, slots], [dh, d, d], 0);
+                let k = ctx.view_4d(
+                    self.cache(&format!("cross_k.{l}")),
+                    [dh as i64, h as i64, a_ctx as i64, slots],
+                    [dh, d, d * a_ctx],
+                    0,
+                );
+                let vt = ctx.view_4d(
+                    self.cache(&format!("cross_v.{l}")),
+                    [a_ctx as i64, dh as i64, h as i64, slots],
+                    [a_ctx, a_ctx * dh, a_ctx * d],
+                    0,
+                );
+                (self.attention(ctx, q, k, vt, Mask::None)?.0, None)
+            }
+            CacheWrite::Steps { steps, every: None } => {
                 let att = self.per_column(ctx, steps, |i, st| {
                     let (k, v) = cross_kv(st.slot);
                     let col = ctx.view_2d_rows(q, d as i64, 1, i * d);
@@ -872,18 +963,38 @@ impl WhisperNet {
         let positions = ctx.new_i32_tensor(&[columns], "positions");
         tokens.mark_input();
         positions.mark_input();
+        // Every slot in order, all attending alike: one batch where the layers say so.
+        let every = (self.layers.batches_attention()
+            && slots.len() > 1
+            && slots.len() == self.slots()
+            && slots
+                .iter()
+                .enumerate()
+                .all(|(i, &(s, n))| s == i && n == slots[0].1))
+        .then(|| {
+            let n_kv = slots[0].1.clamp(1, hp.n_text_ctx);
+            let every = EverySlot {
+                rows: ctx.new_i32_tensor(&[columns], "rows"),
+                masks: ctx.new_tensor(DType::F32, &[n_kv as i64, 1, 1, columns], "kv_masks"),
+                n_kv,
+            };
+            every.rows.mark_input();
+            every.masks.mark_input();
+            every
+        });
         let steps: Vec<StepSlot<'a>> = slots
             .iter()
             .map(|&(slot, n_kv)| {
                 let n_kv = n_kv.clamp(1, hp.n_text_ctx);
+                let own = every.is_none();
                 let st = StepSlot {
                     slot,
-                    row: ctx.new_i32_tensor(&[1], "row"),
+                    row: own.then(|| ctx.new_i32_tensor(&[1], "row")),
                     v_rows: ctx.new_i32_tensor(&[d as i64], "v_rows"),
-                    mask: ctx.new_tensor(DType::F32, &[n_kv as i64, 1], "kv_mask"),
+                    mask: own.then(|| ctx.new_tensor(DType::F32, &[n_kv as i64, 1], "kv_mask")),
                     n_kv,
                 };
-                for t in [st.row, st.v_rows, st.mask] {
+                for t in st.row.iter().chain(&st.mask).chain([&st.v_rows]) {
                     t.mark_input();
                 }
                 st
@@ -906,7 +1017,10 @@ impl WhisperNet {
             value.mark_input();
             (ids, value)
         });
-        let write = CacheWrite::Steps(steps.clone());
+        let write = CacheWrite::Steps {
+            steps: steps.clone(),
+            every,
+        };
         let (last, _) = self.decoder_states(ctx, &mut graph, x, &write, slots.len(), &[])?;
         let stages = self
             .weights
@@ -965,6 +1079,7 @@ impl WhisperNet {
             }),
             floor,
             columns,
+            every,
             head,
             width: d,
             capacity: hp.n_text_ctx,
@@ -979,20 +1094,34 @@ enum CacheWrite<'a> {
     /// At positions `n_past..` of `slot` (copies into views of the cache: a graph for
     /// those positions only), attending causally over the positions up to the new ones.
     At { slot: usize, n_past: usize },
-    /// One token per column, each into its own slot ([`StepSlot`]).
-    Steps(Vec<StepSlot<'a>>),
+    /// One token per column, each into its own slot ([`StepSlot`]); with `every`, the
+    /// columns are every slot in order, run as one batch.
+    Steps {
+        steps: Vec<StepSlot<'a>>,
+        every: Option<EverySlot<'a>>,
+    },
 }
 
 /// One column of a decoder step: the token at the position the input `row` holds
 /// (the key's cache row in `slot`; `v_rows` holds the value's element indices in the
 /// slot's transposed value cache), attending the first `n_kv` positions under the
-/// input `mask`.
+/// input `mask`. A step over every slot ([`EverySlot`]) has its rows and masks there.
 #[derive(Clone)]
 struct StepSlot<'a> {
     slot: usize,
-    row: Tensor<'a>,
+    row: Option<Tensor<'a>>,
     v_rows: Tensor<'a>,
-    mask: Tensor<'a>,
+    mask: Option<Tensor<'a>>,
+    n_kv: usize,
+}
+
+/// The inputs of a step over every slot at once: the keys' cache rows across the
+/// slots (i32 [slots]: slot * capacity + position) and the masks (f32 [n_kv, 1, 1,
+/// slots]), every slot attending its first `n_kv` positions.
+#[derive(Clone, Copy)]
+struct EverySlot<'a> {
+    rows: Tensor<'a>,
+    masks: Tensor<'a>,
     n_kv: usize,
 }
 
@@ -1019,6 +1148,8 @@ pub struct DecoderStep<'a> {
     /// The finite value after the head ([`HEAD_FLOOR`]).
     floor: Tensor<'a>,
     columns: Vec<StepColumn<'a>>,
+    /// The rows and masks of a step over every slot at once.
+    every: Option<EverySlot<'a>>,
     head: usize,
     width: usize,
     capacity: usize,
@@ -1131,12 +1262,29 @@ impl DecoderStep<'_> {
             .collect();
         let tokens: Vec<i32> = inputs.iter().map(|i| i.token as i32).collect();
         let positions: Vec<i32> = inputs.iter().map(|i| i.n_past as i32).collect();
+        // A step over every slot: the keys' rows across the slots' caches, and the
+        // masks side by side.
+        let every_rows: Vec<i32> = self
+            .columns
+            .iter()
+            .zip(inputs)
+            .map(|(c, i)| (c.inputs.slot * self.capacity + i.n_past) as i32)
+            .collect();
+        let every_masks: Vec<f32> = masks.concat();
         let floor = [HEAD_FLOOR];
         let mut floats = vec![(self.floor, &floor[..])];
         let mut ints = vec![(self.tokens, &tokens[..]), (self.positions, &positions[..])];
+        if let Some(every) = &self.every {
+            floats.push((every.masks, &every_masks[..]));
+            ints.push((every.rows, &every_rows[..]));
+        }
         for (i, c) in self.columns.iter().enumerate() {
-            floats.push((c.inputs.mask, &masks[i][..]));
-            ints.push((c.inputs.row, &rows[i][..]));
+            if let Some(mask) = c.inputs.mask {
+                floats.push((mask, &masks[i][..]));
+            }
+            if let Some(row) = c.inputs.row {
+                ints.push((row, &rows[i][..]));
+            }
             ints.push((c.inputs.v_rows, &v_rows[i][..]));
             if let Some(switch) = c.whole {
                 ints.push((switch, &wholes[i][..]));

@@ -299,10 +299,17 @@ pub(super) fn row_indices(table: &Tensor<'_>, indices: &Tensor<'_>) {
     // An argmax over rows no longer than the table's row count only yields indices
     // inside it, given a finite value in each row (see `Context::argmax`); any other
     // computed index could point past the table.
+    // A reshape of such an argmax (its indices as [1, columns], one per batch of the
+    // table) holds the same values.
     let (is_i32, computed) = unsafe {
         let t = &*indices.raw();
-        let bounded_argmax =
-            t.op == sys::GGML_OP_ARGMAX && !t.src[0].is_null() && (*t.src[0]).ne[0] <= x[1];
+        let mut source = t;
+        while source.op == sys::GGML_OP_RESHAPE && !source.src[0].is_null() {
+            source = &*source.src[0];
+        }
+        let bounded_argmax = source.op == sys::GGML_OP_ARGMAX
+            && !source.src[0].is_null()
+            && (*source.src[0]).ne[0] <= x[1];
         (
             t.type_ == sys::GGML_TYPE_I32,
             t.op != sys::GGML_OP_NONE && !bounded_argmax,

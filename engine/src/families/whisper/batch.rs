@@ -323,15 +323,23 @@ impl Runner<'_, '_> {
                     _ => idle,
                 })
                 .collect();
-            let ran = step.run_columns(&mut prepared, &inputs);
-            for &m in &members {
-                let row = match &ran {
-                    Ok(()) => read_row(&step, m, inputs[m].read).map(Reply::Row),
-                    Err(e) => Err(EngineError::Ggml(GgmlError::Failed(format!(
-                        "the batch's decoder step: {e}"
-                    )))),
-                };
-                reply(self.replies, m, row);
+            let reads: Vec<Read> = inputs.iter().map(|i| i.read).collect();
+            let ran = step
+                .run_columns(&mut prepared, &inputs)
+                .and_then(|()| step.rows(&reads));
+            match ran {
+                Ok(mut rows) => {
+                    for &m in &members {
+                        let row = std::mem::replace(&mut rows[m], Row::full(Vec::new()));
+                        reply(self.replies, m, Ok(Reply::Row(row)));
+                    }
+                }
+                Err(e) => {
+                    for &m in &members {
+                        let e = GgmlError::Failed(format!("the batch's decoder step: {e}"));
+                        reply(self.replies, m, Err(EngineError::Ggml(e)));
+                    }
+                }
             }
         }
         Ok(())

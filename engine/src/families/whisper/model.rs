@@ -1010,9 +1010,22 @@ impl WhisperNet {
             .filter(|&&t| (t as usize) < head)
             .map(|&t| t as i32)
             .collect();
+        let stages = self
+            .weights
+            .tensor(&format!("{EMBEDDING}.q8"))
+            .zip(self.weights.tensor(&format!("{EMBEDDING}.q8_bounds")));
+        // A step over every slot chooses the tokens of all its columns at once (the
+        // two-stage logits are the CPU kernels', which never step every slot).
+        let at_once = every.is_some() && stages.is_none();
+        let ban_copies = if at_once { steps.len() } else { 1 };
+        // The ids as the ban input holds them: for every column at once, each copy
+        // moved to its column of the flattened logits.
+        let ban_ids: Vec<i32> = (0..ban_copies)
+            .flat_map(|c| head_ban.iter().map(move |&t| t + (c * n_vocab) as i32))
+            .collect();
         let ban = (!head_ban.is_empty()).then(|| {
-            let ids = ctx.new_i32_tensor(&[head_ban.len() as i64], "head_ban");
-            let value = ctx.new_tensor(DType::F32, &[1, head_ban.len() as i64], "head_ban_value");
+            let ids = ctx.new_i32_tensor(&[ban_ids.len() as i64], "head_ban");
+            let value = ctx.new_tensor(DType::F32, &[1, ban_ids.len() as i64], "head_ban_value");
             ids.mark_input();
             value.mark_input();
             (ids, value)
@@ -1022,65 +1035,96 @@ impl WhisperNet {
             every,
         };
         let (last, _) = self.decoder_states(ctx, &mut graph, x, &write, slots.len(), &[])?;
-        let stages = self
-            .weights
-            .tensor(&format!("{EMBEDDING}.q8"))
-            .zip(self.weights.tensor(&format!("{EMBEDDING}.q8_bounds")));
-        let scored = self.layers.step_logits(
-            ctx,
-            self.w(EMBEDDING),
-            stages,
-            last,
-            head,
-            ban.map(|(ids, _)| ids),
-        )?;
-        // One finite floor after the text tokens, so that the argmax names a row even
-        // when every logit is -inf or NaN (ggml-cuda's argmax would give -1 there).
-        let floor = ctx.new_tensor(DType::F32, &[1], "head_floor");
+        // One finite floor after each column's text tokens, so that the argmax names a
+        // row even when every logit is -inf or NaN (ggml-cuda's argmax would give -1
+        // there).
+        let floors = if at_once { steps.len() } else { 1 };
+        let floor = ctx.new_tensor(DType::F32, &[1, floors as i64], "head_floor");
         floor.mark_input();
-        let mut columns = Vec::with_capacity(steps.len());
-        for (st, (logits, whole)) in steps.into_iter().zip(scored) {
-            logits.mark_output();
-            graph.expand(logits);
-            let rows = ctx.reshape(logits, &[1, n_vocab as i64]);
+        let summarise = |logits: Tensor<'a>, graph: &mut crate::ggml::Graph<'a>| {
+            // The logits as [n_vocab, columns]; the text tokens chosen among per column.
+            let cols = logits.ne()[1];
+            let flat = ctx.reshape(logits, &[1, n_vocab as i64 * cols]);
             let banned = match ban {
-                Some((ids, value)) => ctx.set_rows(rows, value, ids),
-                None => rows,
+                Some((ids, value)) => ctx.set_rows(flat, value, ids),
+                None => flat,
             };
-            let text = ctx.concat(ctx.view_1d(banned, head as i64, 0), floor, 0);
-            let best = ctx.argmax(text);
-            let top = ctx.get_rows(ctx.reshape(text, &[1, head as i64 + 1]), best);
-            let p = ctx.soft_max(text);
-            let p_top = ctx.get_rows(ctx.reshape(p, &[1, head as i64 + 1]), best);
-            let tail = ctx.view_1d(logits, (n_vocab - head) as i64, head);
-            let summary = ctx.concat(
-                ctx.concat(tail, ctx.reshape(top, &[1]), 0),
-                ctx.reshape(p_top, &[1]),
+            let banned = ctx.reshape(banned, &[n_vocab as i64, cols]);
+            let text = ctx.concat(
+                ctx.view_2d_rows(banned, head as i64, cols, 0),
+                ctx.view_2d_rows(floor, 1, cols, 0),
                 0,
             );
-            for t in [best, summary] {
+            let best = ctx.argmax(text);
+            let per_column = |t: Tensor<'a>| {
+                ctx.get_rows(
+                    ctx.reshape(t, &[1, head as i64 + 1, cols]),
+                    ctx.reshape(best, &[1, cols]),
+                )
+            };
+            let top = per_column(text);
+            let p_top = per_column(ctx.soft_max(text));
+            let tail = ctx.view_2d_rows(logits, (n_vocab - head) as i64, cols, head);
+            let summary = ctx.concat(
+                ctx.concat(tail, ctx.reshape(top, &[1, cols]), 0),
+                ctx.reshape(p_top, &[1, cols]),
+                0,
+            );
+            for t in [logits, best, summary] {
                 t.mark_output();
                 graph.expand(t);
             }
-            columns.push(StepColumn {
-                inputs: st,
-                whole,
-                logits,
-                best,
-                summary,
-            });
+            (best, summary)
+        };
+        let mut columns = Vec::with_capacity(steps.len());
+        if at_once {
+            let logits = self.layers.mul_mat(ctx, self.w(EMBEDDING), last)?;
+            let (best, summary) = summarise(logits, &mut graph);
+            for (at, st) in steps.into_iter().enumerate() {
+                columns.push(StepColumn {
+                    inputs: st,
+                    whole: None,
+                    logits,
+                    best,
+                    summary,
+                    at,
+                });
+            }
+        } else {
+            let scored = self.layers.step_logits(
+                ctx,
+                self.w(EMBEDDING),
+                stages,
+                last,
+                head,
+                ban.map(|(ids, _)| ids),
+            )?;
+            for (st, (logits, whole)) in steps.into_iter().zip(scored) {
+                let (best, summary) = summarise(logits, &mut graph);
+                columns.push(StepColumn {
+                    inputs: st,
+                    whole,
+                    logits,
+                    best,
+                    summary,
+                    at: 0,
+                });
+            }
         }
         let step = DecoderStep {
             tokens,
             positions,
             ban: ban.map(|(ids, value)| {
-                let minus_inf = vec![f32::NEG_INFINITY; head_ban.len()];
-                (ids, value, head_ban, minus_inf)
+                let minus_inf = vec![f32::NEG_INFINITY; ban_ids.len()];
+                (ids, value, ban_ids, minus_inf)
             }),
             floor,
+            floors: vec![HEAD_FLOOR; floors],
             columns,
             every,
+            at_once,
             head,
+            n_vocab,
             width: d,
             capacity: hp.n_text_ctx,
         };
@@ -1145,12 +1189,17 @@ pub struct DecoderStep<'a> {
     positions: Tensor<'a>,
     /// The head's banned ids, the -inf row they take, the ids' values and the row's.
     ban: Option<(Tensor<'a>, Tensor<'a>, Vec<i32>, Vec<f32>)>,
-    /// The finite value after the head ([`HEAD_FLOOR`]).
+    /// The finite value after each column's head ([`HEAD_FLOOR`]), one per column
+    /// when the step chooses every column's token at once, else one.
     floor: Tensor<'a>,
+    floors: Vec<f32>,
     columns: Vec<StepColumn<'a>>,
     /// The rows and masks of a step over every slot at once.
     every: Option<EverySlot<'a>>,
+    /// The columns share their logits, argmax and summary tensors (each its column).
+    at_once: bool,
     head: usize,
+    n_vocab: usize,
     width: usize,
     capacity: usize,
 }
@@ -1166,6 +1215,9 @@ struct StepColumn<'a> {
     best: Tensor<'a>,
     /// The logits from `head` on, then the head's largest logit and its probability.
     summary: Tensor<'a>,
+    /// The column of `logits`, `best` and `summary` that is this one's (0 where each
+    /// column has tensors of its own).
+    at: usize,
 }
 
 /// One column's token in a step ([`DecoderStep::run_columns`]): the token, the cache
@@ -1271,8 +1323,7 @@ impl DecoderStep<'_> {
             .map(|(c, i)| (c.inputs.slot * self.capacity + i.n_past) as i32)
             .collect();
         let every_masks: Vec<f32> = masks.concat();
-        let floor = [HEAD_FLOOR];
-        let mut floats = vec![(self.floor, &floor[..])];
+        let mut floats = vec![(self.floor, &self.floors[..])];
         let mut ints = vec![(self.tokens, &tokens[..]), (self.positions, &positions[..])];
         if let Some(every) = &self.every {
             floats.push((every.masks, &every_masks[..]));
@@ -1303,7 +1354,13 @@ impl DecoderStep<'_> {
     /// text logits far below the largest may be the first stage's, see
     /// [`Layers::step_logits`]).
     pub fn logits(&self, i: usize) -> Result<Vec<f32>> {
-        Ok(self.column(i)?.logits.read_f32()?)
+        let c = self.column(i)?;
+        let all = c.logits.read_f32()?;
+        Ok(all
+            .chunks(self.n_vocab)
+            .nth(c.at)
+            .map(<[f32]>::to_vec)
+            .unwrap_or_default())
     }
 
     fn column(&self, i: usize) -> Result<&StepColumn<'_>> {
@@ -1320,10 +1377,56 @@ impl DecoderStep<'_> {
     /// of the whole row).
     pub fn row(&self, i: usize) -> Result<Row> {
         let c = self.column(i)?;
-        let mut tail = c.summary.read_f32()?;
-        let best = c.best.read_i32()?;
+        self.row_of(&c.summary.read_f32()?, &c.best.read_i32()?, c.at)
+    }
+
+    /// Every column's row of the last step, as `reads` says for each ([`Self::row`],
+    /// [`Self::logits`]); tensors the columns share are read once.
+    pub fn rows(&self, reads: &[Read]) -> Result<Vec<Row>> {
+        if !self.at_once {
+            return (0..self.columns.len())
+                .zip(reads)
+                .map(|(i, read)| match read {
+                    Read::Logits => Ok(Row::full(self.logits(i)?)),
+                    Read::Summary => self.row(i),
+                })
+                .collect();
+        }
+        let Some(first) = self.columns.first() else {
+            return Ok(Vec::new());
+        };
+        let (summary, best) = (first.summary.read_f32()?, first.best.read_i32()?);
+        let logits = if reads.contains(&Read::Logits) {
+            first.logits.read_f32()?
+        } else {
+            Vec::new()
+        };
+        self.columns
+            .iter()
+            .zip(reads)
+            .map(|(c, read)| match read {
+                Read::Logits => Ok(Row::full(
+                    logits
+                        .chunks(self.n_vocab)
+                        .nth(c.at)
+                        .map(<[f32]>::to_vec)
+                        .unwrap_or_default(),
+                )),
+                Read::Summary => self.row_of(&summary, &best, c.at),
+            })
+            .collect()
+    }
+
+    /// Column `at`'s row from a read of the summary and the argmax.
+    fn row_of(&self, summary: &[f32], best: &[i32], at: usize) -> Result<Row> {
+        let width = self.n_vocab - self.head + 2;
+        let mut tail = summary
+            .chunks(width)
+            .nth(at)
+            .map(<[f32]>::to_vec)
+            .unwrap_or_default();
         let (p_top, top) = (tail.pop(), tail.pop());
-        let (Some(p_top), Some(top), Some(&best)) = (p_top, top, best.first()) else {
+        let (Some(p_top), Some(top), Some(&best)) = (p_top, top, best.get(at)) else {
             return Err(crate::error::EngineError::Usage(
                 "the decoder step's summary is empty".into(),
             ));

@@ -290,15 +290,17 @@ impl Runner<'_, '_> {
 impl Runner<'_, '_> {
     /// [`Self::serve`] where a step runs over every slot at once
     /// ([`WhisperNet::steps_every_slot`]): one graph for the whole batch, in which a
-    /// member that is not stepping (between windows, done, or never started) feeds a
-    /// token whose key and value go to its last position, which no step of its reads
-    /// unwritten.
+    /// slot that is not stepping (its member between windows, done or never started,
+    /// or no member's) feeds a token whose key and value go to its last position,
+    /// which no step of a member reads unwritten.
     fn serve_every_slot(
         self,
         received: &Receiver<(usize, Op)>,
         mut pending: Pending,
     ) -> Result<()> {
-        let n = self.replies.len();
+        // Every slot of the network, also those beyond this batch's members (a smaller
+        // batch after a larger one), so that the step is one batch.
+        let n = self.net.slots();
         let n_kv = self.positions.iter().copied().max().unwrap_or(1).max(1);
         let slots: Vec<(usize, usize)> = (0..n).map(|m| (m, n_kv)).collect();
         let eot = self.decoding.tok.specials().eot as usize;
@@ -318,7 +320,7 @@ impl Runner<'_, '_> {
                 continue;
             }
             let inputs: Vec<StepInput> = (0..n)
-                .map(|m| match pending.ops[m].take() {
+                .map(|m| match pending.ops.get_mut(m).and_then(Option::take) {
                     Some(Op::Step(input)) => input,
                     _ => idle,
                 })

@@ -241,10 +241,10 @@ pub struct AsrFlags {
     #[arg(long, default_value = "cpu")]
     pub vad_backend: String,
     /// ASR with --vad-model: decode up to this many of the VAD's chunks at once, as one
-    /// batch (1 to 32). On the CPU the transcript is the same at any value, and one
-    /// after another (the default, 1) is as fast or faster; a batch pays where a
-    /// decoder step costs its kernel launches more than its work, as on a GPU, whose
-    /// products over several chunks may round differently (docs/models/whisper.md).
+    /// batch (1 to 32). With the engine's CPU kernels the transcript is the same at any
+    /// value, and one after another (the default, 1) is as fast or faster; on a GPU a
+    /// batch of 8 was 1.5x faster, and its sums over several chunks may round
+    /// differently, so a near tie can go another way (docs/models/whisper.md).
     #[arg(long)]
     pub batch: Option<usize>,
     /// ASR: spoken language code (de, en, ...) or auto: detect it on the first 30 s

@@ -194,6 +194,17 @@ def vad_part(args, clips, results):
     }
 
 
+def word_distance(a, b):
+    """Word-level edit distance (substitutions, insertions, deletions)."""
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
 def batch_part(args, clips, results):
     cli = args.cli
     rows = []
@@ -217,8 +228,12 @@ def batch_part(args, clips, results):
                     for b in sizes:
                         runs[b].append(run(asr + ["--batch", str(b)]))
                 texts = {d["text"] for rs in runs.values() for d in rs}
+                # how far each size's text is from one after another's, in words
+                alone = runs[1][0]["text"].split()
+                wer = {b: word_distance(rs[0]["text"].split(), alone) / max(len(alone), 1)
+                       for b, rs in runs.items()}
                 row = {"model": name, "weights": quant, "backend": backend,
-                       "same_text": len(texts) == 1,
+                       "same_text": len(texts) == 1, "wer_vs_batch1": wer,
                        "steps": runs[1][0]["decoder_steps"], "chunks": runs[1][0]["decode_passes"]}
                 for b, rs in runs.items():
                     row[f"batch{b}_ms"] = min(d["inference_ms"] for d in rs)
@@ -226,7 +241,8 @@ def batch_part(args, clips, results):
                 rows.append(row)
                 print(f"batch {name} {quant} {backend}: " + ", ".join(
                     f"{b}: {row[f'batch{b}_ms']:.0f} ms" for b in sizes) +
-                    f", same text {row['same_text']}", flush=True)
+                    f", same text {row['same_text']}, WER against batch 1 " +
+                    ", ".join(f"{b}: {w:.4f}" for b, w in wer.items()), flush=True)
     results["batch"] = rows
     print("\n| model | weights | backend | batch 1 ms | 4 | 8 | 16 | batch 8 vs 1 | same text |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")

@@ -22,7 +22,8 @@ For each task it prints:
 
 Usage: server_bench.py --server BIN --cli BIN --vad-model BIN --specs DIR --asr-ct2 DIR
                        --vad-audio WAV --asr-audio WAV --conc-audio WAV [--repeat N]
-                       [--threads N]
+                       [--threads N] [--only-concurrency [--asr-q8 GGUF] [--backend cuda]
+                       [--no-peer]]
 """
 import argparse
 import concurrent.futures
@@ -190,20 +191,22 @@ def eight_clients(one, per_client):
 def bench_parallel(args, tmp):
     """8 clients against the server at parallel 1, 2, 4, 8, at batch 4 and 8 on one
     worker, then faster-whisper."""
-    q8 = os.path.join(tmp, "whisper-tiny.en-q8_0.gguf")
-    subprocess.run([args.cli, "--task", "convert", "--family", "whisper", "--model", args.asr_ct2,
-                    "--quantize", "q8_0", "--out", q8], check=True, capture_output=True)
+    q8 = args.asr_q8 or os.path.join(tmp, "whisper-tiny.en-q8_0.gguf")
+    if not args.asr_q8:
+        subprocess.run([args.cli, "--task", "convert", "--family", "whisper", "--model",
+                        args.asr_ct2, "--quantize", "q8_0", "--out", q8],
+                       check=True, capture_output=True)
     audio_bytes = open(args.conc_audio, "rb").read()
     per_client = max(2, args.repeat // 2)
     print(f"== bench server concurrency: {CLIENTS} clients x {per_client} transcriptions of "
           f"{os.path.basename(args.conc_audio)}, Whisper tiny.en q8_0, {os.cpu_count()} cores, "
-          f"threads 0 (all, fitted per graph)")
+          f"threads 0 (all, fitted per graph), backend {args.backend}")
     print(f"   {'':34} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'x p=1':>6} {'peak RSS':>9}")
     base, texts = None, set()
     for parallel, batch in [(1, 1), (2, 1), (4, 1), (8, 1), (1, 4), (1, 8)]:
         config = os.path.join(tmp, f"parallel{parallel}-batch{batch}.json")
         with open(config, "w") as f:
-            json.dump({"busy_timeout_ms": 600000, "models": [
+            json.dump({"busy_timeout_ms": 600000, "backend": args.backend, "models": [
                 {"id": "asr", "path": q8, "family": "whisper", "task": "asr",
                  "parallel": parallel, "batch": batch}]}, f)
         largest = [0]
@@ -232,6 +235,8 @@ def bench_parallel(args, tmp):
                  else f"audiocpp_server batch {batch} (largest {largest[0]})")
         print(f"   {label:34} {rps:7.2f} {med(lats):8.0f} {p99(lats):8.0f} {rps / base:5.2f}x {rss_text}")
     print(f"   transcripts: {'one text for every request and setting' if len(texts) == 1 else f'{len(texts)} different texts: {sorted(texts)}'}")
+    if args.no_peer:
+        return
     try:
         import resource
         from faster_whisper import BatchedInferencePipeline, WhisperModel
@@ -264,6 +269,10 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only-concurrency", action="store_true",
                     help="run just the concurrency section")
+    ap.add_argument("--asr-q8", help="the concurrency section's tiny.en q8_0 GGUF (made from "
+                    "--asr-ct2 when not given)")
+    ap.add_argument("--backend", default="cpu", help="the concurrency section's server backend")
+    ap.add_argument("--no-peer", action="store_true", help="leave faster-whisper out")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.only_concurrency:

@@ -31,6 +31,8 @@ import wave
 
 import numpy as np
 
+from backend_compare import word_edits
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 KOKORO_TEXT = (
     "The lighthouse keeper climbed the narrow stairs every evening at dusk. "
@@ -194,17 +196,6 @@ def vad_part(args, clips, results):
     }
 
 
-def word_distance(a, b):
-    """Word-level edit distance (substitutions, insertions, deletions)."""
-    prev = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        cur = [i]
-        for j, y in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
-        prev = cur
-    return prev[-1]
-
-
 def batch_part(args, clips, results):
     cli = args.cli
     rows = []
@@ -230,7 +221,7 @@ def batch_part(args, clips, results):
                 texts = {d["text"] for rs in runs.values() for d in rs}
                 # how far each size's text is from one after another's, in words
                 alone = runs[1][0]["text"].split()
-                wer = {b: word_distance(rs[0]["text"].split(), alone) / max(len(alone), 1)
+                wer = {b: word_edits(rs[0]["text"].split(), alone) / max(len(alone), 1)
                        for b, rs in runs.items()}
                 row = {"model": name, "weights": quant, "backend": backend,
                        "same_text": len(texts) == 1, "wer_vs_batch1": wer,

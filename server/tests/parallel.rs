@@ -59,8 +59,10 @@ fn transcribe_batched(server: &Server, wav: &[u8]) -> (u16, Option<usize>, serde
         &[("model", "tiny"), ("response_format", "verbose_json")],
         Some(("a.wav", wav)),
     );
+    // A request that never gets its answer fails the test instead of hanging it.
     let resp = common::send(
-        ureq::post(&server.url("/v1/audio/transcriptions")),
+        ureq::post(&server.url("/v1/audio/transcriptions"))
+            .timeout(std::time::Duration::from_secs(300)),
         &ct,
         &body,
     );
@@ -191,6 +193,44 @@ fn a_batch_decodes_waiting_requests_together_with_the_answers_they_get_alone() {
         largest >= 2,
         "no round decoded two requests together: {together:?}"
     );
+}
+
+#[test]
+fn requests_waiting_for_a_batch_get_the_error_of_a_model_that_fails_to_load() {
+    // The leader cannot get a worker (the lazy model fails to load): the requests
+    // queued behind it get its 503 instead of waiting for a round that never comes.
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.gguf");
+    std::fs::write(&junk, b"not a model").unwrap();
+    let server = Server::start(
+        dir.path(),
+        &serde_json::json!({
+            "port": 0, "threads": 1, "busy_timeout_ms": 50,
+            "models": [{ "id": "tiny", "path": junk, "family": "whisper", "task": "asr",
+                         "lazy": true, "parallel": 1, "batch": 3 }],
+        }),
+    );
+    let wav =
+        std::fs::read(common::assets("clips/voice_f3.wav").join("clips/voice_f3.wav")).unwrap();
+    let barrier = std::sync::Barrier::new(3);
+    let answers: Vec<_> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..3)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    transcribe_batched(&server, &wav)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (status, _, v) in answers {
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (503, Some("model_load_failed")),
+            "{v}"
+        );
+    }
 }
 
 /// A server of `cfg` (written in `dir`) whose log [`Server::stop`] returns, and its

@@ -14,7 +14,7 @@ use crate::asr::{DecodeOptions, Transcript};
 use crate::error::{EngineError, Result};
 use crate::ggml::{GgmlError, Scheduler};
 
-use super::decode::{max_new, read_row, Decoding, WindowNet};
+use super::decode::{max_new, Decoding, WindowNet};
 use super::model::{Read, StepInput, WhisperNet};
 use super::row::Row;
 use super::Whisper;
@@ -267,7 +267,7 @@ impl Runner<'_, '_> {
                 let ran = step.run_columns(&mut prepared, &inputs);
                 for (i, &m) in members.iter().enumerate() {
                     let row = match &ran {
-                        Ok(()) => read_row(&step, i, inputs[i].read).map(Reply::Row),
+                        Ok(()) => step.read(i, inputs[i].read).map(Reply::Row),
                         Err(e) => Err(EngineError::Ggml(GgmlError::Failed(format!(
                             "the batch's decoder step: {e}"
                         )))),

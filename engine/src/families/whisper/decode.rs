@@ -234,19 +234,11 @@ impl WindowNet for Alone<'_, '_, '_> {
 
     fn step(&mut self, input: StepInput) -> Result<Row> {
         self.step.run_columns(&mut self.graph, &[input])?;
-        read_row(self.step, 0, input.read)
+        self.step.read(0, input.read)
     }
 
     fn positions(&self) -> usize {
         self.step.positions(0)
-    }
-}
-
-/// Column `i`'s row of the last step, as `read` says.
-pub(super) fn read_row(step: &DecoderStep<'_>, i: usize, read: Read) -> Result<Row> {
-    match read {
-        Read::Logits => Ok(Row::full(step.logits(i)?)),
-        Read::Summary => step.row(i),
     }
 }
 

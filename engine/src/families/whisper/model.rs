@@ -1380,16 +1380,22 @@ impl DecoderStep<'_> {
         self.row_of(&c.summary.read_f32()?, &c.best.read_i32()?, c.at)
     }
 
-    /// Every column's row of the last step, as `reads` says for each ([`Self::row`],
-    /// [`Self::logits`]); tensors the columns share are read once.
+    /// Column `i`'s row of the last step, as `read` says: every logit
+    /// ([`Self::logits`]) or the summary ([`Self::row`]).
+    pub fn read(&self, i: usize, read: Read) -> Result<Row> {
+        match read {
+            Read::Logits => Ok(Row::full(self.logits(i)?)),
+            Read::Summary => self.row(i),
+        }
+    }
+
+    /// Every column's row of the last step, as `reads` says for each ([`Self::read`]);
+    /// tensors the columns share are read once.
     pub fn rows(&self, reads: &[Read]) -> Result<Vec<Row>> {
         if !self.at_once {
             return (0..self.columns.len())
                 .zip(reads)
-                .map(|(i, read)| match read {
-                    Read::Logits => Ok(Row::full(self.logits(i)?)),
-                    Read::Summary => self.row(i),
-                })
+                .map(|(i, &read)| self.read(i, read))
                 .collect();
         }
         let Some(first) = self.columns.first() else {

@@ -15,7 +15,8 @@ For each task it prints:
   2, 4 and 8 workers (all threads 0: every core, fitted per graph), each a fresh
   server: requests/s, p50/p99 latency, the ratio to parallel 1 and the server's peak
   RSS; then one worker decoding the waiting requests together (`batch` 4 and 8: the
-  largest batch seen is printed from `X-AudioCPP-Batch`); then faster-whisper's
+  largest batch seen is printed from `X-AudioCPP-Batch`) and two workers at `batch` 4;
+  then faster-whisper's
   BatchedInferencePipeline on the same CTranslate2 weights
   (int8, beam 1, batch_size 8) driven by the same 8 client threads on one model with
   8 workers, as the peer.
@@ -23,7 +24,7 @@ For each task it prints:
 Usage: server_bench.py --server BIN --cli BIN --vad-model BIN --specs DIR --asr-ct2 DIR
                        --vad-audio WAV --asr-audio WAV --conc-audio WAV [--repeat N]
                        [--threads N] [--only-concurrency [--asr-q8 GGUF] [--backend cuda]
-                       [--no-peer]]
+                       [--no-peer] [--per-client N]]
 """
 import argparse
 import concurrent.futures
@@ -190,20 +191,20 @@ def eight_clients(one, per_client):
 
 def bench_parallel(args, tmp):
     """8 clients against the server at parallel 1, 2, 4, 8, at batch 4 and 8 on one
-    worker, then faster-whisper."""
+    worker and at batch 4 on two, then faster-whisper."""
     q8 = args.asr_q8 or os.path.join(tmp, "whisper-tiny.en-q8_0.gguf")
     if not args.asr_q8:
         subprocess.run([args.cli, "--task", "convert", "--family", "whisper", "--model",
                         args.asr_ct2, "--quantize", "q8_0", "--out", q8],
                        check=True, capture_output=True)
     audio_bytes = open(args.conc_audio, "rb").read()
-    per_client = max(2, args.repeat // 2)
+    per_client = args.per_client or max(2, args.repeat // 2)
     print(f"== bench server concurrency: {CLIENTS} clients x {per_client} transcriptions of "
           f"{os.path.basename(args.conc_audio)}, Whisper tiny.en q8_0, {os.cpu_count()} cores, "
           f"threads 0 (all, fitted per graph), backend {args.backend}")
     print(f"   {'':34} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'x p=1':>6} {'peak RSS':>9}")
     base, texts = None, set()
-    for parallel, batch in [(1, 1), (2, 1), (4, 1), (8, 1), (1, 4), (1, 8)]:
+    for parallel, batch in [(1, 1), (2, 1), (4, 1), (8, 1), (1, 4), (1, 8), (2, 4)]:
         config = os.path.join(tmp, f"parallel{parallel}-batch{batch}.json")
         with open(config, "w") as f:
             json.dump({"busy_timeout_ms": 600000, "backend": args.backend, "models": [
@@ -232,7 +233,8 @@ def bench_parallel(args, tmp):
         rss_text = f"{rss:7.0f} MB" if rss is not None else "      n/a"
         label = ("audiocpp_server parallel 1 (before)" if (parallel, batch) == (1, 1)
                  else f"audiocpp_server parallel {parallel}" if batch == 1
-                 else f"audiocpp_server batch {batch} (largest {largest[0]})")
+                 else f"audiocpp_server batch {batch} (largest {largest[0]})" if parallel == 1
+                 else f"audiocpp_server parallel {parallel} x batch {batch} (largest {largest[0]})")
         print(f"   {label:34} {rps:7.2f} {med(lats):8.0f} {p99(lats):8.0f} {rps / base:5.2f}x {rss_text}")
     print(f"   transcripts: {'one text for every request and setting' if len(texts) == 1 else f'{len(texts)} different texts: {sorted(texts)}'}")
     if args.no_peer:
@@ -273,6 +275,9 @@ def main():
                     "--asr-ct2 when not given)")
     ap.add_argument("--backend", default="cpu", help="the concurrency section's server backend")
     ap.add_argument("--no-peer", action="store_true", help="leave faster-whisper out")
+    ap.add_argument("--per-client", type=int, default=0,
+                    help="the concurrency section's requests per client (default: half of "
+                         "--repeat, at least 2; a GPU answers 16 in well under a second)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.only_concurrency:

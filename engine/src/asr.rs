@@ -140,11 +140,13 @@ pub trait Recognizer: Send {
     /// Transcribes mono samples (segment times relative to their start).
     fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript>;
     /// Transcribes each `(samples, options)` of `jobs`, each as [`Self::transcribe`]
-    /// would: a family that batches requests runs them together, others one after
-    /// another. The outer error fails the whole batch.
+    /// would: a family that batches requests runs up to `width` together (the next
+    /// starting as one ends), others one after another. The outer error fails the
+    /// whole batch.
     fn transcribe_batch(
         &mut self,
         jobs: &[(&[f32], &DecodeOptions)],
+        _width: usize,
     ) -> Result<Vec<Result<Transcript>>> {
         Ok(jobs
             .iter()
@@ -331,14 +333,15 @@ impl AsrModel {
         };
         let mut parts = Vec::with_capacity(chunks.len());
         if batch > 1 {
-            for group in chunks.chunks(batch) {
-                let jobs: Vec<(&[f32], &DecodeOptions)> = group
-                    .iter()
-                    .map(|c| (&samples[c.start..c.end], &opts))
-                    .collect();
-                for (c, part) in group.iter().zip(self.model.transcribe_batch(&jobs)?) {
-                    parts.push((c.start, part?));
-                }
+            let jobs: Vec<(&[f32], &DecodeOptions)> = chunks
+                .iter()
+                .map(|c| (&samples[c.start..c.end], &opts))
+                .collect();
+            for (c, part) in chunks
+                .iter()
+                .zip(self.model.transcribe_batch(&jobs, batch)?)
+            {
+                parts.push((c.start, part?));
             }
         } else {
             for c in chunks {
@@ -352,12 +355,13 @@ impl AsrModel {
     }
 
     /// Transcribes each `(samples, options)` of `inputs` as [`Self::run_samples`] does;
-    /// a family that batches requests ([`Recognizer::transcribe_batch`]) decodes them
-    /// together, with the same transcripts. The outer error fails the whole batch;
-    /// `inference_ms` is the batch's.
+    /// a family that batches requests ([`Recognizer::transcribe_batch`]) decodes up to
+    /// `width` together (the next starting as one ends), with the same transcripts. The
+    /// outer error fails the whole batch; `inference_ms` is the batch's.
     pub fn run_batch(
         &mut self,
         inputs: &[(&[f32], &DecodeOptions)],
+        width: usize,
     ) -> Result<Vec<Result<AsrOutput>>> {
         let t0 = Instant::now();
         let resolved: Vec<Result<(String, Option<f32>)>> = inputs
@@ -379,7 +383,7 @@ impl AsrModel {
             .zip(&opts)
             .filter_map(|((samples, _), o)| o.as_ref().map(|o| (*samples, o)))
             .collect();
-        let mut done = self.model.transcribe_batch(&jobs)?.into_iter();
+        let mut done = self.model.transcribe_batch(&jobs, width)?.into_iter();
         Ok(inputs
             .iter()
             .zip(resolved)

@@ -5,7 +5,9 @@
 //! server sees at once: three human-speech clips (one with word timestamps), 30 s of
 //! music-like tones that fall back to sampling at higher temperatures (so sampled steps
 //! run in the batch too), and a request that fails (a language an English-only model
-//! lacks), which must fail alone. Tiny.en q8_0 and f16 on the CPU kernels.
+//! lacks), which must fail alone; all five at once, and two at a time with each next
+//! request starting in the cache slot of one that ended. Tiny.en q8_0 and f16 on the
+//! CPU kernels.
 
 mod whisper_common;
 
@@ -76,17 +78,21 @@ fn batch_matches_alone(quantize: Option<&str>) {
         .iter()
         .map(|(samples, opts)| model.run_samples(samples, opts))
         .collect();
-    let batch = model.run_batch(&inputs).expect("the batch runs");
-    assert_eq!(batch.len(), inputs.len());
-    for (i, (a, b)) in alone.iter().zip(&batch).enumerate() {
-        match (a, b) {
-            (Ok(a), Ok(b)) => assert_eq!(key(b), key(a), "request {i} in the batch"),
-            (Err(a), Err(b)) => assert_eq!(b.to_string(), a.to_string(), "request {i}"),
-            _ => panic!(
-                "request {i}: alone {:?}, in the batch {:?}",
-                a.as_ref().map(|o| &o.text),
-                b.as_ref().map(|o| &o.text)
-            ),
+    // All at once, and two at a time (each next request starting in the slot of one
+    // that ended).
+    for width in [inputs.len(), 2] {
+        let batch = model.run_batch(&inputs, width).expect("the batch runs");
+        assert_eq!(batch.len(), inputs.len());
+        for (i, (a, b)) in alone.iter().zip(&batch).enumerate() {
+            match (a, b) {
+                (Ok(a), Ok(b)) => assert_eq!(key(b), key(a), "request {i}, width {width}"),
+                (Err(a), Err(b)) => assert_eq!(b.to_string(), a.to_string(), "request {i}"),
+                _ => panic!(
+                    "request {i}, width {width}: alone {:?}, in the batch {:?}",
+                    a.as_ref().map(|o| &o.text),
+                    b.as_ref().map(|o| &o.text)
+                ),
+            }
         }
     }
     let texts: Vec<&str> = alone

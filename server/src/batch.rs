@@ -174,7 +174,7 @@ fn run_round(
         None => {
             let inputs: Vec<(&[f32], &DecodeOptions)> =
                 ready.iter().map(|(s, o, _)| (&s[..], o)).collect();
-            match model.run_batch(&inputs) {
+            match model.run_batch(&inputs, inputs.len()) {
                 Ok(outs) => outs.into_iter().map(|o| o.map_err(engine_error)).collect(),
                 Err(e) => {
                     let e = engine_error(e);

@@ -105,62 +105,73 @@ impl WindowNet for Member {
 
 impl Whisper {
     /// Transcribes each `(samples, options)` of `jobs` as [`Whisper::transcribe`] does,
-    /// the requests decoded as one batch (see the module's doc). The outer error is a
-    /// failure of the batch as a whole (its caches could not be made); each request
-    /// has its own result.
+    /// the requests decoded as one batch (see the module's doc) of at most `width` at
+    /// once: as one ends, the next waiting one starts in its cache slot, so the batch
+    /// stays full while requests wait. The outer error is a failure of the batch as a
+    /// whole (its caches could not be made); each request has its own result.
     pub fn transcribe_batch(
         &mut self,
         jobs: &[(&[f32], &DecodeOptions)],
+        width: usize,
     ) -> Result<Vec<Result<Transcript>>> {
-        let prompts: Vec<Result<Vec<u32>>> = jobs.iter().map(|(_, o)| self.prompt(o)).collect();
-        self.net.add_slots(jobs.len())?;
+        let mut results: Vec<Option<Result<Transcript>>> = Vec::with_capacity(jobs.len());
+        let mut startable = Vec::with_capacity(jobs.len());
+        for (job, (_, opts)) in jobs.iter().enumerate() {
+            match self.prompt(opts) {
+                Ok(prompt) => {
+                    results.push(None);
+                    startable.push((job, prompt));
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        let width = width.clamp(1, startable.len().max(1));
+        self.net.add_slots(width)?;
         let (decoding, net, sched, step_sched) = self.parts();
         let hp = decoding.hp;
+        // Each request's step positions: its prompt and the most tokens after it.
+        let n_kv = |prompt: &[u32]| prompt.len() + max_new(hp, prompt);
+        let most_positions = startable.iter().map(|(_, p)| n_kv(p)).max().unwrap_or(1);
         std::thread::scope(|scope| {
             let (ops, received) = channel();
-            let mut replies = Vec::with_capacity(jobs.len());
-            let mut positions = Vec::with_capacity(jobs.len());
             let mut running = Vec::new();
-            let mut results: Vec<Option<Result<Transcript>>> = Vec::new();
-            for (index, ((samples, opts), prompt)) in jobs.iter().zip(prompts).enumerate() {
-                let prompt = match prompt {
-                    Ok(p) => p,
-                    Err(e) => {
-                        results.push(Some(Err(e)));
-                        replies.push(None);
-                        positions.push(0);
-                        continue;
-                    }
-                };
-                results.push(None);
+            let mut waiting = startable.into_iter();
+            // Starts the next waiting request in `slot`: its reply channel and positions.
+            let mut start = |slot: usize| {
+                let (job, prompt) = waiting.next()?;
                 let (reply, replied) = channel();
-                replies.push(Some(reply));
-                let n_kv = prompt.len() + max_new(hp, &prompt);
-                positions.push(n_kv);
+                let positions = n_kv(&prompt);
                 let mut member = Member {
-                    index,
-                    positions: n_kv,
+                    index: slot,
+                    positions,
                     ops: ops.clone(),
                     replies: replied,
                 };
-                let (samples, opts) = (*samples, *opts);
+                let (samples, opts) = jobs[job];
                 let thread = scope.spawn(move || decoding.run(&mut member, samples, opts, &prompt));
-                running.push((index, thread));
+                running.push((job, thread));
+                Some((reply, positions))
+            };
+            let mut slots = Slots {
+                replies: Vec::with_capacity(width),
+                positions: Vec::with_capacity(width),
+                start: &mut start,
+            };
+            for slot in 0..width {
+                slots.fill(slot);
             }
-            drop(ops);
             let runner = Runner {
                 net,
                 sched,
                 step_sched,
                 decoding,
-                replies: &replies,
-                positions: &positions,
+                most_positions,
             };
-            let served = runner.serve(&received);
+            let served = runner.serve(&received, &mut slots);
             // Members still waiting get their error as the runner's senders drop.
-            drop(replies);
-            for (index, thread) in running {
-                results[index] = Some(thread.join().unwrap_or_else(|panic| {
+            drop(slots);
+            for (job, thread) in running {
+                results[job] = Some(thread.join().unwrap_or_else(|panic| {
                     Err(EngineError::Ggml(GgmlError::Failed(format!(
                         "a request of the batch panicked: {}",
                         crate::ggml::panic_text(&*panic)
@@ -176,28 +187,58 @@ impl Whisper {
     }
 }
 
+/// A member's reply channel and step positions, as [`Slots::start`] gives them.
+type Started = (Sender<Result<Reply>>, usize);
+
+/// The batch's cache slots: the member in each and how to start the next request.
+struct Slots<'a> {
+    /// Each slot's member's reply channel (`None` once no request is left for it).
+    replies: Vec<Option<Sender<Result<Reply>>>>,
+    /// Each slot's member's step positions (its `n_kv`).
+    positions: Vec<usize>,
+    /// Starts the next waiting request in a slot; `None` when none waits.
+    start: &'a mut dyn FnMut(usize) -> Option<Started>,
+}
+
+impl Slots<'_> {
+    /// Starts the next waiting request in `slot` (pushed at the end while the slots
+    /// are made); whether one was left.
+    fn fill(&mut self, slot: usize) -> bool {
+        let started = (self.start)(slot);
+        let live = started.is_some();
+        let (reply, positions) = started.map_or((None, 0), |(r, p)| (Some(r), p));
+        if slot < self.replies.len() {
+            self.replies[slot] = reply;
+            self.positions[slot] = positions;
+        } else {
+            self.replies.push(reply);
+            self.positions.push(positions);
+        }
+        live
+    }
+}
+
 /// The thread that runs the batch's graphs.
-struct Runner<'a, 'w> {
+struct Runner<'w> {
     net: &'w WhisperNet,
     sched: &'w mut Scheduler,
     step_sched: &'w mut Scheduler,
     decoding: Decoding<'w>,
-    /// Each member's reply channel (`None` for a request that never started).
-    replies: &'a [Option<Sender<Result<Reply>>>],
-    /// Each member's step positions (its `n_kv`).
-    positions: &'a [usize],
+    /// The most step positions of any request of the batch.
+    most_positions: usize,
 }
 
 /// The members' calls waiting for the runner.
 struct Pending {
     ops: Vec<Option<Op>>,
-    /// Members not done yet.
+    /// Slots whose member is not done yet.
     live: Vec<bool>,
 }
 
 impl Pending {
-    /// Waits until every live member has a call waiting; false once none is live.
-    fn gather(&mut self, received: &Receiver<(usize, Op)>) -> bool {
+    /// Waits until every live member has a call waiting; false once none is live. A
+    /// member that is done hands its slot to the next waiting request.
+    fn gather(&mut self, received: &Receiver<(usize, Op)>, slots: &mut Slots<'_>) -> bool {
         loop {
             let waiting = self
                 .live
@@ -213,8 +254,8 @@ impl Pending {
             };
             match op {
                 Op::Done => {
-                    self.live[m] = false;
                     self.ops[m] = None;
+                    self.live[m] = slots.fill(m);
                 }
                 op => self.ops[m] = Some(op),
             }
@@ -229,32 +270,32 @@ impl Pending {
     }
 }
 
-impl Runner<'_, '_> {
+impl Runner<'_> {
     /// Answers the members' calls until every one is done: each round waits until
     /// every live member has a call, runs the calls that are not steps one by one,
     /// then the steps as one graph (built again only when the members stepping
     /// change).
-    fn serve(self, received: &Receiver<(usize, Op)>) -> Result<()> {
-        let n = self.replies.len();
+    fn serve(self, received: &Receiver<(usize, Op)>, slots: &mut Slots<'_>) -> Result<()> {
+        let n = slots.replies.len();
         let mut pending = Pending {
             ops: (0..n).map(|_| None).collect(),
-            live: self.replies.iter().map(Option::is_some).collect(),
+            live: slots.replies.iter().map(Option::is_some).collect(),
         };
         if self.net.steps_every_slot(n) {
-            return self.serve_every_slot(received, pending);
+            return self.serve_every_slot(received, pending, slots);
         }
-        while pending.gather(received) {
-            run_alone(self.net, self.sched, self.replies, &mut pending);
+        while pending.gather(received, slots) {
+            run_alone(self.net, self.sched, &slots.replies, &mut pending);
             let members = pending.stepping();
             if members.is_empty() {
                 continue;
             }
-            let slots: Vec<(usize, usize)> =
-                members.iter().map(|&m| (m, self.positions[m])).collect();
+            let at: Vec<(usize, usize)> =
+                members.iter().map(|&m| (m, slots.positions[m])).collect();
             let eot = self.decoding.tok.specials().eot as usize;
             let net = self.net;
             let ctx = net.step_context(members.len())?;
-            let (mut graph, step) = net.build_step(&ctx, &slots, eot, self.decoding.suppress)?;
+            let (mut graph, step) = net.build_step(&ctx, &at, eot, self.decoding.suppress)?;
             let mut prepared = self.step_sched.prepare(&mut graph)?;
             // The same members step again and again while none starts a window.
             loop {
@@ -273,12 +314,12 @@ impl Runner<'_, '_> {
                             "the batch's decoder step: {e}"
                         )))),
                     };
-                    reply(self.replies, m, row);
+                    reply(&slots.replies, m, row);
                 }
-                if !pending.gather(received) {
+                if !pending.gather(received, slots) {
                     return Ok(());
                 }
-                run_alone(net, self.sched, self.replies, &mut pending);
+                run_alone(net, self.sched, &slots.replies, &mut pending);
                 if pending.stepping() != members {
                     break;
                 }
@@ -286,9 +327,7 @@ impl Runner<'_, '_> {
         }
         Ok(())
     }
-}
 
-impl Runner<'_, '_> {
     /// [`Self::serve`] where a step runs over every slot at once
     /// ([`WhisperNet::steps_every_slot`]): one graph for the whole batch, in which a
     /// slot that is not stepping (its member between windows, done or never started,
@@ -298,24 +337,25 @@ impl Runner<'_, '_> {
         self,
         received: &Receiver<(usize, Op)>,
         mut pending: Pending,
+        slots: &mut Slots<'_>,
     ) -> Result<()> {
         // Every slot of the network, also those beyond this batch's members (a smaller
         // batch after a larger one), so that the step is one batch.
         let n = self.net.slots();
-        let n_kv = self.positions.iter().copied().max().unwrap_or(1).max(1);
-        let slots: Vec<(usize, usize)> = (0..n).map(|m| (m, n_kv)).collect();
+        let n_kv = self.most_positions.max(1);
+        let every: Vec<(usize, usize)> = (0..n).map(|m| (m, n_kv)).collect();
         let eot = self.decoding.tok.specials().eot as usize;
         let net = self.net;
         let ctx = net.step_context(n)?;
-        let (mut graph, step) = net.build_step(&ctx, &slots, eot, self.decoding.suppress)?;
+        let (mut graph, step) = net.build_step(&ctx, &every, eot, self.decoding.suppress)?;
         let mut prepared = self.step_sched.prepare(&mut graph)?;
         let idle = StepInput {
             token: 0,
             n_past: n_kv - 1,
             read: Read::Summary,
         };
-        while pending.gather(received) {
-            run_alone(net, self.sched, self.replies, &mut pending);
+        while pending.gather(received, slots) {
+            run_alone(net, self.sched, &slots.replies, &mut pending);
             let members = pending.stepping();
             if members.is_empty() {
                 continue;
@@ -334,13 +374,13 @@ impl Runner<'_, '_> {
                 Ok(mut rows) => {
                     for &m in &members {
                         let row = std::mem::replace(&mut rows[m], Row::full(Vec::new()));
-                        reply(self.replies, m, Ok(Reply::Row(row)));
+                        reply(&slots.replies, m, Ok(Reply::Row(row)));
                     }
                 }
                 Err(e) => {
                     for &m in &members {
                         let e = GgmlError::Failed(format!("the batch's decoder step: {e}"));
-                        reply(self.replies, m, Err(EngineError::Ggml(e)));
+                        reply(&slots.replies, m, Err(EngineError::Ggml(e)));
                     }
                 }
             }

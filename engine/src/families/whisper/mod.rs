@@ -217,8 +217,9 @@ impl Recognizer for Whisper {
     fn transcribe_batch(
         &mut self,
         jobs: &[(&[f32], &DecodeOptions)],
+        width: usize,
     ) -> Result<Vec<Result<Transcript>>> {
-        Whisper::transcribe_batch(self, jobs)
+        Whisper::transcribe_batch(self, jobs, width)
     }
 
     fn transcribe(&mut self, samples: &[f32], opts: &DecodeOptions) -> Result<Transcript> {

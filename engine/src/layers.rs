@@ -112,15 +112,6 @@ impl Layers {
         !self.cpu
     }
 
-    /// Whether independent sequences (a batch's encoder windows) run as one graph, each
-    /// product over all of their columns: on a GPU, where a graph costs its kernel
-    /// launches; not on the CPU, where products of that size are bound by the
-    /// arithmetic, so that one graph saved no time and held every sequence's
-    /// activations at once (docs/models/whisper.md).
-    pub fn batches_sequences(&self) -> bool {
-        !self.cpu
-    }
-
     /// The tensors a decoder step's logits against the f16 embedding `t` [k, n] take in
     /// two stages ([`Layers::step_logits`]), when the q8_0 and f16 kernels run: a q8_0
     /// copy of its first rows (whole groups of 16, packed for the q8_0 kernel), named
@@ -328,48 +319,28 @@ impl Layers {
     }
 
     /// Multi-head self-attention without a mask, scale 1/sqrt(head width), of `qkv`
-    /// ([3 d, t * sequences], each row the stacked query, key and value; each sequence's
-    /// `t` columns side by side, attending only among themselves): [d, t * sequences],
-    /// heads side by side. The engine's kernel for heads of 64, a sequence at a time;
-    /// otherwise ggml's fused attention, all sequences in one op (over 1500 positions,
-    /// materialising the scores, 54 MB per layer for Whisper tiny, and transposing the
-    /// values cost more than the products).
+    /// ([3 d, t], each row the stacked query, key and value): [d, t], heads side by
+    /// side. The engine's kernel for heads of 64; otherwise ggml's fused attention
+    /// (over 1500 positions, materialising the scores, 54 MB per layer for Whisper
+    /// tiny, and transposing the values cost more than the products).
     pub fn self_attention<'a>(
         &self,
         ctx: &'a Context,
         qkv: Tensor<'a>,
         heads: usize,
-        sequences: usize,
     ) -> Result<Tensor<'a>> {
-        let [width, columns, _, _] = qkv.ne();
+        let [width, t, _, _] = qkv.ne();
         let d = width as usize / 3;
-        let seqs = sequences.max(1);
-        let t = columns / seqs as i64;
         if self.float && heads > 0 && d == heads * cpu_kernels::ATTENTION_HEAD_DIM {
-            let mut joined = None;
-            for s in 0..seqs {
-                let one = if seqs == 1 {
-                    qkv
-                } else {
-                    ctx.view_2d_rows(qkv, width, t, s * (t * width) as usize)
-                };
-                let y = ctx.self_attention_cpu(one, heads)?;
-                joined = Some(joined.map_or(y, |j| ctx.concat(j, y, 1)));
-            }
-            return Ok(joined.expect("at least one sequence"));
+            return Ok(ctx.self_attention_cpu(qkv, heads)?);
         }
         let dh = d / heads.max(1);
         let part = |i: usize| {
-            let view = ctx.view_4d(
-                qkv,
-                [dh as i64, heads as i64, t, seqs as i64],
-                [dh, 3 * d, 3 * d * t as usize],
-                i * d,
-            );
+            let view = ctx.view_3d(qkv, [dh as i64, heads as i64, t], dh, 3 * d, i * d);
             ctx.permute(view, [0, 2, 1, 3])
         };
         let out = ctx.flash_attn(part(0), part(1), part(2), 1.0 / (dh as f32).sqrt());
-        Ok(ctx.reshape(out, &[d as i64, columns]))
+        Ok(ctx.reshape(out, &[d as i64, t]))
     }
 
     /// A 1-D convolution (PyTorch cross-correlation) of `input` [L, IC, N] with a

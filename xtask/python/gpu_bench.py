@@ -215,9 +215,14 @@ def batch_part(args, clips, results):
                        "--json"]
                 sizes = (1, 4, 8, 16) if backend != "cpu" else (1, 8)
                 runs = {b: [] for b in sizes}
+                # the baseline CLI's runs alternate with these on the GPU
+                old = args.baseline_cli if backend != "cpu" else None
+                old_runs = {b: [] for b in sizes}
                 for _ in range(2 if backend != "cpu" else 1):
                     for b in sizes:
                         runs[b].append(run(asr + ["--batch", str(b)]))
+                        if old:
+                            old_runs[b].append(run([old] + asr[1:] + ["--batch", str(b)]))
                 texts = {d["text"] for rs in runs.values() for d in rs}
                 # how far each size's text is from one after another's, in words
                 alone = runs[1][0]["text"].split()
@@ -229,11 +234,19 @@ def batch_part(args, clips, results):
                 for b, rs in runs.items():
                     row[f"batch{b}_ms"] = min(d["inference_ms"] for d in rs)
                     row[f"batch{b}_runs_ms"] = [d["inference_ms"] for d in rs]
+                    if old:
+                        row[f"baseline_batch{b}_runs_ms"] = [d["inference_ms"] for d in old_runs[b]]
+                        row[f"baseline_batch{b}_same_text"] = all(
+                            d["text"] == rs[0]["text"] for d in old_runs[b])
                 rows.append(row)
                 print(f"batch {name} {quant} {backend}: " + ", ".join(
                     f"{b}: {row[f'batch{b}_ms']:.0f} ms" for b in sizes) +
                     f", same text {row['same_text']}, WER against batch 1 " +
                     ", ".join(f"{b}: {w:.4f}" for b, w in wer.items()), flush=True)
+                if old:
+                    print(f"  baseline {name} {quant} {backend}: " + ", ".join(
+                        f"{b}: {row[f'baseline_batch{b}_runs_ms']} ms, same text "
+                        f"{row[f'baseline_batch{b}_same_text']}" for b in sizes), flush=True)
     results["batch"] = rows
     print("\n| model | weights | backend | batch 1 ms | 4 | 8 | 16 | batch 8 vs 1 | same text |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")

@@ -3,8 +3,7 @@
 //! fallback, the segments), while the calling thread runs every graph on the model's
 //! network, each request in a cache slot of its own; the decoder steps of the
 //! requests waiting for one run as one graph over their slots
-//! ([`WhisperNet::build_step`]), which reads the weights once for all of them, and so
-//! do the windows waiting to be encoded on a GPU ([`WhisperNet::encode_windows`]). On the
+//! ([`WhisperNet::build_step`]), which reads the weights once for all of them. On the
 //! CPU a step's column gets the bits a lone step of its slot gets
 //! ([`crate::layers::Layers::batches_columns`]), so a request's transcript does not
 //! depend on the requests beside it; on a GPU its products may round otherwise.
@@ -389,42 +388,16 @@ impl Runner<'_> {
     }
 }
 
-/// Runs the waiting calls that are not steps on the members' slots of `net`: the
-/// windows to encode as one graph ([`WhisperNet::encode_windows`], as many at a time
-/// as [`WhisperNet::windows_per_encode`] says), the others one by one.
+/// Runs the waiting calls that are not steps, each on the member's slot of `net`.
 fn run_alone(
     net: &WhisperNet,
     sched: &mut Scheduler,
     replies: &[Option<Sender<Result<Reply>>>],
     pending: &mut Pending,
 ) {
-    let encoding: Vec<usize> = (0..pending.ops.len())
-        .filter(|&m| matches!(pending.ops[m], Some(Op::Encode(_))))
-        .collect();
-    for group in encoding.chunks(net.windows_per_encode()) {
-        let windows: Vec<(usize, &[f32])> = group
-            .iter()
-            .map(|&m| match &pending.ops[m] {
-                Some(Op::Encode(mel)) => (m, mel.as_slice()),
-                _ => unreachable!("`encoding` listed only encodes"),
-            })
-            .collect();
-        let encoded = net
-            .encode_windows(sched, &windows)
-            .map_err(|e| e.to_string());
-        for &m in group {
-            pending.ops[m] = None;
-            let answer = match &encoded {
-                Ok(()) => Ok(Reply::Encoded),
-                Err(e) => Err(EngineError::Ggml(GgmlError::Failed(format!(
-                    "the batch's encoder: {e}"
-                )))),
-            };
-            reply(replies, m, answer);
-        }
-    }
     for m in 0..pending.ops.len() {
         let answer = match pending.ops[m].take() {
+            Some(Op::Encode(mel)) => net.encode(sched, m, &mel).map(|_| Reply::Encoded),
             Some(Op::Prompt(tokens)) => net
                 .decode(sched, m, &tokens, 0, tokens.len())
                 .map(Reply::Logits),

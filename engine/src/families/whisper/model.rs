@@ -111,10 +111,6 @@ impl HParams {
 
 /// Layer-norm epsilon of Whisper.
 const LN_EPS: f32 = 1e-5;
-/// Windows encoded in one graph at most: each adds its activations (for Whisper
-/// large, about 30 MB a tensor) to the graph's memory.
-const ENCODE_WINDOWS: usize = 8;
-
 /// Graph node budget (the encoder of large models stays far below it).
 const GRAPH_NODES: usize = 4096;
 
@@ -317,16 +313,6 @@ impl WhisperNet {
         Ok(())
     }
 
-    /// How many windows [`Self::encode_windows`] should take at once: up to
-    /// [`ENCODE_WINDOWS`] where [`Layers::batches_sequences`], else one.
-    pub fn windows_per_encode(&self) -> usize {
-        if self.layers.batches_sequences() {
-            ENCODE_WINDOWS
-        } else {
-            1
-        }
-    }
-
     /// Whether a decoder step over `n` slots runs them as one batch throughout
     /// ([`Layers::batches_attention`]): then a step is built over every slot at once.
     pub fn steps_every_slot(&self, n: usize) -> bool {
@@ -499,8 +485,7 @@ impl WhisperNet {
             .gelu(ctx, ctx.add(y, self.w(&format!("encoder.conv{i}.bias"))))
     }
 
-    /// Encoder layer `l` over `windows` windows side by side: pre-norm self-attention
-    /// (within each window) and MLP, each with its residual.
+    /// Encoder layer `l`: pre-norm self-attention and MLP, each with its residual.
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L160-L171
     /// (`ResidualAttentionBlock.forward`, without cross-attention).
@@ -509,13 +494,12 @@ impl WhisperNet {
         ctx: &'a Context,
         x: Tensor<'a>,
         l: usize,
-        windows: usize,
     ) -> Result<Tensor<'a>> {
         let p = format!("encoder.layer_{l}");
         let h = self.hp.n_audio_head;
         let n = self.layer_norm(ctx, x, &format!("{p}.self_attention.layer_norm"));
         let qkv = self.linear(ctx, n, &format!("{p}.self_attention.linear_0"))?;
-        let att = self.layers.self_attention(ctx, qkv, h, windows)?;
+        let att = self.layers.self_attention(ctx, qkv, h)?;
         let x = ctx.add(
             x,
             self.linear(ctx, att, &format!("{p}.self_attention.linear_1"))?,
@@ -525,68 +509,43 @@ impl WhisperNet {
 
     /// Runs the encoder on one window of log-mel features (`n_mels` rows of
     /// `2 * n_audio_ctx` frames) and stores every decoder layer's cross-attention keys
-    /// and values in slot `slot` of the cache.
-    pub fn encode(&self, sched: &mut Scheduler, slot: usize, mel: &[f32]) -> Result<()> {
-        self.encode_windows(sched, &[(slot, mel)])
-    }
-
-    /// [`Self::encode`] for each `(slot, window)` of `windows` in one graph: the
-    /// windows side by side as the columns of each product, each attending only to
-    /// itself, so that the weights are read once for all of them and a GPU launches
-    /// each kernel once.
+    /// and values in the cache. Returns the encoder output ([state, ctx], column-major).
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L188-L204
-    /// (`AudioEncoder.forward`, batched over its first axis; positions from `sinusoids`
-    /// L62-L68), the cross-attention keys and values computed once as
-    /// `MultiHeadAttention.forward` L101-L109 reuses them.
-    pub fn encode_windows(&self, sched: &mut Scheduler, windows: &[(usize, &[f32])]) -> Result<()> {
+    /// (`AudioEncoder.forward`; positions from `sinusoids` L62-L68), the cross-attention
+    /// keys and values computed once as `MultiHeadAttention.forward` L101-L109 reuses them.
+    pub fn encode(&self, sched: &mut Scheduler, slot: usize, mel: &[f32]) -> Result<Vec<f32>> {
         let hp = self.hp;
-        let n = windows.len();
         let ctx = Context::new(GRAPH_NODES, GRAPH_NODES)?;
         let frames = 2 * hp.n_audio_ctx as i64;
-        let (state, positions) = (hp.n_audio_state as i64, hp.n_audio_ctx as i64);
-        let x_in = ctx.new_tensor(DType::F32, &[frames, hp.n_mels as i64, n as i64], "mel");
+        let x_in = ctx.new_tensor(DType::F32, &[frames, hp.n_mels as i64, 1], "mel");
         x_in.mark_input();
         let x = self.conv_gelu(&ctx, x_in, 1, 1)?;
         let time_major =
-            ctx.cont(ctx.permute(ctx.reshape(x, &[state, frames, n as i64]), [1, 0, 2, 3]));
+            ctx.cont(ctx.transpose(ctx.reshape(x, &[hp.n_audio_state as i64, frames])));
         let x = self.conv_gelu(&ctx, time_major, 2, 2)?;
-        let x = ctx.reshape(x, &[state, positions, n as i64]);
-        let x = ctx.add(x, self.w("encoder.position_encodings.encodings"));
-        let mut x = ctx.reshape(x, &[state, positions * n as i64]);
+        let x = ctx.reshape(x, &[hp.n_audio_state as i64, hp.n_audio_ctx as i64]);
+        let mut x = ctx.add(x, self.w("encoder.position_encodings.encodings"));
         for l in 0..hp.n_audio_layer {
-            x = self.encoder_layer(&ctx, x, l, n)?;
+            x = self.encoder_layer(&ctx, x, l)?;
         }
         let enc = self.layer_norm(&ctx, x, "encoder.layer_norm");
+        enc.mark_output();
         let mut graph = ctx.new_graph(GRAPH_NODES);
         let t = hp.n_text_state;
-        let window_values = 2 * t * hp.n_audio_ctx;
         for l in 0..hp.n_text_layer {
             let kv = self.linear(&ctx, enc, &format!("decoder.layer_{l}.attention.linear_1"))?;
-            for (i, &(slot, _)) in windows.iter().enumerate() {
-                let at = i * window_values;
-                let k = ctx.view_2d_rows(kv, t as i64, positions, at);
-                let v = ctx.view_2d_rows(kv, t as i64, positions, at + t);
-                graph.expand(ctx.cpy(k, self.c(&ctx, slot, &format!("cross_k.{l}"))));
-                graph.expand(ctx.cpy(
-                    ctx.transpose(v),
-                    self.c(&ctx, slot, &format!("cross_v.{l}")),
-                ));
-            }
+            let k = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, 0);
+            let v = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, t);
+            graph.expand(ctx.cpy(k, self.c(&ctx, slot, &format!("cross_k.{l}"))));
+            graph.expand(ctx.cpy(
+                ctx.transpose(v),
+                self.c(&ctx, slot, &format!("cross_v.{l}")),
+            ));
         }
-        let joined;
-        let mel: &[f32] = match windows {
-            [(_, one)] => one,
-            _ => {
-                joined = windows
-                    .iter()
-                    .flat_map(|(_, w)| w.iter().copied())
-                    .collect::<Vec<_>>();
-                &joined
-            }
-        };
+        graph.expand(enc);
         sched.compute(&mut graph, &[(x_in, mel)])?;
-        Ok(())
+        Ok(enc.read_f32()?)
     }
 
     /// Decoder layer `l` for the new tokens `x`, writing their keys and values into
@@ -1560,34 +1519,6 @@ mod tests {
             .map(|i| (i * 37 % 23) as f32 / 23.0 - 0.5)
             .collect();
         net.encode(&mut sched, 0, &mel).unwrap();
-    }
-
-    /// Windows encoded side by side fill each slot's cross-attention cache as each
-    /// window encoded alone does: the decoder's logits over each slot are the same
-    /// bits, and differ between the two windows.
-    #[test]
-    fn windows_encoded_together_give_each_slot_its_window_alone() {
-        let mut net = random_net();
-        net.add_slots(3).unwrap();
-        let mut sched = net.scheduler().unwrap();
-        let window = |seed: usize| -> Vec<f32> {
-            (0..8 * 16)
-                .map(|i| ((i * 37 + seed) % 23) as f32 / 23.0 - 0.5)
-                .collect()
-        };
-        let (a, b) = (window(0), window(5));
-        let tokens = [5u32, 270, 42];
-        let mut logits = |net: &WhisperNet, slot| net.decode(&mut sched, slot, &tokens, 0, 3);
-        net.encode_windows(&mut net.scheduler().unwrap(), &[(0, &a), (2, &b)])
-            .unwrap();
-        let (together_a, together_b) = (logits(&net, 0).unwrap(), logits(&net, 2).unwrap());
-        assert_ne!(together_a, together_b, "the two windows gave one cache");
-        for (mel, together) in [(&a, &together_a), (&b, &together_b)] {
-            net.encode(&mut net.scheduler().unwrap(), 1, mel).unwrap();
-            let alone = logits(&net, 1).unwrap();
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&alone), bits(together));
-        }
     }
 
     /// What the step graph summarises of the text tokens (the head ban masked, the

@@ -74,24 +74,21 @@ fn reference() -> serde_json::Value {
         .unwrap()
 }
 
-/// Converts tiny.en with extra convert flags into a fresh folder.
+/// tiny.en converted with extra convert flags into `file` in the test scratch folder.
 fn convert_tiny(file: &str, extra: &[&str]) -> PathBuf {
-    let out = tempfile::tempdir().unwrap().keep().join(file);
-    let run = convert_whisper(&ct2_dir(), &out, extra);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    out
+    converted_whisper(&ct2_dir(), file, extra)
 }
 
 /// The converted tiny.en, made once per test run.
 fn gguf() -> &'static Path {
     static GGUF: OnceLock<PathBuf> = OnceLock::new();
-    GGUF.get_or_init(|| convert_tiny("whisper-tiny.en.gguf", &[]))
+    GGUF.get_or_init(|| convert_tiny("cli-whisper-tiny.en.gguf", &[]))
 }
 
 /// tiny.en with Q8_0 linear layers, made once per test run.
 fn gguf_q8() -> &'static Path {
     static GGUF: OnceLock<PathBuf> = OnceLock::new();
-    GGUF.get_or_init(|| convert_tiny("whisper-tiny.en-q8_0.gguf", &["--quantize", "q8_0"]))
+    GGUF.get_or_init(|| convert_tiny("cli-whisper-tiny.en-q8_0.gguf", &["--quantize", "q8_0"]))
 }
 
 fn asr(audio: &str, extra: &[&str]) -> Run {

@@ -8,39 +8,47 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 mod common;
-use common::{assert_user_error, cli_in, root, s, specs, Run};
+use common::{assert_user_error, cli_in, exe, root, s, specs, Run};
 
 fn fixtures() -> PathBuf {
     root().join("engine/tests/fixtures/qwen3_tts_clone")
 }
 
-/// The Base and VoiceDesign fixtures converted once with the CLI (f32: exact).
+/// The Base and VoiceDesign fixtures converted with the CLI (f32: exact), kept in the
+/// test scratch folder until the CLI, the spec or the fixture changes.
 fn converted() -> &'static (PathBuf, PathBuf) {
     static MODELS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     MODELS.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap().keep();
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
         let convert = |checkpoint: &str| {
-            let out = dir.join(format!("{checkpoint}.gguf"));
             let src = fixtures().join(checkpoint);
-            let run = cli_in(
-                &dir,
-                &[
-                    "--task",
-                    "convert",
-                    "--family",
-                    "qwen3_tts",
-                    "--model",
-                    s(&src),
-                    "--quantize",
-                    "f32",
-                    "--model-spec-override",
-                    s(&specs()),
-                    "--out",
-                    s(&out),
-                ],
-            );
-            assert_eq!(run.code, 0, "{}", run.stderr);
-            out
+            let inputs = [
+                exe(),
+                &specs().join("qwen3_tts.json"),
+                &src.join("model.safetensors"),
+                &src.join("speech_tokenizer/model.safetensors"),
+            ];
+            let out = dir.join(format!("cli-qwen3-{checkpoint}.gguf"));
+            audiocpp_test_support::cached(&out, &inputs, |out| {
+                let run = cli_in(
+                    dir,
+                    &[
+                        "--task",
+                        "convert",
+                        "--family",
+                        "qwen3_tts",
+                        "--model",
+                        s(&src),
+                        "--quantize",
+                        "f32",
+                        "--model-spec-override",
+                        s(&specs()),
+                        "--out",
+                        s(out),
+                    ],
+                );
+                assert_eq!(run.code, 0, "{}", run.stderr);
+            })
         };
         (convert("base"), convert("voice_design"))
     })

@@ -13,15 +13,15 @@ use std::sync::OnceLock;
 use audiocpp_engine::families;
 use audiocpp_engine::families::kokoro::onnx::{self, TensorData};
 use audiocpp_engine::ggml::{DType, GgufValue};
-use common::{assets, convert_kokoro, kokoro_dir};
+use common::{assets, convert_kokoro, kokoro_dir, kokoro_gguf};
 
-/// The f32 GGUF, converted once per test run.
+/// The f32 GGUF, converted once per test run and checked for its tensor count.
 fn gguf() -> &'static Path {
     static GGUF: OnceLock<PathBuf> = OnceLock::new();
     GGUF.get_or_init(|| {
-        let out = tempfile::tempdir().unwrap().keep().join("kokoro-f32.gguf");
-        let r = convert_kokoro("f32", &out);
-        assert_eq!(r.tensors, 539);
+        let out = kokoro_gguf("f32");
+        let file = families::read_model(&out).unwrap();
+        assert_eq!(file.tensors.len(), 539);
         out
     })
 }

@@ -22,16 +22,15 @@ fn fixtures() -> PathBuf {
     common::qwen3_clone_fixtures()
 }
 
-/// The Base checkpoint converted to GGUF once for the whole file.
+/// The Base checkpoint converted to GGUF once for the whole file, in the test scratch
+/// folder (a temporary folder in a static would never be removed).
 fn base_gguf() -> &'static Path {
-    static GGUF: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &GGUF
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let out = common::qwen3_base_gguf(dir.path());
-            (dir, out)
-        })
-        .1
+    static GGUF: OnceLock<PathBuf> = OnceLock::new();
+    GGUF.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("server-voices");
+        std::fs::create_dir_all(&dir).unwrap();
+        common::qwen3_base_gguf(&dir)
+    })
 }
 
 /// The reference clip and what it says.

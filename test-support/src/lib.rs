@@ -139,6 +139,23 @@ pub fn cached(out: &Path, inputs: &[&Path], make: impl FnOnce(&Path)) -> PathBuf
     out.to_path_buf()
 }
 
+/// [`cached`] for a converter compiled into the running test binary: `name` in `dir`
+/// (the crate's `CARGO_TARGET_TMPDIR`) prefixed with the binary's name, made again when
+/// the binary or one of `inputs` changed. Kept across runs in the target folder, so
+/// nothing piles up in the system's temp folder.
+pub fn cached_by_binary(
+    dir: &Path,
+    name: &str,
+    inputs: &[&Path],
+    make: impl FnOnce(&Path),
+) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let stem = exe.file_stem().unwrap().to_string_lossy().into_owned();
+    let mut all = vec![exe.as_path()];
+    all.extend_from_slice(inputs);
+    cached(&dir.join(format!("{stem}-{name}")), &all, make)
+}
+
 /// The test venv's Python (numpy, onnxruntime, faster-whisper, openai):
 /// `AUDIOCPP_TEST_PYTHON`, or the venv among the assets; fails loudly when missing.
 pub fn python() -> PathBuf {

@@ -115,8 +115,24 @@ pub fn convert_whisper(model: &Path, out: &Path, extra: &[&str]) -> Run {
     cli(&args)
 }
 
-/// Whisper base (multilingual, f16) converted from the pinned CTranslate2 model once per
-/// test run: the ear of the ASR tests and of the TTS round trips.
+/// The CTranslate2 Whisper model in `model` converted by this build's CLI with `extra`
+/// convert flags into `name` in the test scratch folder, kept until the CLI binary,
+/// the spec or the model changes.
+pub fn converted_whisper(model: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let inputs = [
+        exe(),
+        &specs().join("whisper.json"),
+        &model.join("model.bin"),
+    ];
+    audiocpp_test_support::cached(&out, &inputs, |out| {
+        let run = convert_whisper(model, out, extra);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+    })
+}
+
+/// Whisper base (multilingual, f16) converted from the pinned CTranslate2 model: the ear
+/// of the ASR tests and of the TTS round trips.
 pub fn whisper_base() -> &'static Path {
     static GGUF: OnceLock<PathBuf> = OnceLock::new();
     GGUF.get_or_init(|| {
@@ -126,12 +142,6 @@ pub fn whisper_base() -> &'static Path {
             "Whisper base assets are missing in {}: run `cargo xtask test`",
             assets().display()
         );
-        let out = tempfile::tempdir()
-            .unwrap()
-            .keep()
-            .join("whisper-base.gguf");
-        let run = convert_whisper(&model, &out, &[]);
-        assert_eq!(run.code, 0, "{}", run.stderr);
-        out
+        converted_whisper(&model, "cli-whisper-base.gguf", &[])
     })
 }

@@ -28,15 +28,17 @@ pub fn convert_kokoro(quantize: &str, out: &Path) -> audiocpp_engine::tasks::Con
 }
 
 /// A Kokoro GGUF (`quantize`: `f32`, `f16` or `q8_0`), converted by [`convert_kokoro`]
-/// and cached in this crate's test scratch folder (`CARGO_TARGET_TMPDIR`), made again
-/// when the test binary (which holds the converter) or the spec changed: a stamp beside
-/// it records both.
+/// and cached in this crate's test scratch folder under the test binary's name, made
+/// again when that binary (which holds the converter) or the spec changed.
 pub fn kokoro_gguf(quantize: &str) -> PathBuf {
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kokoro-{quantize}.gguf"));
-    let exe = std::env::current_exe().unwrap();
-    audiocpp_test_support::cached(&out, &[&exe, &specs().join("kokoro.json")], |out| {
-        convert_kokoro(quantize, out);
-    })
+    audiocpp_test_support::cached_by_binary(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &format!("kokoro-{quantize}.gguf"),
+        &[&specs().join("kokoro.json")],
+        |out| {
+            convert_kokoro(quantize, out);
+        },
+    )
 }
 
 /// Whisper tiny.en converted from the pinned CTranslate2 model (f16, the repository's

@@ -5,7 +5,6 @@
 #![allow(dead_code, unused_imports)]
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
 
 use audiocpp_engine::asr::{AsrModel, DecodeOptions};
 use audiocpp_engine::backend::RuntimeOptions;
@@ -52,37 +51,34 @@ pub const MODELS: [(&str, &str); 2] = [
 ];
 
 /// `model` ("tiny.en" or "base") converted to GGUF with `quantize` (`None`: f16, or
-/// "q8_0"), once per test binary.
+/// "q8_0"), kept in the target folder until this test binary or the model changes.
 pub fn gguf(model: &str, quantize: Option<&str>) -> PathBuf {
-    static MADE: OnceLock<Mutex<Vec<(String, PathBuf)>>> = OnceLock::new();
     let key = format!("{model}-{}", quantize.unwrap_or("f16"));
-    let made = MADE.get_or_init(|| Mutex::new(Vec::new()));
-    let mut made = made.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = made.iter().find(|(k, _)| *k == key) {
-        return p.clone();
-    }
     let (_, folder) = MODELS
         .iter()
         .find(|(m, _)| *m == model)
         .unwrap_or_else(|| panic!("no model {model}"));
-    let out = tempfile::tempdir()
-        .unwrap()
-        .keep()
-        .join(format!("whisper-{key}.gguf"));
-    let opts = ConvertOptions {
-        quantize: quantize.map(str::to_string),
-        sources: Vec::new(),
-    };
-    tasks::convert(
-        "whisper",
-        &assets().join(folder),
-        Some(&root().join("model_specs")),
-        &out,
-        &opts,
+    let ct2 = assets().join(folder);
+    let spec = root().join("model_specs/whisper.json");
+    audiocpp_test_support::cached_by_binary(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &format!("whisper-{key}.gguf"),
+        &[&ct2.join("model.bin"), &spec],
+        |out| {
+            let opts = ConvertOptions {
+                quantize: quantize.map(str::to_string),
+                sources: Vec::new(),
+            };
+            tasks::convert(
+                "whisper",
+                &ct2,
+                Some(&root().join("model_specs")),
+                out,
+                &opts,
+            )
+            .unwrap_or_else(|e| panic!("converting {model} ({key}): {e}"));
+        },
     )
-    .unwrap_or_else(|e| panic!("converting {model} ({key}): {e}"));
-    made.push((key, out.clone()));
-    out
 }
 
 /// A converted model loaded on the CPU with `threads` threads.

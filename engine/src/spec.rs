@@ -309,21 +309,11 @@ mod tests {
         p
     }
 
-    fn tmp() -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "spec-test-{}-{}",
-            std::process::id(),
-            rand_suffix()
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
-    fn rand_suffix() -> u128 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
+    /// A temporary folder, removed when the returned guard drops.
+    fn tmp() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        (dir, path)
     }
 
     #[test]
@@ -336,7 +326,7 @@ mod tests {
 
     #[test]
     fn override_beats_metadata_and_disk() {
-        let d = tmp();
+        let (_dir, d) = tmp();
         let over = write(&d, "over/silero_vad.json", SPEC);
         let (_, src) = resolve(&SpecQuery {
             family: "silero_vad",
@@ -352,7 +342,7 @@ mod tests {
 
     #[test]
     fn metadata_beats_compiled_in_and_disk() {
-        let d = tmp();
+        let (_dir, d) = tmp();
         write(&d, "model_specs/silero_vad.json", SPEC);
         let (_, src) = resolve(&SpecQuery {
             family: "silero_vad",
@@ -367,7 +357,7 @@ mod tests {
 
     #[test]
     fn disk_search_finds_next_to_model_then_upward() {
-        let d = tmp();
+        let (_dir, d) = tmp();
         let model = write(&d, "models/m.bin", "x");
         let next = write(&d, "models/silero_vad.json", SPEC);
         let up = write(&d, "model_specs/silero_vad.json", SPEC);
@@ -386,7 +376,7 @@ mod tests {
 
     #[test]
     fn compiled_in_spec_is_used_by_deployment_builds_only() {
-        let d = tmp();
+        let (_dir, d) = tmp();
         let on_disk = write(&d, "model_specs/silero_vad.json", SPEC);
         let q = SpecQuery {
             family: "silero_vad",
@@ -404,7 +394,7 @@ mod tests {
 
     #[test]
     fn miss_names_every_remedy() {
-        let d = tmp();
+        let (_dir, d) = tmp();
         let err = resolve(&SpecQuery {
             family: "nope",
             cwd: Some(&d),
@@ -428,7 +418,7 @@ mod tests {
 
     #[test]
     fn wrong_family_and_bad_json_are_errors() {
-        let d = tmp();
+        let (_dir, d) = tmp();
         let f = write(&d, "x.json", SPEC);
         let e = resolve(&SpecQuery {
             family: "whisper",

@@ -190,17 +190,26 @@ pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
     }
+    let tmp = fresh_test_tmp()?;
     let status = cargo()
         .current_dir(project_root())
         .args(["test", "--workspace", "--release", "--no-fail-fast"])
         .args(&args.cargo_args)
         .env("AUDIOCPP_TEST_ASSETS", &assets.dir)
         .env("AUDIOCPP_TEST_PYTHON", &assets.python)
+        .env("TMPDIR", tmp.path())
         .status()
         .context("running cargo test")?;
     if !status.success() {
         eprintln!("test: cargo test failed");
         return Ok(ExitCode::from(1));
+    }
+    let left = left_behind(tmp.path())?;
+    if let Some(problem) = too_much_left(&left, LEFT_BEHIND_LIMIT) {
+        anyhow::bail!(
+            "the tests' temporary folder {}: {problem}",
+            tmp.path().display()
+        );
     }
     crate::hostile::run_suite(&assets.dir).context("hostile-input suite (CLI and server)")?;
     crate::actionlint::lint_workflows().context("linting the GitHub workflows with actionlint")?;
@@ -218,6 +227,60 @@ pub fn run(args: Args, ctx: &RunContext) -> Result<ExitCode> {
     }
     eprintln!("test: all passed");
     Ok(ExitCode::SUCCESS)
+}
+
+/// A fresh folder in the system's temporary folder, the `TMPDIR` of the cargo tests:
+/// what they leave there is weighed by [`too_much_left`] and removed with it. Outside
+/// the clone, so that no test's working folder finds the repository's `model_specs`.
+fn fresh_test_tmp() -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix("audiocpp-tests-")
+        .tempdir()
+        .context("creating the tests' temporary folder")
+}
+
+/// Bytes the tests may leave in their temporary folder: the toolchain's and Wine's
+/// empty files and sockets, not a model kept past its test.
+const LEFT_BEHIND_LIMIT: u64 = 1 << 20;
+
+/// Each entry of `dir` with the bytes of the files under it, sorted by name.
+fn left_behind(dir: &Path) -> Result<Vec<(String, u64)>> {
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let bytes = walkdir::WalkDir::new(entry.path())
+            .into_iter()
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+            .sum();
+        left.push((entry.file_name().to_string_lossy().into_owned(), bytes));
+    }
+    left.sort();
+    Ok(left)
+}
+
+/// What is wrong when the `left` entries weigh more than `limit` bytes: the largest
+/// ones named, and the remedy.
+fn too_much_left(left: &[(String, u64)], limit: u64) -> Option<String> {
+    let total: u64 = left.iter().map(|(_, b)| b).sum();
+    if total <= limit {
+        return None;
+    }
+    let mut largest: Vec<&(String, u64)> = left.iter().collect();
+    largest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let named: Vec<String> = largest
+        .iter()
+        .take(8)
+        .map(|(name, bytes)| format!("{name} ({bytes} bytes)"))
+        .collect();
+    Some(format!(
+        "the tests left {total} bytes in {} entries, more than {limit}: {}. A temporary \
+         folder kept past its test fills the disk run after run; keep what tests reuse \
+         in CARGO_TARGET_TMPDIR",
+        left.len(),
+        named.join(", ")
+    ))
 }
 
 /// Runs `dist` for `track` into `out` and `verify-package` on the zip; returns the zip.
@@ -889,6 +952,30 @@ fn rezip_without(src: &Path, dst: &Path, file_name: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_model_in_the_tests_temporary_folder_is_named_and_small_leftovers_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cc0Nhlpk"), b"").unwrap();
+        let kept = dir.path().join(".tmpAbc123");
+        std::fs::create_dir(&kept).unwrap();
+        std::fs::write(kept.join("whisper-base.gguf"), vec![0u8; 3000]).unwrap();
+        let left = left_behind(dir.path()).unwrap();
+        assert_eq!(
+            left,
+            [
+                (".tmpAbc123".to_string(), 3000),
+                ("cc0Nhlpk".to_string(), 0)
+            ]
+        );
+        assert_eq!(too_much_left(&left, 3000), None);
+        let problem = too_much_left(&left, 2999).unwrap();
+        assert!(
+            problem.starts_with("the tests left 3000 bytes in 2 entries, more than 2999: .tmpAbc123 (3000 bytes), cc0Nhlpk (0 bytes)."),
+            "{problem}"
+        );
+        assert!(problem.contains("CARGO_TARGET_TMPDIR"), "{problem}");
+    }
 
     #[test]
     fn each_linux_hip_track_builds_in_a_debian_suite_that_exists() {

@@ -207,9 +207,10 @@ enum Mask<'a> {
 
 impl WhisperNet {
     /// Uploads `tensors` (exactly [`HParams::tensor_shapes`], each in the type it will
-    /// compute in: see [`is_matmul_weight`]) and allocates the caches. Keys are cached
-    /// position-major ([state, positions]); values transposed ([positions, state]), so
-    /// that attention reads both without copying. Each weight is stored as its layer
+    /// compute in: see [`is_matmul_weight`]) and allocates the caches. Self-attention
+    /// keys are cached position-major ([state, positions]), cross-attention keys
+    /// head-major ([head_dim, positions, heads]), values transposed ([positions,
+    /// state]), so that attention reads them all without copying. Each weight is stored as its layer
     /// computes from it on this runtime ([`Layers::store`]), then uploaded through the
     /// [`WeightStore`] (which frees each host copy once it is on the device); `path` is
     /// the file they came from, for errors.
@@ -297,6 +298,26 @@ impl WhisperNet {
         let all = self.cache(name);
         let [a, b, _, _] = all.ne();
         ctx.view_2d_rows(all, a, b, slot * (a * b) as usize)
+    }
+
+    /// Slot `slot`'s cross-attention keys of decoder layer `l` as [head_dim, heads,
+    /// positions]. They are stored head-major ([head_dim, positions, heads] per slot),
+    /// so that a decoder step reads each head's keys as one run of memory.
+    fn cross_keys<'a>(&'a self, ctx: &'a Context, slot: usize, l: usize) -> Tensor<'a> {
+        let all = self.cache(&format!("cross_k.{l}"));
+        let (d, h, a_ctx) = (
+            self.hp.n_text_state,
+            self.hp.n_text_head,
+            self.hp.n_audio_ctx,
+        );
+        let dh = d / h;
+        ctx.view_3d(
+            all,
+            [dh as i64, h as i64, a_ctx as i64],
+            dh * a_ctx,
+            dh,
+            slot * d * a_ctx,
+        )
     }
 
     /// Cache slots: requests this network can hold at once.
@@ -535,9 +556,11 @@ impl WhisperNet {
         let t = hp.n_text_state;
         for l in 0..hp.n_text_layer {
             let kv = self.linear(&ctx, enc, &format!("decoder.layer_{l}.attention.linear_1"))?;
-            let k = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, 0);
+            // The keys head-major: [head_dim, positions, heads] ([`Self::cross_keys`]).
+            let k = ctx.permute(self.heads(&ctx, kv, 0, 2, t, hp.n_text_head), [0, 2, 1, 3]);
             let v = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, t);
-            graph.expand(ctx.cpy(k, self.c(&ctx, slot, &format!("cross_k.{l}"))));
+            let k_slot = self.c(&ctx, slot, &format!("cross_k.{l}"));
+            graph.expand(ctx.cpy(k, ctx.reshape(k_slot, &k.ne()[..3])));
             graph.expand(ctx.cpy(
                 ctx.transpose(v),
                 self.c(&ctx, slot, &format!("cross_v.{l}")),
@@ -579,7 +602,7 @@ impl WhisperNet {
         };
         let cross_kv = |slot: usize| {
             (
-                split(self.c(ctx, slot, &format!("cross_k.{l}"))),
+                self.cross_keys(ctx, slot, l),
                 self.cached_values_t(
                     ctx,
                     self.c(ctx, slot, &format!("cross_v.{l}")),
@@ -707,7 +730,7 @@ impl WhisperNet {
                 let k = ctx.view_4d(
                     self.cache(&format!("cross_k.{l}")),
                     [dh as i64, h as i64, a_ctx as i64, slots],
-                    [dh, d, d * a_ctx],
+                    [dh * a_ctx, dh, d * a_ctx],
                     0,
                 );
                 let vt = ctx.view_4d(

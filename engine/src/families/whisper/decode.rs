@@ -221,7 +221,7 @@ struct Alone<'w, 's, 'g> {
 
 impl WindowNet for Alone<'_, '_, '_> {
     fn encode(&mut self, mel: &[f32]) -> Result<()> {
-        self.net.encode(self.sched, 0, mel).map(drop)
+        self.net.encode(self.sched, 0, mel)
     }
 
     fn prompt(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {

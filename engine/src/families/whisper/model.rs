@@ -530,12 +530,12 @@ impl WhisperNet {
 
     /// Runs the encoder on one window of log-mel features (`n_mels` rows of
     /// `2 * n_audio_ctx` frames) and stores every decoder layer's cross-attention keys
-    /// and values in the cache. Returns the encoder output ([state, ctx], column-major).
+    /// and values in the cache; the encoder output itself stays on the device.
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L188-L204
     /// (`AudioEncoder.forward`; positions from `sinusoids` L62-L68), the cross-attention
     /// keys and values computed once as `MultiHeadAttention.forward` L101-L109 reuses them.
-    pub fn encode(&self, sched: &mut Scheduler, slot: usize, mel: &[f32]) -> Result<Vec<f32>> {
+    pub fn encode(&self, sched: &mut Scheduler, slot: usize, mel: &[f32]) -> Result<()> {
         let hp = self.hp;
         let ctx = Context::new(GRAPH_NODES, GRAPH_NODES)?;
         let frames = 2 * hp.n_audio_ctx as i64;
@@ -551,7 +551,6 @@ impl WhisperNet {
             x = self.encoder_layer(&ctx, x, l)?;
         }
         let enc = self.layer_norm(&ctx, x, "encoder.layer_norm");
-        enc.mark_output();
         let mut graph = ctx.new_graph(GRAPH_NODES);
         let t = hp.n_text_state;
         for l in 0..hp.n_text_layer {
@@ -566,9 +565,8 @@ impl WhisperNet {
                 self.c(&ctx, slot, &format!("cross_v.{l}")),
             ));
         }
-        graph.expand(enc);
         sched.compute(&mut graph, &[(x_in, mel)])?;
-        Ok(enc.read_f32()?)
+        Ok(())
     }
 
     /// Decoder layer `l` for the new tokens `x`, writing their keys and values into

@@ -13,8 +13,9 @@ use super::{expect_eq, split_range, KernelResult, Matrix, Output, Part, SimdLeve
 /// Head width the attention kernel supports: 64, every Whisper size's.
 pub const ATTENTION_HEAD_DIM: usize = 64;
 /// Query rows one work unit of the attention kernel covers: its scores (rows of all
-/// keys) stay in L2, so the softmax is exact in one pass.
-const ATT_BLOCK: usize = 32;
+/// keys) stay in L2, so the softmax is exact in one pass. A multiple of both levels'
+/// tile heights (6 and 2) that divides Whisper's 1500 positions, so no tile is short.
+const ATT_BLOCK: usize = 30;
 
 /// True when this CPU runs the encoder attention kernel (AVX-512 F, or AVX2 with
 /// FMA: [`SimdLevel::allowed`]).

@@ -170,6 +170,7 @@ impl Whisper {
             suppress,
             suppress_begin,
             alignment_heads,
+            threads: crate::backend::threads_free_now(net.runtime().threads()),
         };
         (decoding, net, sched, step_sched)
     }
@@ -193,6 +194,8 @@ pub(super) struct Decoding<'w> {
     pub suppress_begin: &'w [u32],
     /// The (decoder layer, head) pairs of word alignment.
     pub alignment_heads: &'w [(usize, usize)],
+    /// The most CPU threads the log-mel front end runs on.
+    pub threads: usize,
 }
 
 /// What decoding a request asks of the network: run on graphs of its own ([`Alone`]),
@@ -252,7 +255,7 @@ impl Decoding<'_> {
         prompt: &[u32],
     ) -> Result<Transcript> {
         let prompt = prompt.to_vec();
-        let (mel, n_frames) = mel::log_mel(samples, &self.mel, self.filters);
+        let (mel, n_frames) = mel::log_mel_threads(samples, &self.mel, self.filters, self.threads);
         let content = n_frames.saturating_sub(1);
         let hp = self.hp;
         let window = 2 * hp.n_audio_ctx;

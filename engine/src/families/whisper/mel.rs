@@ -78,29 +78,24 @@ pub fn filterbank(p: &MelParams) -> Vec<f32> {
 /// padded and framed as `SYSTRAN/faster-whisper@v1.2.1` faster_whisper/feature_extractor.py
 /// L198-L230 (`FeatureExtractor.__call__`) and L67-L196 (`FeatureExtractor.stft`) do.
 pub fn log_mel(samples: &[f32], p: &MelParams, filters: &[f32]) -> (Vec<f32>, usize) {
+    log_mel_threads(samples, p, filters, 1)
+}
+
+/// Frames one worker computes at least: below this a thread costs more than it saves.
+const FRAMES_PER_THREAD: usize = 1000;
+
+/// [`log_mel`] over up to `threads` worker threads, each a run of frames (the same
+/// values: every frame is computed alone, and the floor after all of them).
+pub fn log_mel_threads(
+    samples: &[f32],
+    p: &MelParams,
+    filters: &[f32],
+    threads: usize,
+) -> (Vec<f32>, usize) {
     let n_bins = p.n_fft / 2 + 1;
-    let half = p.n_fft / 2;
     let mut x = samples.to_vec();
     x.resize(samples.len() + p.hop, 0.0);
-    let len = x.len();
-    // Centre: reflect `half` samples on both sides (no edge repeat).
-    let reflect = |i: isize| -> f32 {
-        let n = len as isize;
-        let mut j = i;
-        loop {
-            if j < 0 {
-                j = -j;
-            } else if j >= n {
-                j = 2 * (n - 1) - j;
-            } else {
-                return x[j as usize];
-            }
-            if n == 1 {
-                return x[0];
-            }
-        }
-    };
-    let n_frames = 1 + len / p.hop;
+    let n_frames = 1 + x.len() / p.hop;
     let frames_kept = n_frames - 1;
     let window: Vec<f32> = (0..p.n_fft)
         .map(|i| {
@@ -116,27 +111,37 @@ pub fn log_mel(samples: &[f32], p: &MelParams, filters: &[f32]) -> (Vec<f32>, us
             (first, last.max(first))
         })
         .collect();
-    let mut planner = RealFftPlanner::<f32>::new();
-    let fft = planner.plan_fft_forward(p.n_fft);
-    let mut input = fft.make_input_vec();
-    let mut spectrum = fft.make_output_vec();
-    let mut scratch = fft.make_scratch_vec();
-    let mut power = vec![0f32; n_bins];
+    let frames = Frames {
+        x: &x,
+        p,
+        filters,
+        window: &window,
+        ranges: &ranges,
+    };
+    // Frame-major runs ([frame][mel]), then transposed into the mel-major result.
+    let workers = threads.clamp(1, (frames_kept / FRAMES_PER_THREAD).max(1));
+    let per = frames_kept.div_ceil(workers).max(1);
+    let runs: Vec<Vec<f32>> = if workers == 1 {
+        vec![frames.run(0..frames_kept)]
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..frames_kept)
+                .step_by(per)
+                .map(|a| {
+                    let frames = &frames;
+                    s.spawn(move || frames.run(a..(a + per).min(frames_kept)))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a mel worker does not panic"))
+                .collect()
+        })
+    };
     let mut out = vec![0f32; p.n_mels * frames_kept];
-    for t in 0..frames_kept {
-        let start = (t * p.hop) as isize - half as isize;
-        for (i, v) in input.iter_mut().enumerate() {
-            *v = reflect(start + i as isize) * window[i];
-        }
-        fft.process_with_scratch(&mut input, &mut spectrum, &mut scratch)
-            .expect("buffers come from the planner");
-        for (pw, c) in power.iter_mut().zip(&spectrum) {
-            *pw = c.re * c.re + c.im * c.im;
-        }
-        for (m, &(a, b)) in ranges.iter().enumerate() {
-            let row = &filters[m * n_bins..(m + 1) * n_bins];
-            let e: f32 = row[a..b].iter().zip(&power[a..b]).map(|(w, p)| w * p).sum();
-            out[m * frames_kept + t] = e.max(1e-10).log10();
+    for (t, frame) in runs.iter().flat_map(|r| r.chunks(p.n_mels)).enumerate() {
+        for (m, &v) in frame.iter().enumerate() {
+            out[m * frames_kept + t] = v;
         }
     }
     let max = out.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
@@ -144,6 +149,65 @@ pub fn log_mel(samples: &[f32], p: &MelParams, filters: &[f32]) -> (Vec<f32>, us
         *v = (v.max(max - 8.0) + 4.0) / 4.0;
     }
     (out, frames_kept)
+}
+
+/// What every frame of [`log_mel_threads`] reads: the padded audio, the window and
+/// the filters with their non-zero ranges.
+struct Frames<'a> {
+    x: &'a [f32],
+    p: &'a MelParams,
+    filters: &'a [f32],
+    window: &'a [f32],
+    ranges: &'a [(usize, usize)],
+}
+
+impl Frames<'_> {
+    /// The log10 mel energies of frames `frames`, frame-major.
+    fn run(&self, frames: std::ops::Range<usize>) -> Vec<f32> {
+        let p = self.p;
+        let (n_bins, half, len) = (p.n_fft / 2 + 1, p.n_fft / 2, self.x.len());
+        // Centre: reflect `half` samples on both sides (no edge repeat).
+        let reflect = |i: isize| -> f32 {
+            let n = len as isize;
+            let mut j = i;
+            loop {
+                if j < 0 {
+                    j = -j;
+                } else if j >= n {
+                    j = 2 * (n - 1) - j;
+                } else {
+                    return self.x[j as usize];
+                }
+                if n == 1 {
+                    return self.x[0];
+                }
+            }
+        };
+        let mut planner = RealFftPlanner::<f32>::new();
+        let fft = planner.plan_fft_forward(p.n_fft);
+        let mut input = fft.make_input_vec();
+        let mut spectrum = fft.make_output_vec();
+        let mut scratch = fft.make_scratch_vec();
+        let mut power = vec![0f32; n_bins];
+        let mut out = Vec::with_capacity(frames.len() * p.n_mels);
+        for t in frames {
+            let start = (t * p.hop) as isize - half as isize;
+            for (i, v) in input.iter_mut().enumerate() {
+                *v = reflect(start + i as isize) * self.window[i];
+            }
+            fft.process_with_scratch(&mut input, &mut spectrum, &mut scratch)
+                .expect("buffers come from the planner");
+            for (pw, c) in power.iter_mut().zip(&spectrum) {
+                *pw = c.re * c.re + c.im * c.im;
+            }
+            for (m, &(a, b)) in self.ranges.iter().enumerate() {
+                let row = &self.filters[m * n_bins..(m + 1) * n_bins];
+                let e: f32 = row[a..b].iter().zip(&power[a..b]).map(|(w, p)| w * p).sum();
+                out.push(e.max(1e-10).log10());
+            }
+        }
+        out
+    }
 }
 
 /// Frames `[start, start + len)` of every mel row, zero-padded (in log-mel space, as
@@ -239,5 +303,22 @@ mod tests {
         assert_eq!(w[0], mel[100]);
         assert_eq!(w[200], mel[300]);
         assert_eq!(w[201], 0.0);
+    }
+
+    /// Frames split over threads give the bits of one thread, at every split.
+    #[test]
+    fn threads_give_the_bits_of_one() {
+        let fb = filterbank(&P);
+        let x: Vec<f32> = (0..16000 * 61)
+            .map(|i| ((i as f32 * 0.013).sin() + (i as f32 * 0.0007).cos()) * 0.2)
+            .collect();
+        let one = log_mel(&x, &P, &fb);
+        for threads in [2, 3, 16] {
+            assert_eq!(
+                log_mel_threads(&x, &P, &fb, threads),
+                one,
+                "{threads} threads"
+            );
+        }
     }
 }

@@ -452,7 +452,8 @@ impl Whisper {
 
     /// Log-mel features of 16 kHz mono audio: `n_mels` rows of the returned frame count.
     pub fn log_mel(&self, samples: &[f32]) -> (Vec<f32>, usize) {
-        mel::log_mel(samples, &self.mel, &self.filters)
+        let threads = crate::backend::threads_free_now(self.net.runtime().threads());
+        mel::log_mel_threads(samples, &self.mel, &self.filters, threads)
     }
 
     /// The language codes this model accepts: every language token of a multilingual

@@ -1062,12 +1062,23 @@ impl WhisperNet {
             every,
         };
         let (last, _) = self.decoder_states(ctx, &mut graph, x, &write, slots.len(), &[])?;
-        // One finite floor after each column's text tokens, so that the argmax names a
-        // row even when every logit is -inf or NaN (ggml-cuda's argmax would give -1
-        // there).
-        let floors = if at_once { steps.len() } else { 1 };
-        let floor = ctx.new_tensor(DType::F32, &[1, floors as i64], "head_floor");
-        floor.mark_input();
+        // The text tokens in `blocks` blocks of `block` (the last padded with the floor),
+        // each reduced on its own (by its own thread block on a GPU: one row of 50,000
+        // would be one) and with one floor more, so that the argmax names a row even
+        // where every logit of a block is -inf or NaN (ggml-cuda's would give -1).
+        let (block, blocks) = summary_blocks(head);
+        let pad = block * blocks - head;
+        let floor_cols = if at_once { steps.len() } else { 1 };
+        let floor = ctx.new_tensor(
+            DType::F32,
+            &[1, blocks as i64, floor_cols as i64],
+            "head_floor",
+        );
+        let pad_floor = (pad > 0)
+            .then(|| ctx.new_tensor(DType::F32, &[pad as i64, floor_cols as i64], "head_pad"));
+        for t in std::iter::once(&floor).chain(&pad_floor) {
+            t.mark_input();
+        }
         let summarise = |logits: Tensor<'a>, graph: &mut crate::ggml::Graph<'a>| {
             // The logits as [n_vocab, columns]; the text tokens chosen among per column.
             let cols = logits.ne()[1];
@@ -1077,24 +1088,28 @@ impl WhisperNet {
                 None => flat,
             };
             let banned = ctx.reshape(banned, &[n_vocab as i64, cols]);
-            let text = ctx.concat(
-                ctx.view_2d_rows(banned, head as i64, cols, 0),
-                ctx.view_2d_rows(floor, 1, cols, 0),
-                0,
-            );
+            let text = ctx.view_2d_rows(banned, head as i64, cols, 0);
+            let text = match pad_floor {
+                Some(p) => ctx.concat(text, p, 0),
+                None if cols > 1 => ctx.cont(text),
+                None => text,
+            };
+            let (block, rows) = (block as i64, blocks as i64 * cols);
+            let text = ctx.concat(ctx.reshape(text, &[block, blocks as i64, cols]), floor, 0);
+            let text = ctx.reshape(text, &[block + 1, rows]);
             let best = ctx.argmax(text);
-            let per_column = |t: Tensor<'a>| {
+            let per_block = |t: Tensor<'a>| {
                 ctx.get_rows(
-                    ctx.reshape(t, &[1, head as i64 + 1, cols]),
-                    ctx.reshape(best, &[1, cols]),
+                    ctx.reshape(t, &[1, block + 1, rows]),
+                    ctx.reshape(best, &[1, rows]),
                 )
             };
-            let top = per_column(text);
-            let p_top = per_column(ctx.soft_max(text));
+            let top = per_block(text);
+            let p_top = per_block(ctx.soft_max(text));
             let tail = ctx.view_2d_rows(logits, (n_vocab - head) as i64, cols, head);
             let summary = ctx.concat(
-                ctx.concat(tail, ctx.reshape(top, &[1, cols]), 0),
-                ctx.reshape(p_top, &[1, cols]),
+                ctx.concat(tail, ctx.reshape(top, &[blocks as i64, cols]), 0),
+                ctx.reshape(p_top, &[blocks as i64, cols]),
                 0,
             );
             for t in [logits, best, summary] {
@@ -1145,8 +1160,12 @@ impl WhisperNet {
                 let minus_inf = vec![f32::NEG_INFINITY; ban_ids.len()];
                 (ids, value, ban_ids, minus_inf)
             }),
-            floor,
-            floors: vec![HEAD_FLOOR; floors],
+            floors: std::iter::once((floor, blocks * floor_cols))
+                .chain(pad_floor.map(|p| (p, pad * floor_cols)))
+                .map(|(t, n)| (t, vec![HEAD_FLOOR; n]))
+                .collect(),
+            block,
+            blocks,
             columns,
             every,
             at_once,
@@ -1216,10 +1235,13 @@ pub struct DecoderStep<'a> {
     positions: Tensor<'a>,
     /// The head's banned ids, the -inf row they take, the ids' values and the row's.
     ban: Option<(Tensor<'a>, Tensor<'a>, Vec<i32>, Vec<f32>)>,
-    /// The finite value after each column's head ([`HEAD_FLOOR`]), one per column
-    /// when the step chooses every column's token at once, else one.
-    floor: Tensor<'a>,
-    floors: Vec<f32>,
+    /// The inputs that hold [`HEAD_FLOOR`]: one after each block of the head, and
+    /// the padding of its last block (for each column when the step chooses every
+    /// column's token at once, else for one).
+    floors: Vec<(Tensor<'a>, Vec<f32>)>,
+    /// The head's blocks ([`summary_blocks`]).
+    block: usize,
+    blocks: usize,
     columns: Vec<StepColumn<'a>>,
     /// The rows and masks of a step over every slot at once.
     every: Option<EverySlot<'a>>,
@@ -1350,7 +1372,7 @@ impl DecoderStep<'_> {
             .map(|(c, i)| (c.inputs.slot * self.capacity + i.n_past) as i32)
             .collect();
         let every_masks: Vec<f32> = masks.concat();
-        let mut floats = vec![(self.floor, &self.floors[..])];
+        let mut floats: Vec<_> = self.floors.iter().map(|(t, v)| (*t, &v[..])).collect();
         let mut ints = vec![(self.tokens, &tokens[..]), (self.positions, &positions[..])];
         if let Some(every) = &self.every {
             floats.push((every.masks, &every_masks[..]));
@@ -1452,26 +1474,74 @@ impl DecoderStep<'_> {
 
     /// Column `at`'s row from a read of the summary and the argmax.
     fn row_of(&self, summary: &[f32], best: &[i32], at: usize) -> Result<Row> {
-        let width = self.n_vocab - self.head + 2;
+        let blocks = self.blocks;
+        let width = self.n_vocab - self.head + 2 * blocks;
         let mut tail = summary
             .chunks(width)
             .nth(at)
             .map(<[f32]>::to_vec)
             .unwrap_or_default();
-        let (p_top, top) = (tail.pop(), tail.pop());
-        let (Some(p_top), Some(top), Some(&best)) = (p_top, top, best.get(at)) else {
+        let best = best.get(at * blocks..(at + 1) * blocks);
+        let (Some(best), true) = (best, tail.len() == width) else {
             return Err(crate::error::EngineError::Usage(
-                "the decoder step's summary is empty".into(),
+                "the decoder step's summary is short".into(),
             ));
         };
-        // The floor chosen, or NaN logits: no text token is left.
-        let masked = best < 0 || best as usize >= self.head || top.is_nan() || top <= HEAD_FLOOR;
-        let head = LogitsSummary {
-            argmax: (best.max(0) as usize).min(self.head - 1),
-            max: if masked { f32::NEG_INFINITY } else { top },
-            sum_exp: 1.0 / f64::from(p_top),
-        };
+        let p_top = tail.split_off(width - blocks);
+        let top = tail.split_off(width - 2 * blocks);
+        let head = join_blocks(best, &top, &p_top, self.block, self.head);
         Ok(Row::summarized(head, self.head, tail))
+    }
+}
+
+/// The blocks a step summarises the `head` text tokens in, `(length, count)`: about
+/// the square root of `head` each, so that a GPU reduces them in parallel and the host
+/// joins a few hundred of them.
+fn summary_blocks(head: usize) -> (usize, usize) {
+    let block = (head as f64).sqrt().ceil().max(1.0) as usize;
+    (block, head.div_ceil(block))
+}
+
+/// The head's summary from its blocks': each block's argmax `best` (`block` when its
+/// floor was chosen), largest logit `top` and that logit's softmax probability in its
+/// block `p_top`. The first block with the largest value gives the token (the first
+/// largest of the head, as one argmax over it); Σ e^(l - max) adds each block's
+/// e^(top - max) / p_top. A head with no finite logit below `head` has max -inf.
+fn join_blocks(
+    best: &[i32],
+    top: &[f32],
+    p_top: &[f32],
+    block: usize,
+    head: usize,
+) -> LogitsSummary {
+    let valid = |b: usize| {
+        let i = usize::try_from(best[b]).ok().filter(|&i| i < block)?;
+        let token = b * block + i;
+        (token < head && top[b] > HEAD_FLOOR && p_top[b] > 0.0).then_some(token)
+    };
+    let mut first: Option<(usize, f32)> = None;
+    for b in 0..best.len().min(top.len()).min(p_top.len()) {
+        if let Some(token) = valid(b) {
+            if first.is_none_or(|(_, m)| top[b] > m) {
+                first = Some((token, top[b]));
+            }
+        }
+    }
+    let Some((argmax, max)) = first else {
+        return LogitsSummary {
+            argmax: 0,
+            max: f32::NEG_INFINITY,
+            sum_exp: 1.0,
+        };
+    };
+    let sum_exp = (0..best.len().min(top.len()).min(p_top.len()))
+        .filter(|&b| valid(b).is_some())
+        .map(|b| ((top[b] - max) as f64).exp() / f64::from(p_top[b]))
+        .sum();
+    LogitsSummary {
+        argmax,
+        max,
+        sum_exp,
     }
 }
 
@@ -1581,6 +1651,31 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Blocks join as one summary of the whole head: a tie goes to the first block,
+    /// a block whose floor won or whose top is NaN or past the head adds nothing.
+    #[test]
+    fn blocks_join_as_one_summary() {
+        let (block, head) = (4, 10);
+        assert_eq!(summary_blocks(head), (4, 3));
+        assert_eq!(summary_blocks(1), (1, 1));
+        let s = join_blocks(&[1, 3, 0], &[2.0, 2.0, 1.0], &[0.5, 0.25, 1.0], block, head);
+        assert_eq!((s.argmax, s.max), (1, 2.0));
+        let expected = 2.0 + 4.0 + (-1.0f64).exp();
+        assert!((s.sum_exp - expected).abs() < 1e-12, "{}", s.sum_exp);
+        // the floor won the first block, the second's top is NaN, the third's token
+        // (8 + 3) is past the head
+        let s = join_blocks(
+            &[4, 0, 3],
+            &[HEAD_FLOOR, f32::NAN, 5.0],
+            &[1.0; 3],
+            block,
+            head,
+        );
+        assert_eq!(s.max, f32::NEG_INFINITY);
+        let s = join_blocks(&[-1, 2, 1], &[9.0, 3.0, 3.5], &[1.0, 0.5, 1.0], block, head);
+        assert_eq!((s.argmax, s.max), (9, 3.5));
     }
 
     /// With an f16 embedding on the CPU kernels the step's logits come in two stages

@@ -210,10 +210,10 @@ impl WhisperNet {
     /// compute in: see [`is_matmul_weight`]) and allocates the caches. Self-attention
     /// keys are cached position-major ([state, positions]), cross-attention keys
     /// head-major ([head_dim, positions, heads]), values transposed ([positions,
-    /// state]), so that attention reads them all without copying. Each weight is stored as its layer
-    /// computes from it on this runtime ([`Layers::store`]), then uploaded through the
-    /// [`WeightStore`] (which frees each host copy once it is on the device); `path` is
-    /// the file they came from, for errors.
+    /// state]), so that attention reads them all without copying. Each weight is
+    /// stored as its layer computes from it on this runtime ([`Layers::store`]), then
+    /// uploaded through the [`WeightStore`] (which frees each host copy once it is on
+    /// the device); `path` is the file they came from, for errors.
     pub fn new(
         hp: HParams,
         tensors: Vec<HostTensor>,

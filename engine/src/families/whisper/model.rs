@@ -1519,8 +1519,9 @@ fn join_blocks(
         let token = b * block + i;
         (token < head && top[b] > HEAD_FLOOR && p_top[b] > 0.0).then_some(token)
     };
+    let n = best.len().min(top.len()).min(p_top.len());
     let mut first: Option<(usize, f32)> = None;
-    for b in 0..best.len().min(top.len()).min(p_top.len()) {
+    for b in 0..n {
         if let Some(token) = valid(b) {
             if first.is_none_or(|(_, m)| top[b] > m) {
                 first = Some((token, top[b]));
@@ -1534,7 +1535,7 @@ fn join_blocks(
             sum_exp: 1.0,
         };
     };
-    let sum_exp = (0..best.len().min(top.len()).min(p_top.len()))
+    let sum_exp = (0..n)
         .filter(|&b| valid(b).is_some())
         .map(|b| ((top[b] - max) as f64).exp() / f64::from(p_top[b]))
         .sum();
@@ -1625,8 +1626,13 @@ mod tests {
     fn the_step_summary_chooses_as_the_whole_row() {
         let net = random_net();
         encode_a_window(&net);
-        let head = 250;
-        for ban in [vec![3u32, 17, 120, 260], (0..250).collect()] {
+        // 16 blocks of 16, the last padded; and 16 whole blocks
+        for (head, ban) in [250, 256].into_iter().flat_map(|head| {
+            [
+                (head, vec![3u32, 17, 120, 260]),
+                (head, (0..head as u32).collect()),
+            ]
+        }) {
             let mut step_sched = net.scheduler().unwrap();
             let ctx = net.step_context(1).unwrap();
             let (mut graph, step) = net.build_step(&ctx, &[(0, 8)], head, &ban).unwrap();
@@ -1646,7 +1652,7 @@ mod tests {
                 let (pb, pl) = part.argmax_logprob();
                 assert_eq!(wb, pb, "token at position {pos}");
                 assert!((wl - pl).abs() < 1e-5, "{wl} against {pl}");
-                if ban.len() == 250 {
+                if ban.len() == head {
                     assert!(wb >= head, "a banned text token {wb} was chosen");
                 }
             }

@@ -300,10 +300,17 @@ impl WhisperNet {
         ctx.view_2d_rows(all, a, b, slot * (a * b) as usize)
     }
 
-    /// Slot `slot`'s cross-attention keys of decoder layer `l` as [head_dim, heads,
-    /// positions]. They are stored head-major ([head_dim, positions, heads] per slot),
-    /// so that a decoder step reads each head's keys as one run of memory.
-    fn cross_keys<'a>(&'a self, ctx: &'a Context, slot: usize, l: usize) -> Tensor<'a> {
+    /// Decoder layer `l`'s cross-attention keys of the `slots` slots from `slot` on, as
+    /// stored: head-major, [head_dim, positions, heads, slots], so that a decoder step
+    /// reads each head's keys as one run of memory. `encode` writes a slot through this
+    /// view; the steps read it as [`Self::cross_keys`].
+    fn cross_keys_stored<'a>(
+        &'a self,
+        ctx: &'a Context,
+        l: usize,
+        slot: usize,
+        slots: usize,
+    ) -> Tensor<'a> {
         let all = self.cache(&format!("cross_k.{l}"));
         let (d, h, a_ctx) = (
             self.hp.n_text_state,
@@ -311,13 +318,23 @@ impl WhisperNet {
             self.hp.n_audio_ctx,
         );
         let dh = d / h;
-        ctx.view_3d(
+        ctx.view_4d(
             all,
-            [dh as i64, h as i64, a_ctx as i64],
-            dh * a_ctx,
-            dh,
+            [dh as i64, a_ctx as i64, h as i64, slots as i64],
+            [dh, dh * a_ctx, d * a_ctx],
             slot * d * a_ctx,
         )
+    }
+
+    /// The same keys as the attention reads them: [head_dim, heads, positions, slots].
+    fn cross_keys<'a>(
+        &'a self,
+        ctx: &'a Context,
+        l: usize,
+        slot: usize,
+        slots: usize,
+    ) -> Tensor<'a> {
+        ctx.permute(self.cross_keys_stored(ctx, l, slot, slots), [0, 2, 1, 3])
     }
 
     /// Cache slots: requests this network can hold at once.
@@ -561,11 +578,9 @@ impl WhisperNet {
         let t = hp.n_text_state;
         for l in 0..hp.n_text_layer {
             let kv = self.linear(&ctx, enc, &format!("decoder.layer_{l}.attention.linear_1"))?;
-            // The keys head-major: [head_dim, positions, heads] ([`Self::cross_keys`]).
             let k = ctx.permute(self.heads(&ctx, kv, 0, 2, t, hp.n_text_head), [0, 2, 1, 3]);
             let v = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, t);
-            let k_slot = self.c(&ctx, slot, &format!("cross_k.{l}"));
-            graph.expand(ctx.cpy(k, ctx.reshape(k_slot, &k.ne()[..3])));
+            graph.expand(ctx.cpy(k, self.cross_keys_stored(&ctx, l, slot, 1)));
             graph.expand(ctx.cpy(
                 ctx.transpose(v),
                 self.c(&ctx, slot, &format!("cross_v.{l}")),
@@ -606,7 +621,7 @@ impl WhisperNet {
         };
         let cross_kv = |slot: usize| {
             (
-                self.cross_keys(ctx, slot, l),
+                self.cross_keys(ctx, l, slot, 1),
                 self.cached_values_t(
                     ctx,
                     self.c(ctx, slot, &format!("cross_v.{l}")),
@@ -731,12 +746,7 @@ impl WhisperNet {
                 let slots = steps.len() as i64;
                 let (a_ctx, dh) = (hp.n_audio_ctx, d / h);
                 let q = ctx.view_4d(q, [dh as i64, h as i64, 1, slots], [dh, d, d], 0);
-                let k = ctx.view_4d(
-                    self.cache(&format!("cross_k.{l}")),
-                    [dh as i64, h as i64, a_ctx as i64, slots],
-                    [dh * a_ctx, dh, d * a_ctx],
-                    0,
-                );
+                let k = self.cross_keys(ctx, l, 0, steps.len());
                 let vt = ctx.view_4d(
                     self.cache(&format!("cross_v.{l}")),
                     [a_ctx as i64, dh as i64, h as i64, slots],

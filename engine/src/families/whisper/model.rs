@@ -1531,10 +1531,10 @@ fn join_blocks(
     };
     let n = best.len().min(top.len()).min(p_top.len());
     let mut first: Option<(usize, f32)> = None;
-    for b in 0..n {
+    for (b, &t) in top.iter().enumerate().take(n) {
         if let Some(token) = valid(b) {
-            if first.is_none_or(|(_, m)| top[b] > m) {
-                first = Some((token, top[b]));
+            if first.is_none_or(|(_, m)| t > m) {
+                first = Some((token, t));
             }
         }
     }
@@ -1666,6 +1666,26 @@ mod tests {
                     assert!(wb >= head, "a banned text token {wb} was chosen");
                 }
             }
+        }
+    }
+
+    /// A read of the summary or of the blocks' argmax too short for the column is an
+    /// error, not a panic and not a row made of what was there.
+    #[test]
+    fn a_short_summary_is_an_error() {
+        let net = random_net();
+        let ctx = net.step_context(1).unwrap();
+        let (_graph, step) = net.build_step(&ctx, &[(0, 8)], 250, &[]).unwrap();
+        let summary = vec![0.0; 300 - 250 + 2 * step.blocks];
+        let best = vec![0; step.blocks];
+        assert!(step.row_of(&summary, &best, 0).is_ok());
+        for (summary, best, at) in [
+            (&summary[1..], &best[..], 0),
+            (&summary[..], &best[1..], 0),
+            (&summary[..], &best[..], 1),
+        ] {
+            let err = step.row_of(summary, best, at).unwrap_err();
+            assert!(err.to_string().contains("summary is short"), "{err}");
         }
     }
 

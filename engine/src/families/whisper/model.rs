@@ -462,26 +462,30 @@ impl WhisperNet {
         )
     }
 
-    /// A transposed value cache ([capacity, width]) as per-head matrices over its first
-    /// `len` positions: [len, head_dim, heads].
+    /// A transposed value cache ([capacity, width, slots], positions adjacent) as
+    /// per-head matrices over the first `len` positions of the `slots` slots from `slot`
+    /// on: [len, head_dim, heads, slots]. The lone step reads one slot, the step over
+    /// every slot all of them.
     ///
     /// Upstream: `openai/whisper@v20250625` whisper/model.py L121 (the values' head split)
     /// over the cache of `Whisper.install_kv_cache_hooks` L310-L341.
-    fn cached_values_t<'a>(
+    fn values_t<'a>(
         &self,
         ctx: &'a Context,
         cache: Tensor<'a>,
         len: usize,
-        heads: usize,
+        slot: usize,
+        slots: usize,
     ) -> Tensor<'a> {
         let [cap, width, _, _] = cache.ne();
-        let dh = width as usize / heads;
-        ctx.view_3d(
+        let (cap, width) = (cap as usize, width as usize);
+        let heads = self.hp.n_text_head;
+        let dh = width / heads;
+        ctx.view_4d(
             cache,
-            [len as i64, dh as i64, heads as i64],
-            cap as usize,
-            cap as usize * dh,
-            0,
+            [len as i64, dh as i64, heads as i64, slots as i64],
+            [cap, cap * dh, cap * width],
+            slot * cap * width,
         )
     }
 
@@ -613,20 +617,17 @@ impl WhisperNet {
         let cap = hp.n_text_ctx;
         let n_new = x.ne()[1];
         let split = |t: Tensor<'a>| self.heads(ctx, t, 0, 1, d, h);
-        let self_kv = |slot: usize| {
-            (
-                self.c(ctx, slot, &format!("self_k.{l}")),
-                self.c(ctx, slot, &format!("self_v.{l}")),
-            )
-        };
+        let self_k = |slot: usize| self.c(ctx, slot, &format!("self_k.{l}"));
+        let self_v = || self.cache(&format!("self_v.{l}"));
         let cross_kv = |slot: usize| {
             (
                 self.cross_keys(ctx, l, slot, 1),
-                self.cached_values_t(
+                self.values_t(
                     ctx,
-                    self.c(ctx, slot, &format!("cross_v.{l}")),
+                    self.cache(&format!("cross_v.{l}")),
                     hp.n_audio_ctx,
-                    h,
+                    slot,
+                    1,
                 ),
             )
         };
@@ -641,7 +642,8 @@ impl WhisperNet {
         let qkv = self.step_linear(ctx, n, &format!("{p}.self_attention.linear_0"), columns)?;
         let att = match write {
             CacheWrite::At { slot, n_past } => {
-                let (n_past, (cache_k, cache_v)) = (*n_past, self_kv(*slot));
+                let (n_past, cache_k) = (*n_past, self_k(*slot));
+                let cache_v = self.c(ctx, *slot, &format!("self_v.{l}"));
                 let k_new = ctx.view_2d_rows(qkv, d as i64, n_new, d);
                 graph.expand(ctx.cpy(
                     k_new,
@@ -655,7 +657,7 @@ impl WhisperNet {
                     ctx,
                     self.heads(ctx, qkv, 0, 3, d, h),
                     split(ctx.view_2d_rows(cache_k, d as i64, n_kv as i64, 0)),
-                    self.cached_values_t(ctx, cache_v, n_kv, h),
+                    self.values_t(ctx, self_v(), n_kv, *slot, 1),
                     Mask::Causal(n_past as i32),
                 )?
                 .0
@@ -666,17 +668,15 @@ impl WhisperNet {
                 steps,
                 every: Some(every),
             } => {
-                let (k_all, v_all) = (
-                    self.cache(&format!("self_k.{l}")),
-                    self.cache(&format!("self_v.{l}")),
-                );
+                let (k_all, v_all) = (self.cache(&format!("self_k.{l}")), self_v());
                 let slots = steps.len();
                 let k_rows = ctx.reshape(k_all, &[d as i64, (cap * slots) as i64]);
                 let k_new = ctx.view_2d_rows(qkv, d as i64, slots as i64, d);
                 graph.expand(ctx.set_rows(k_rows, k_new, every.rows));
                 for (i, st) in steps.iter().enumerate() {
                     let v_new = ctx.view_3d(qkv, [1, d as i64, 1], 1, d, i * 3 * d + 2 * d);
-                    let v_flat = ctx.reshape(self_kv(st.slot).1, &[1, (cap * d) as i64]);
+                    let v_slot = self.c(ctx, st.slot, &format!("self_v.{l}"));
+                    let v_flat = ctx.reshape(v_slot, &[1, (cap * d) as i64]);
                     graph.expand(ctx.set_rows(v_flat, v_new, st.v_rows));
                 }
                 let (dh, n_kv) = (d / h, every.n_kv);
@@ -692,12 +692,7 @@ impl WhisperNet {
                     [dh, d, d * cap],
                     0,
                 );
-                let vt = ctx.view_4d(
-                    v_all,
-                    [n_kv as i64, dh as i64, h as i64, slots as i64],
-                    [cap, cap * dh, cap * d],
-                    0,
-                );
+                let vt = self.values_t(ctx, v_all, n_kv, 0, slots);
                 self.attention(ctx, q, k, vt, Mask::Input(every.masks))?.0
             }
             // Each column is one token of its own slot, with the ops of a lone step.
@@ -707,7 +702,8 @@ impl WhisperNet {
                         "a column of a step over every slot has no row or mask of its own".into(),
                     ));
                 };
-                let (cache_k, cache_v) = self_kv(st.slot);
+                let cache_k = self_k(st.slot);
+                let cache_v = self.c(ctx, st.slot, &format!("self_v.{l}"));
                 let col = ctx.view_2d_rows(qkv, 3 * d as i64, 1, i * 3 * d);
                 graph.expand(ctx.set_rows(cache_k, ctx.view_2d_rows(col, d as i64, 1, d), row));
                 // The value cache is transposed (positions adjacent): the new value is
@@ -720,7 +716,7 @@ impl WhisperNet {
                         ctx,
                         self.heads(ctx, col, 0, 3, d, h),
                         split(ctx.view_2d_rows(cache_k, d as i64, st.n_kv as i64, 0)),
-                        self.cached_values_t(ctx, cache_v, st.n_kv, h),
+                        self.values_t(ctx, self_v(), st.n_kv, st.slot, 1),
                         Mask::Input(mask),
                     )?
                     .0)
@@ -744,15 +740,11 @@ impl WhisperNet {
                 every: Some(_),
             } => {
                 let slots = steps.len() as i64;
-                let (a_ctx, dh) = (hp.n_audio_ctx, d / h);
+                let dh = d / h;
                 let q = ctx.view_4d(q, [dh as i64, h as i64, 1, slots], [dh, d, d], 0);
                 let k = self.cross_keys(ctx, l, 0, steps.len());
-                let vt = ctx.view_4d(
-                    self.cache(&format!("cross_v.{l}")),
-                    [a_ctx as i64, dh as i64, h as i64, slots],
-                    [a_ctx, a_ctx * dh, a_ctx * d],
-                    0,
-                );
+                let cross_v = self.cache(&format!("cross_v.{l}"));
+                let vt = self.values_t(ctx, cross_v, hp.n_audio_ctx, 0, steps.len());
                 (self.attention(ctx, q, k, vt, Mask::None)?.0, None)
             }
             CacheWrite::Steps { steps, every: None } => {

@@ -617,8 +617,13 @@ impl WhisperNet {
         let cap = hp.n_text_ctx;
         let n_new = x.ne()[1];
         let split = |t: Tensor<'a>| self.heads(ctx, t, 0, 1, d, h);
-        let self_k = |slot: usize| self.c(ctx, slot, &format!("self_k.{l}"));
-        let self_v = || self.cache(&format!("self_v.{l}"));
+        let self_kv = |slot: usize| {
+            (
+                self.c(ctx, slot, &format!("self_k.{l}")),
+                self.c(ctx, slot, &format!("self_v.{l}")),
+            )
+        };
+        let self_v_all = || self.cache(&format!("self_v.{l}"));
         let cross_kv = |slot: usize| {
             (
                 self.cross_keys(ctx, l, slot, 1),
@@ -642,8 +647,7 @@ impl WhisperNet {
         let qkv = self.step_linear(ctx, n, &format!("{p}.self_attention.linear_0"), columns)?;
         let att = match write {
             CacheWrite::At { slot, n_past } => {
-                let (n_past, cache_k) = (*n_past, self_k(*slot));
-                let cache_v = self.c(ctx, *slot, &format!("self_v.{l}"));
+                let (n_past, (cache_k, cache_v)) = (*n_past, self_kv(*slot));
                 let k_new = ctx.view_2d_rows(qkv, d as i64, n_new, d);
                 graph.expand(ctx.cpy(
                     k_new,
@@ -657,7 +661,7 @@ impl WhisperNet {
                     ctx,
                     self.heads(ctx, qkv, 0, 3, d, h),
                     split(ctx.view_2d_rows(cache_k, d as i64, n_kv as i64, 0)),
-                    self.values_t(ctx, self_v(), n_kv, *slot, 1),
+                    self.values_t(ctx, self_v_all(), n_kv, *slot, 1),
                     Mask::Causal(n_past as i32),
                 )?
                 .0
@@ -668,15 +672,14 @@ impl WhisperNet {
                 steps,
                 every: Some(every),
             } => {
-                let (k_all, v_all) = (self.cache(&format!("self_k.{l}")), self_v());
+                let (k_all, v_all) = (self.cache(&format!("self_k.{l}")), self_v_all());
                 let slots = steps.len();
                 let k_rows = ctx.reshape(k_all, &[d as i64, (cap * slots) as i64]);
                 let k_new = ctx.view_2d_rows(qkv, d as i64, slots as i64, d);
                 graph.expand(ctx.set_rows(k_rows, k_new, every.rows));
                 for (i, st) in steps.iter().enumerate() {
                     let v_new = ctx.view_3d(qkv, [1, d as i64, 1], 1, d, i * 3 * d + 2 * d);
-                    let v_slot = self.c(ctx, st.slot, &format!("self_v.{l}"));
-                    let v_flat = ctx.reshape(v_slot, &[1, (cap * d) as i64]);
+                    let v_flat = ctx.reshape(self_kv(st.slot).1, &[1, (cap * d) as i64]);
                     graph.expand(ctx.set_rows(v_flat, v_new, st.v_rows));
                 }
                 let (dh, n_kv) = (d / h, every.n_kv);
@@ -702,8 +705,7 @@ impl WhisperNet {
                         "a column of a step over every slot has no row or mask of its own".into(),
                     ));
                 };
-                let cache_k = self_k(st.slot);
-                let cache_v = self.c(ctx, st.slot, &format!("self_v.{l}"));
+                let (cache_k, cache_v) = self_kv(st.slot);
                 let col = ctx.view_2d_rows(qkv, 3 * d as i64, 1, i * 3 * d);
                 graph.expand(ctx.set_rows(cache_k, ctx.view_2d_rows(col, d as i64, 1, d), row));
                 // The value cache is transposed (positions adjacent): the new value is
@@ -716,7 +718,7 @@ impl WhisperNet {
                         ctx,
                         self.heads(ctx, col, 0, 3, d, h),
                         split(ctx.view_2d_rows(cache_k, d as i64, st.n_kv as i64, 0)),
-                        self.values_t(ctx, self_v(), st.n_kv, st.slot, 1),
+                        self.values_t(ctx, self_v_all(), st.n_kv, st.slot, 1),
                         Mask::Input(mask),
                     )?
                     .0)

@@ -46,7 +46,7 @@ fn configured_include() -> PathBuf {
     root().join(entry["value"].as_str().unwrap())
 }
 
-/// The source files of the target `name` after configuring llama.cpp with `include`.
+/// The compiled sources of the `llama` target after configuring llama.cpp with `include`.
 fn llama_sources(include: &Path) -> Vec<String> {
     let tmp = tempfile::tempdir().unwrap();
     let build = tmp.path().join("build");

@@ -32,14 +32,14 @@ const KEY_CHUNK: usize = 64;
 ///
 /// # Safety
 /// `S`'s features; `p` `R` rows `tp` apart with `keys` floats; `v` `keys` rows
-/// `x_stride` apart with 64 values; `o` `R * 64` floats.
+/// `v_stride` apart with 64 values; `o` `R * 64` floats.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn values_tile<S: AttentionSimd, const R: usize>(
     p: *const f32,
     tp: usize,
     v: *const f32,
-    x_stride: usize,
+    v_stride: usize,
     keys: usize,
     o: *mut f32,
 ) {
@@ -51,7 +51,7 @@ unsafe fn values_tile<S: AttentionSimd, const R: usize>(
                 *a = S::load(o.add(r * 64 + c));
             }
             for j in 0..keys {
-                let vv = S::load(v.add(j * x_stride + c));
+                let vv = S::load(v.add(j * v_stride + c));
                 for (r, a) in acc.iter_mut().enumerate() {
                     S::fma(a, *p.add(r * tp + j), &vv);
                 }
@@ -68,17 +68,18 @@ unsafe fn values_tile<S: AttentionSimd, const R: usize>(
 /// normalised into `y`.
 ///
 /// # Safety
-/// `S`'s features; `q`, `v` and `y` point at row 0 of the head's slices (rows
-/// `x_stride`, `x_stride` and `y_stride` apart, `t` rows); `kt` the head's keys
-/// transposed (64 rows of `tp` floats); `s` `ATT_BLOCK * tp` floats, `o` `ATT_BLOCK * 64`.
+/// `S`'s features; `q` and `y` point at row 0 of the head's slices (rows `x_stride`
+/// and `y_stride` apart, `t` rows); `kt` the head's keys transposed chunk by chunk
+/// (`tp / 64` blocks of 64 rows of 64 keys), `vh` its values (`t` rows of 64); `s`
+/// `ATT_BLOCK * tp` floats, `o` `ATT_BLOCK * 64`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn attention_block<S: AttentionSimd>(
     q: *const f32,
-    v: *const f32,
     x_stride: usize,
     kt: &[f32],
+    vh: &[f32],
     tp: usize,
     t: usize,
     r0: usize,
@@ -100,8 +101,8 @@ unsafe fn attention_block<S: AttentionSimd>(
                     qp,
                     x_stride,
                     ATTENTION_HEAD_DIM,
-                    kt.as_ptr().add(jc),
-                    tp,
+                    kt.as_ptr().add(jc * ATTENTION_HEAD_DIM),
+                    KEY_CHUNK,
                     s.as_mut_ptr().add(tr * tp + jc),
                     tp,
                     1.0 / (ATTENTION_HEAD_DIM as f32).sqrt()
@@ -118,14 +119,14 @@ unsafe fn attention_block<S: AttentionSimd>(
             for tr in (0..rows).step_by(S::TILE_ROWS) {
                 let n = (rows - tr).min(S::TILE_ROWS);
                 let pp = s.as_ptr().add(tr * tp + jc);
-                let vp = v.add(jc * x_stride);
+                let vp = vh.as_ptr().add(jc * ATTENTION_HEAD_DIM);
                 by_tile!(
                     n,
                     values_tile,
                     pp,
                     tp,
                     vp,
-                    x_stride,
+                    ATTENTION_HEAD_DIM,
                     keys,
                     o.as_mut_ptr().add(tr * 64)
                 );
@@ -140,15 +141,16 @@ unsafe fn attention_block<S: AttentionSimd>(
     }
 }
 
-/// A worker thread's transposed keys of one head, its score rows and its output rows.
+/// A worker thread's copies of one head's keys (transposed) and values, contiguous so
+/// that a key chunk's loads stay within a few pages, its score rows and its output rows.
 #[cfg(target_arch = "x86_64")]
-type AttentionScratch = (Vec<f32>, Vec<f32>, Vec<f32>);
+type AttentionScratch = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>);
 
 #[cfg(target_arch = "x86_64")]
 thread_local! {
     /// Each worker thread's [`AttentionScratch`], reused across calls.
     static ATT_SCRATCH: RefCell<AttentionScratch> =
-        const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+        const { RefCell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new())) };
 }
 
 /// The attention op's tensors: `t` rows `x_stride` floats apart of stacked queries,
@@ -174,7 +176,7 @@ struct AttentionTensors {
 unsafe fn attention_items_with<S: AttentionSimd>(
     a: AttentionTensors,
     items: std::ops::Range<usize>,
-    (kt, s, o): &mut AttentionScratch,
+    (kt, vh, s, o): &mut AttentionScratch,
 ) {
     const DH: usize = ATTENTION_HEAD_DIM;
     let (t, x) = (a.t, a.x);
@@ -182,6 +184,7 @@ unsafe fn attention_items_with<S: AttentionSimd>(
     let tiles = t.div_ceil(ATT_BLOCK);
     let tp = t.div_ceil(64) * 64;
     kt.resize(DH * tp, 0.0);
+    vh.resize(DH * t, 0.0);
     s.resize(ATT_BLOCK * tp, 0.0);
     o.resize(ATT_BLOCK * DH, 0.0);
     let mut loaded = None;
@@ -189,14 +192,21 @@ unsafe fn attention_items_with<S: AttentionSimd>(
         let (h, tile) = (item / tiles, item % tiles);
         if loaded != Some(h) {
             for j in 0..tp {
+                let chunk = &mut kt[(j / KEY_CHUNK) * KEY_CHUNK * DH + j % KEY_CHUNK..];
                 for c in 0..DH {
-                    kt[c * tp + j] = if j < t {
+                    chunk[c * KEY_CHUNK] = if j < t {
                         // SAFETY: key row j of head h lies inside x.
                         unsafe { *x.add(j * a.x_stride + d + h * DH + c) }
                     } else {
                         0.0
                     };
                 }
+            }
+            for (j, row) in vh.chunks_exact_mut(DH).enumerate() {
+                // SAFETY: value row j of head h lies inside x.
+                row.copy_from_slice(unsafe {
+                    std::slice::from_raw_parts(x.add(j * a.x_stride + 2 * d + h * DH), DH)
+                });
             }
             loaded = Some(h);
         }
@@ -205,9 +215,8 @@ unsafe fn attention_items_with<S: AttentionSimd>(
         // SAFETY: the caller's guarantees cover these rows and this head.
         unsafe {
             let q = x.add(h * DH);
-            let v = x.add(2 * d + h * DH);
             let yh = a.y.add(h * DH);
-            attention_block::<S>(q, v, a.x_stride, kt, tp, t, r0, rows, s, o, yh, a.y_stride);
+            attention_block::<S>(q, a.x_stride, kt, vh, tp, t, r0, rows, s, o, yh, a.y_stride);
         }
     }
 }

@@ -24,8 +24,12 @@ pub const GROUP_COLS: usize = 16;
 pub const CELL_BYTES: usize = QK * GROUP_COLS + 4 * GROUP_COLS + 4 * GROUP_COLS;
 const SCALES_AT: usize = QK * GROUP_COLS;
 const COMP_AT: usize = SCALES_AT + 4 * GROUP_COLS;
-/// Activation rows one micro-kernel call computes.
+/// Activation rows one micro-kernel call computes, and the unit rows are shared out
+/// among threads in.
 const TILE_ROWS: usize = 4;
+/// Activation rows one AVX-512 micro-kernel call computes: with two groups, twelve
+/// independent `vpdpbusd` chains, enough to cover the instruction's latency.
+const TILE_ROWS_AVX512: usize = 6;
 /// Output columns one pass over the activations covers (keeps that slice of the
 /// packed weights in cache while every row tile streams past it).
 const CHUNK_GROUPS: usize = 16;
@@ -329,12 +333,16 @@ unsafe fn gemm_rows(
     bias: *const f32,
 ) {
     let k = nb * QK;
+    let tile_rows = match level {
+        SimdLevel::Avx512 => TILE_ROWS_AVX512,
+        SimdLevel::Avx2 => TILE_ROWS,
+    };
     let mut g0 = groups.start;
     while g0 < groups.end {
         let g1 = (g0 + CHUNK_GROUPS).min(groups.end);
         let mut r = rows.start;
         while r < rows.end {
-            let tile = (rows.end - r).min(TILE_ROWS);
+            let tile = (rows.end - r).min(tile_rows);
             let local = r - rows.start;
             let xq_t = xq[local * k..].as_ptr();
             let xd_t = xd[local * nb..].as_ptr();
@@ -362,6 +370,10 @@ unsafe fn gemm_rows(
                 // SAFETY: the caller's guarantees cover every pointer formed here.
                 let done = unsafe {
                     match (level, tile, pair) {
+                        (SimdLevel::Avx512, 6, true) => tile_kernel::<6, 2>(t),
+                        (SimdLevel::Avx512, 6, false) => tile_kernel::<6, 1>(t),
+                        (SimdLevel::Avx512, 5, true) => tile_kernel::<5, 2>(t),
+                        (SimdLevel::Avx512, 5, false) => tile_kernel::<5, 1>(t),
                         (SimdLevel::Avx512, 4, true) => tile_kernel::<4, 2>(t),
                         (SimdLevel::Avx512, 4, false) => tile_kernel::<4, 1>(t),
                         (SimdLevel::Avx512, 3, true) => tile_kernel::<3, 2>(t),
@@ -1279,6 +1291,7 @@ mod tests {
             (48, 64, 7),
             (80, 384, 13),
             (64, 96, 4),
+            (48, 96, 11),
             (32, 32, 2),
         ] {
             let q = q8_rows(n, k, (n * k + m) as u64);

@@ -268,7 +268,8 @@ pub fn kernels_switched_off() -> bool {
 }
 
 /// The level the packed q8_0 product runs at on this CPU: AVX-512 with BW and VNNI
-/// (`vpdpbusd`), else AVX2 (`vpmaddubsw`), else none (ggml's own product).
+/// (`vpdpbusd`), else AVX2 with F16C (`vpmaddubsw`; F16C converts the packed cells'
+/// scales), else none (ggml's own product).
 pub fn q8_kernel_level() -> Option<SimdLevel> {
     match SimdLevel::allowed()? {
         #[cfg(target_arch = "x86_64")]
@@ -278,6 +279,8 @@ pub fn q8_kernel_level() -> Option<SimdLevel> {
         {
             Some(SimdLevel::Avx512)
         }
+        #[cfg(target_arch = "x86_64")]
+        _ if !std::arch::is_x86_feature_detected!("f16c") => None,
         _ => Some(SimdLevel::Avx2),
     }
 }

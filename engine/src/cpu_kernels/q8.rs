@@ -20,10 +20,12 @@ const Q8_BLOCK_BYTES: usize = 34;
 /// Output columns (weight rows) one packed group holds: one 512-bit vector of i32.
 pub const GROUP_COLS: usize = 16;
 /// Bytes of one packed (group, block) cell: 32x16 weight bytes interleaved by 4, then
-/// 16 f32 scales, then 16 i32 compensations (-128 x the weight row's block sum).
-pub const CELL_BYTES: usize = QK * GROUP_COLS + 4 * GROUP_COLS + 4 * GROUP_COLS;
+/// the 16 rows' f16 scales (the q8_0 blocks' own), then their 16 negated block sums
+/// (i16; the VNNI kernel's compensation is 128 times one). Both halve what f32 and i32
+/// took: a decoder step reads every cell of its weights once.
+pub const CELL_BYTES: usize = QK * GROUP_COLS + 2 * GROUP_COLS + 2 * GROUP_COLS;
 const SCALES_AT: usize = QK * GROUP_COLS;
-const COMP_AT: usize = SCALES_AT + 4 * GROUP_COLS;
+const COMP_AT: usize = SCALES_AT + 2 * GROUP_COLS;
 /// Activation rows one micro-kernel call computes, and the unit rows are shared out
 /// among threads in.
 const TILE_ROWS: usize = 4;
@@ -66,15 +68,15 @@ impl PackedQ8 {
             for lane in 0..GROUP_COLS {
                 let row = g * GROUP_COLS + lane;
                 let block = &q8[(row * nb + b) * Q8_BLOCK_BYTES..][..Q8_BLOCK_BYTES];
-                let d = f16_to_f32(u16::from_le_bytes([block[0], block[1]]));
                 let qs = &block[2..];
                 for k4 in 0..QK / 4 {
                     let at = k4 * 4 * GROUP_COLS + lane * 4;
                     cell[at..at + 4].copy_from_slice(&qs[k4 * 4..k4 * 4 + 4]);
                 }
-                let sum: i32 = qs.iter().map(|&q| q as i8 as i32).sum();
-                cell[SCALES_AT + 4 * lane..][..4].copy_from_slice(&d.to_le_bytes());
-                cell[COMP_AT + 4 * lane..][..4].copy_from_slice(&(-128 * sum).to_le_bytes());
+                // At most 32 x 128 in magnitude: an i16 holds it.
+                let sum: i16 = qs.iter().map(|&q| q as i8 as i16).sum();
+                cell[SCALES_AT + 2 * lane..][..2].copy_from_slice(&block[..2]);
+                cell[COMP_AT + 2 * lane..][..2].copy_from_slice(&(-sum).to_le_bytes());
             }
         }
         Some(PackedQ8 { k, n, bytes })
@@ -127,7 +129,9 @@ fn gemm_reference(w: &PackedQ8, xq: &[u8], xd: &[f32], m: usize, y: &mut [f32]) 
                     let wv = cell[(kk / 4) * 4 * GROUP_COLS + lane * 4 + kk % 4] as i8 as i32;
                     dot += (xq[row * w.k + b * QK + kk] as i32 - 128) * wv;
                 }
-                let dw = f32::from_le_bytes(cell[SCALES_AT + 4 * lane..][..4].try_into().unwrap());
+                let dw = f16_to_f32(u16::from_le_bytes(
+                    cell[SCALES_AT + 2 * lane..][..2].try_into().unwrap(),
+                ));
                 acc += dot as f32 * (dw * xd[row * nb + b]);
             }
             y[row * w.n + col] = acc;
@@ -439,7 +443,9 @@ unsafe fn tile_kernel<const R: usize, const C: usize>(t: Q8Tile) -> usize {
         for c in 0..C {
             // SAFETY: inside the cell (caller's guarantee).
             let comp = unsafe {
-                _mm512_loadu_si512(w.add(c * group_stride + b * CELL_BYTES + COMP_AT).cast())
+                let sums =
+                    _mm256_loadu_si256(w.add(c * group_stride + b * CELL_BYTES + COMP_AT).cast());
+                _mm512_slli_epi32::<7>(_mm512_cvtepi16_epi32(sums))
             };
             for row in dots.iter_mut() {
                 row[c] = comp;
@@ -469,7 +475,9 @@ unsafe fn tile_kernel<const R: usize, const C: usize>(t: Q8Tile) -> usize {
         for c in 0..C {
             // SAFETY: inside the cell.
             let dw = unsafe {
-                _mm512_loadu_ps(w.add(c * group_stride + b * CELL_BYTES + SCALES_AT).cast())
+                _mm512_cvtph_ps(_mm256_loadu_si256(
+                    w.add(c * group_stride + b * CELL_BYTES + SCALES_AT).cast(),
+                ))
             };
             for r in 0..R {
                 // SAFETY: row r has nb scales.
@@ -514,7 +522,7 @@ unsafe fn tile_kernel<const R: usize, const C: usize>(t: Q8Tile) -> usize {
 /// # Safety
 /// As [`gemm_rows`]; `w` points at the group's first cell.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_kernel_avx2<const R: usize>(t: Q8Tile) -> usize {
     let Q8Tile {
         w,
@@ -555,7 +563,7 @@ unsafe fn tile_kernel_avx2<const R: usize>(t: Q8Tile) -> usize {
         }
         // SAFETY: inside the cell.
         let dw: [__m256; 2] = std::array::from_fn(|h| unsafe {
-            _mm256_loadu_ps(cell.add(SCALES_AT + 32 * h).cast())
+            _mm256_cvtph_ps(_mm_loadu_si128(cell.add(SCALES_AT + 16 * h).cast()))
         });
         for r in 0..R {
             // SAFETY: row r has nb scales.

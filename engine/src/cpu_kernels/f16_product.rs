@@ -10,6 +10,9 @@ use super::{expect_eq, f16_to_f32, split_range, KernelResult, Matrix, Output, Pa
 /// Values one step of the f16 product covers: one 512-bit vector, two 256-bit ones.
 const F16_STEP: usize = 16;
 
+/// How many values ahead of each row's step the AVX-512 kernel asks the cache for.
+const PREFETCH_AHEAD: usize = 512;
+
 /// The part of a row past its whole 16-value steps, added after the lane sums in one
 /// plain loop, so every level adds it the same way.
 ///
@@ -40,6 +43,11 @@ unsafe fn f16_dot4_avx512(w: *const u16, stride: usize, k: usize, x: *const f32)
     for c in (0..k - k % F16_STEP).step_by(F16_STEP) {
         // SAFETY: caller's guarantee.
         let xv = unsafe { _mm512_loadu_ps(x.add(c)) };
+        for i in 0..4 {
+            // A hint only: the address may lie past the rows (wrapping_add forms it
+            // without a claim that it is inside them), and a prefetch never faults.
+            _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(i * stride + c + PREFETCH_AHEAD).cast());
+        }
         for (i, a) in acc.iter_mut().enumerate() {
             // SAFETY: row i's 16 values at c lie inside the caller's rows.
             let wv = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(w.add(i * stride + c).cast())) };

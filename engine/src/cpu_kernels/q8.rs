@@ -26,8 +26,8 @@ pub const GROUP_COLS: usize = 16;
 pub const CELL_BYTES: usize = QK * GROUP_COLS + 2 * GROUP_COLS + 2 * GROUP_COLS;
 const SCALES_AT: usize = QK * GROUP_COLS;
 const COMP_AT: usize = SCALES_AT + 2 * GROUP_COLS;
-/// Activation rows one micro-kernel call computes, and the unit rows are shared out
-/// among threads in.
+/// Activation rows one AVX2 micro-kernel call computes, and the unit rows are shared
+/// out among threads in.
 const TILE_ROWS: usize = 4;
 /// Activation rows one AVX-512 micro-kernel call computes: with two groups, twelve
 /// independent `vpdpbusd` chains, enough to cover the instruction's latency.

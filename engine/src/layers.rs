@@ -286,6 +286,17 @@ impl Layers {
         }
     }
 
+    /// `x` [cols, rows] (f32) as a contiguous [rows, cols]: the engine's blocked copy
+    /// where the float kernels run and each row's values are adjacent, ggml's copy of
+    /// the transposed view otherwise. The same values either way.
+    pub fn transposed<'a>(&self, ctx: &'a Context, x: Tensor<'a>) -> Result<Tensor<'a>> {
+        let [_, _, b2, b3] = x.ne();
+        if self.float && x.dtype() == Some(DType::F32) && x.row_contiguous() && b2 * b3 == 1 {
+            return Ok(ctx.transpose_cpu(x)?);
+        }
+        Ok(ctx.cont(ctx.transpose(x)))
+    }
+
     /// Snake after an AdaIN (iSTFTNet's residual blocks): `v + sin(alpha v)^2 /
     /// alpha` with `v = n * gamma + n + beta`, `n` being `x` [T, C] normalised per
     /// channel over time with `eps`, and `gamma`, `beta`, `alpha` [1, C]. The engine's

@@ -41,6 +41,7 @@ pub mod logits;
 pub mod q8;
 pub mod refine;
 pub mod snake;
+pub mod transpose;
 
 pub use attention::{attention_kernel_available, ATTENTION_HEAD_DIM};
 pub use f16_product::f16_product_available;

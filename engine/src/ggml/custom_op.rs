@@ -15,7 +15,7 @@ use llama_cpp_sys_2 as sys;
 use super::{Context, DType, GgmlError, Tensor};
 use crate::cpu_kernels::{
     self as kernels, attention, conv_f32, f16_product, f32_product, gelu, q8, refine, snake,
-    Matrix, Output, Part,
+    transpose, Matrix, Output, Part,
 };
 
 /// The engine's custom ops, with the parameter each takes.
@@ -37,6 +37,8 @@ pub(super) enum CustomOp {
     },
     /// [`super::Context::gelu_erf_cpu`].
     GeluErf,
+    /// [`super::Context::transpose_cpu`].
+    Transpose,
     /// [`super::Context::self_attention_cpu`] over `heads` heads.
     SelfAttention {
         /// Heads of [`kernels::ATTENTION_HEAD_DIM`].
@@ -190,6 +192,7 @@ impl CustomOp {
             CustomOp::F32Packed => "mul_mat_f32_packed",
             CustomOp::F32Conv { .. } => "conv_1d_f32_time_major_cpu",
             CustomOp::GeluErf => "gelu_erf_cpu",
+            CustomOp::Transpose => "transpose_cpu",
             CustomOp::SelfAttention { .. } => "self_attention_cpu",
             CustomOp::F16Product => "mul_mat_f16_cpu",
             CustomOp::AdaInSnake { .. } => "ada_in_snake_cpu",
@@ -209,6 +212,7 @@ impl CustomOp {
             CustomOp::F32Packed
             | CustomOp::F32Conv { .. }
             | CustomOp::GeluErf
+            | CustomOp::Transpose
             | CustomOp::SelfAttention { .. }
             | CustomOp::AdaInSnake { .. } => kernels::attention_kernel_available(),
         };
@@ -295,6 +299,12 @@ impl CustomOp {
                 arity(srcs, 1, 0)?;
                 srcs[0].expect("the input", DType::F32, srcs[0].ne, false)?;
                 Ok(srcs[0].ne)
+            }
+            CustomOp::Transpose => {
+                arity(srcs, 1, 0)?;
+                let [cols, rows, _, _] = srcs[0].ne;
+                srcs[0].expect("the input", DType::F32, [cols, rows, 1, 1], true)?;
+                Ok([rows, cols, 1, 1])
             }
             CustomOp::SelfAttention { heads } => {
                 arity(srcs, 1, 0)?;
@@ -389,6 +399,7 @@ impl CustomOp {
                     )
                 }
                 CustomOp::GeluErf => gelu::gelu_erf_part(span::<f32>(src(0))?, &out, part),
+                CustomOp::Transpose => transpose::transpose(matrix::<f32>(src(0))?, &out, part),
                 CustomOp::F32Conv { steps } => {
                     let bias = match src(2) {
                         b if b.is_null() => None,
@@ -668,6 +679,13 @@ impl Context {
         let op = CustomOp::GeluErf;
         let a = self.contiguous_f32(op, a, "the input")?;
         self.custom_op(op, &[a])
+    }
+
+    /// `a` [cols, rows] (f32, each row's values adjacent) transposed into a new
+    /// contiguous [rows, cols], as `cont(transpose(a))` but a block at a time. A
+    /// CPU-only custom op. Refuses any other operand with an error.
+    pub fn transpose_cpu<'a>(&'a self, a: Tensor<'a>) -> super::Result<Tensor<'a>> {
+        self.custom_op(CustomOp::Transpose, &[a])
     }
 
     /// [`Context::mul_mat`] of a [`crate::cpu_kernels::PackedQ8`] weight (an [`DType::I8`] tensor of
@@ -1031,6 +1049,28 @@ mod tests {
             op,
             "the weight: not contiguous",
         );
+    }
+
+    #[test]
+    fn transpose_takes_f32_rows_of_one_batch() {
+        if !kernels_here() {
+            return;
+        }
+        let ctx = Context::new(64, 0).unwrap();
+        let op = "transpose_cpu";
+        let x = ctx.new_tensor(DType::F32, &[7, 3], "x");
+        assert_eq!(ctx.transpose_cpu(x).unwrap().ne(), [3, 7, 1, 1]);
+        let rows = ctx.view_2d_rows(ctx.new_tensor(DType::F32, &[16, 3], "wide"), 7, 3, 0);
+        assert_eq!(ctx.transpose_cpu(rows).unwrap().ne(), [3, 7, 1, 1]);
+        refused(
+            ctx.transpose_cpu(ctx.transpose(x)),
+            op,
+            "not contiguous by rows",
+        );
+        let x16 = ctx.new_tensor(DType::F16, &[7, 3], "x16");
+        refused(ctx.transpose_cpu(x16), op, "the input: F16");
+        let batched = ctx.new_tensor(DType::F32, &[7, 3, 2], "batched");
+        refused(ctx.transpose_cpu(batched), op, "the input: dims");
     }
 
     #[test]

@@ -569,8 +569,9 @@ impl WhisperNet {
         let x_in = ctx.new_tensor(DType::F32, &[frames, hp.n_mels as i64, 1], "mel");
         x_in.mark_input();
         let x = self.conv_gelu(&ctx, x_in, 1, 1)?;
-        let time_major =
-            ctx.cont(ctx.transpose(ctx.reshape(x, &[hp.n_audio_state as i64, frames])));
+        let time_major = self
+            .layers
+            .transposed(&ctx, ctx.reshape(x, &[hp.n_audio_state as i64, frames]))?;
         let x = self.conv_gelu(&ctx, time_major, 2, 2)?;
         let x = ctx.reshape(x, &[hp.n_audio_state as i64, hp.n_audio_ctx as i64]);
         let mut x = ctx.add(x, self.w("encoder.position_encodings.encodings"));
@@ -586,7 +587,7 @@ impl WhisperNet {
             let v = ctx.view_2d_rows(kv, t as i64, hp.n_audio_ctx as i64, t);
             graph.expand(ctx.cpy(k, self.cross_keys_stored(&ctx, l, slot, 1)));
             graph.expand(ctx.cpy(
-                ctx.transpose(v),
+                self.layers.transposed(&ctx, v)?,
                 self.c(&ctx, slot, &format!("cross_v.{l}")),
             ));
         }

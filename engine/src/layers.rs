@@ -756,3 +756,61 @@ mod conv_routes {
         }
     }
 }
+
+#[cfg(test)]
+mod transposed_routes {
+    //! Both routes of a transposed copy (the engine's blocked kernel, and ggml's copy of
+    //! the transposed view, which the GPU backends run) against the plain transpose.
+    use super::Layers;
+    use crate::backend::{Runtime, RuntimeOptions};
+    use crate::ggml::{Context, DType};
+
+    /// A contiguous input and a view of every other row give the transpose by either
+    /// route; the kernel's route where this CPU has the float kernels.
+    #[test]
+    fn both_routes_transpose() {
+        let (cols, rows) = (70usize, 45usize);
+        let x: Vec<f32> = (0..cols * rows * 2).map(|i| i as f32 * 0.5 - 7.0).collect();
+        let runtime = Runtime::new(&RuntimeOptions::default()).unwrap();
+        let kernels = Layers::new(&runtime);
+        if !kernels.float {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run on a CPU with the float kernels"
+            );
+        }
+        for layers in [kernels, Layers::with_cpu_kernels(false)] {
+            for every_other in [false, true] {
+                let ctx = Context::new(64, 64).unwrap();
+                let input = ctx.new_tensor(DType::F32, &[cols as i64, 2 * rows as i64], "x");
+                input.mark_input();
+                let (src, stride) = if every_other {
+                    (
+                        ctx.view_3d(input, [cols as i64, rows as i64, 1], 2 * cols, 0, 0),
+                        2 * cols,
+                    )
+                } else {
+                    (input, cols)
+                };
+                let n = if every_other { rows } else { 2 * rows };
+                let y = layers.transposed(&ctx, src).unwrap();
+                assert_eq!(y.ne(), [n as i64, cols as i64, 1, 1]);
+                y.mark_output();
+                let mut graph = ctx.new_graph(64);
+                graph.expand(y);
+                let mut sched = runtime.scheduler(64).unwrap();
+                sched.compute_with(&mut graph, &[(input, &x)], &[]).unwrap();
+                let got = y.read_f32().unwrap();
+                for c in 0..cols {
+                    for r in 0..n {
+                        assert_eq!(
+                            got[c * n + r],
+                            x[r * stride + c],
+                            "{layers:?} {every_other}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -427,6 +427,33 @@ impl Context {
         t
     }
 
+    /// Graph inputs of one type, one per shape in `shapes`, as consecutive views of
+    /// one input tensor: a run that writes every view copies that tensor once (one
+    /// transfer to a device instead of one per input; [`Scheduler::compute_with`]).
+    pub fn new_inputs(&self, dtype: DType, shapes: &[&[i64]], name: &str) -> Vec<Tensor<'_>> {
+        for ne in shapes {
+            checks::new_dims("new_inputs", dtype.block_len() as i64, ne);
+        }
+        require(dtype.block_len() == 1, "new_inputs", || {
+            format!("{dtype:?} is a block type; inputs are of single values")
+        });
+        let lens: Vec<i64> = shapes.iter().map(|ne| ne.iter().product()).collect();
+        let whole = self.new_tensor(dtype, &[lens.iter().sum::<i64>().max(1)], name);
+        whole.mark_input();
+        let mut at = 0usize;
+        shapes
+            .iter()
+            .zip(&lens)
+            .enumerate()
+            .map(|(i, (ne, &len))| {
+                let part = self.reshape(self.view_1d(whole, len, at), ne);
+                part.set_name(&format!("{name}.{i}"));
+                at += len as usize;
+                part
+            })
+            .collect()
+    }
+
     /// Matrix product: `a` is [k, m], `b` is [k, n], the result is [m, n].
     pub fn mul_mat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         checks::product(&a, &b);
@@ -1018,8 +1045,7 @@ impl<'ctx> Tensor<'ctx> {
         Ok(())
     }
 
-    /// Copies host data into the (allocated) i32 tensor.
-    pub fn write_i32(&self, data: &[i32]) -> Result<()> {
+    fn check_i32(&self, n: usize, what: &str) -> Result<()> {
         // SAFETY: the tensor is live while its context is.
         let (is_i32, has_buffer) = unsafe {
             let t = &*self.raw();
@@ -1028,13 +1054,32 @@ impl<'ctx> Tensor<'ctx> {
                 !t.buffer.is_null() || !t.view_src.is_null(),
             )
         };
-        if !has_buffer || !is_i32 || data.len() != self.len() {
+        if !has_buffer || !is_i32 || n != self.len() {
             return Err(GgmlError::Failed(format!(
-                "write: expected an allocated i32 tensor of {} values, got {}",
+                "{what}: expected an allocated i32 tensor of {} values, got {n}",
                 self.len(),
-                data.len()
             )));
         }
+        Ok(())
+    }
+
+    /// The input tensor this is a contiguous view of, and the view's first byte in it
+    /// ([`Context::new_inputs`]).
+    fn input_view(&self) -> Option<(*mut sys::ggml_tensor, usize)> {
+        // SAFETY: the tensor and its view source are live tensors of one context.
+        unsafe {
+            let t = &*self.raw();
+            let whole = t.view_src;
+            let input = !whole.is_null()
+                && (*whole).flags & sys::GGML_TENSOR_FLAG_INPUT as i32 != 0
+                && sys::ggml_is_contiguous(self.raw());
+            input.then_some((whole, t.view_offs))
+        }
+    }
+
+    /// Copies host data into the (allocated) i32 tensor.
+    pub fn write_i32(&self, data: &[i32]) -> Result<()> {
+        self.check_i32(data.len(), "write")?;
         // SAFETY: type, size and memory checked above.
         unsafe {
             sys::ggml_backend_tensor_set(
@@ -1097,6 +1142,72 @@ impl<'ctx> Tensor<'ctx> {
     }
 }
 
+/// Fails when a row index lies outside a table of `table_rows` rows.
+fn check_rows(values: &[i32], table_rows: i64) -> Result<()> {
+    match values.iter().find(|&&v| v < 0 || v as i64 >= table_rows) {
+        Some(bad) => Err(GgmlError::Operand {
+            op: "get_rows",
+            reason: format!("row index {bad} is outside a table of {table_rows} rows"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Writes a run's inputs. Views of one input tensor ([`Context::new_inputs`]) that
+/// together cover it are joined on the host and written as that tensor, in one copy;
+/// every other input is written on its own.
+fn write_inputs(
+    inputs: &[(Tensor<'_>, &[f32])],
+    int_inputs: &[(Tensor<'_>, &[i32])],
+) -> Result<()> {
+    let mut writes: Vec<(Tensor<'_>, Vec<u8>)> = Vec::new();
+    for (t, data) in inputs {
+        t.check_allocated(data.len(), "write")?;
+        writes.push((*t, data.iter().flat_map(|v| v.to_ne_bytes()).collect()));
+    }
+    for (t, data) in int_inputs {
+        t.check_i32(data.len(), "write")?;
+        writes.push((*t, data.iter().flat_map(|v| v.to_ne_bytes()).collect()));
+    }
+    // Each input tensor written through views: its views' (byte offset, write).
+    let mut wholes: Vec<(*mut sys::ggml_tensor, Vec<(usize, usize)>)> = Vec::new();
+    let mut alone = Vec::new();
+    for (i, (t, _)) in writes.iter().enumerate() {
+        match t.input_view() {
+            Some((whole, offset)) => match wholes.iter_mut().find(|(w, _)| *w == whole) {
+                Some((_, views)) => views.push((offset, i)),
+                None => wholes.push((whole, vec![(offset, i)])),
+            },
+            None => alone.push(i),
+        }
+    }
+    for (whole, mut views) in wholes {
+        views.sort_unstable();
+        // SAFETY: a pure size query on a live tensor (the views' source).
+        let size = unsafe { sys::ggml_nbytes(whole) };
+        let covered = views.iter().try_fold(0usize, |end, &(offset, i)| {
+            (offset == end).then(|| end + writes[i].1.len())
+        });
+        if covered != Some(size) {
+            alone.extend(views.iter().map(|&(_, i)| i));
+            continue;
+        }
+        let joined: Vec<u8> = views
+            .iter()
+            .flat_map(|&(_, i)| writes[i].1.iter().copied())
+            .collect();
+        // SAFETY: `whole` has memory (its views passed the checks above, and a view's
+        // memory is its source's) and holds `size` bytes, which `joined` has.
+        unsafe { sys::ggml_backend_tensor_set(whole, joined.as_ptr().cast(), 0, size) };
+    }
+    for i in alone {
+        let (t, bytes) = &writes[i];
+        // SAFETY: the tensor has memory and holds these bytes (checked above).
+        unsafe { sys::ggml_backend_tensor_set(t.raw(), bytes.as_ptr().cast(), 0, bytes.len()) };
+    }
+    Ok(())
+}
+
 /// A forward computation graph, valid while its [`Context`] lives.
 pub struct Graph<'ctx> {
     raw: NonNull<sys::ggml_cgraph>,
@@ -1118,9 +1229,14 @@ impl Graph<'_> {
 
     /// Fails when a row lookup (`get_rows`) of the graph holds an index outside its
     /// table. Runs once the inputs are written: ggml's CPU kernel aborts on such an
-    /// index and a GPU kernel reads past the table.
-    fn check_row_indices(&self) -> Result<()> {
+    /// index and a GPU kernel reads past the table. Indices among `written` are checked
+    /// as given (on a device, reading them back would be a copy and a wait each).
+    fn check_row_indices(&self, written: &[(Tensor<'_>, &[i32])]) -> Result<()> {
         for &(indices, table_rows) in self.room.borrow().lookups() {
+            if let Some((_, values)) = written.iter().find(|(t, _)| t.raw() == indices) {
+                check_rows(values, table_rows)?;
+                continue;
+            }
             // SAFETY: the indices are a live I32 tensor of the graph's context, written
             // by the caller (checked when the lookup was built to be an input or weight).
             let (count, has_memory) = unsafe {
@@ -1142,12 +1258,7 @@ impl Graph<'_> {
                     std::mem::size_of_val(values.as_slice()),
                 )
             };
-            if let Some(bad) = values.iter().find(|&&v| v < 0 || v as i64 >= table_rows) {
-                return Err(GgmlError::Operand {
-                    op: "get_rows",
-                    reason: format!("row index {bad} is outside a table of {table_rows} rows"),
-                });
-            }
+            check_rows(&values, table_rows)?;
         }
         Ok(())
     }
@@ -1310,11 +1421,16 @@ impl Scheduler {
     /// between runs and a GPU backend can replay the same work (ggml-cuda's CUDA
     /// graphs). The graph's nodes never change; what changes from run to run must be
     /// an input (token ids, positions, row indices, masks).
+    ///
+    /// The graph's inputs are placed on the first backend (as by
+    /// [`Scheduler::compute_on_device`]): each run writes them there, and the scheduler
+    /// copies none of them (a copy and a wait for each input, every step, on a GPU).
     pub fn prepare<'s, 'g, 'ctx>(
         &'s mut self,
         graph: &'g mut Graph<'ctx>,
     ) -> Result<Prepared<'s, 'g, 'ctx>> {
-        self.allocate(graph, &[])?;
+        let inputs = graph.room.borrow().inputs();
+        self.allocate(graph, &inputs)?;
         Ok(Prepared { sched: self, graph })
     }
 
@@ -1363,13 +1479,8 @@ impl Scheduler {
     ) -> Result<()> {
         let sched = self.raw.as_ptr();
         let allocated = std::time::Instant::now();
-        for (t, data) in inputs {
-            t.write_f32(data)?;
-        }
-        for (t, data) in int_inputs {
-            t.write_i32(data)?;
-        }
-        graph.check_row_indices()?;
+        write_inputs(inputs, int_inputs)?;
+        graph.check_row_indices(int_inputs)?;
         for threads in &self.cpu_threads {
             threads.fit();
         }

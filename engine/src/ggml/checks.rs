@@ -288,10 +288,29 @@ pub(super) fn is_i32(t: &Tensor<'_>) -> bool {
     unsafe { (*t.raw()).type_ == sys::GGML_TYPE_I32 }
 }
 
+/// True when `t` holds values written before a run, not computed by it: a leaf (an
+/// input or a weight), or a view or reshape of one (a step's inputs are views of one
+/// input, `Context::new_inputs`).
+///
+/// # Safety
+/// `t` is a live tensor whose sources are live.
+pub(super) unsafe fn holds_written(t: *mut sys::ggml_tensor) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let mut source = &*t;
+        while matches!(source.op, sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE)
+            && !source.src[0].is_null()
+        {
+            source = &*source.src[0];
+        }
+        source.op == sys::GGML_OP_NONE
+    }
+}
+
 /// `ggml_get_rows(table, indices)`: a table of f32, f16 or q8_0 rows and i32 indices
-/// of fitting dims that the graph does not compute (the scheduler reads them back
-/// once written and refuses one outside the table before the compute; ggml's CPU
-/// kernel aborts on it, a GPU kernel reads past the table).
+/// of fitting dims that the graph does not compute (the scheduler checks them as
+/// written, or reads them back, and refuses one outside the table before the compute;
+/// ggml's CPU kernel aborts on it, a GPU kernel reads past the table).
 #[track_caller]
 pub(super) fn row_indices(table: &Tensor<'_>, indices: &Tensor<'_>) {
     let (x, r) = (table.ne(), indices.ne());
@@ -312,7 +331,7 @@ pub(super) fn row_indices(table: &Tensor<'_>, indices: &Tensor<'_>) {
             && (*source.src[0]).ne[0] <= x[1];
         (
             t.type_ == sys::GGML_TYPE_I32,
-            t.op != sys::GGML_OP_NONE && !bounded_argmax,
+            !holds_written(indices.raw()) && !bounded_argmax,
         )
     };
     require(
@@ -339,7 +358,7 @@ pub(super) fn row_indices(table: &Tensor<'_>, indices: &Tensor<'_>) {
 pub(super) fn row_writes(dest: &Tensor<'_>, src: &Tensor<'_>, indices: &Tensor<'_>) {
     let (d, s, r) = (dest.ne(), src.ne(), indices.ne());
     // SAFETY: the tensor is live while its context is.
-    let computed = unsafe { (*indices.raw()).op != sys::GGML_OP_NONE };
+    let computed = unsafe { !holds_written(indices.raw()) };
     require(
         is_i32(indices)
             && d[0] == s[0]
@@ -401,6 +420,18 @@ impl GraphRoom {
         &self.lookups
     }
 
+    /// The graph's inputs: its leaves marked as such.
+    pub(super) fn inputs(&self) -> Vec<*mut sys::ggml_tensor> {
+        self.seen
+            .iter()
+            .copied()
+            // SAFETY: every tensor seen is a live tensor of the graph's context.
+            .filter(|&t| unsafe {
+                (*t).op == sys::GGML_OP_NONE && (*t).flags & sys::GGML_TENSOR_FLAG_INPUT as i32 != 0
+            })
+            .collect()
+    }
+
     /// Nodes and leaves together: what a scheduler must have room for.
     pub(super) fn held(&self) -> usize {
         self.nodes + self.leafs
@@ -421,8 +452,7 @@ impl GraphRoom {
             let t = unsafe { &*p };
             stack.extend(t.src.iter().copied().filter(|s| !s.is_null()));
             // SAFETY: a lookup's table and indices are live tensors of the same context.
-            let computed =
-                t.op == sys::GGML_OP_GET_ROWS && unsafe { (*t.src[1]).op } != sys::GGML_OP_NONE;
+            let computed = t.op == sys::GGML_OP_GET_ROWS && unsafe { !holds_written(t.src[1]) };
             if t.op == sys::GGML_OP_GET_ROWS && !computed {
                 // Inputs and weights are checked before a run; computed indices are an
                 // argmax bounded by the table (checked when the lookup was built).
@@ -463,7 +493,7 @@ impl GraphRoom {
 #[cfg(test)]
 mod tests {
     use crate::ggml::tests::{assert_panics, cpu, Case};
-    use crate::ggml::{Buffer, Context, DType, GgmlError, Scheduler};
+    use crate::ggml::{Buffer, Context, DType, GgmlError, Scheduler, Tensor};
 
     #[test]
     fn types_and_layouts_ggml_would_abort_on_are_panics_naming_the_op() {
@@ -755,5 +785,52 @@ mod tests {
             .compute_with(&mut graph, &[], &[(idx, &[2, 0])])
             .unwrap();
         assert_eq!(rows.read_f32().unwrap(), [20.0, 21.0, 0.0, 1.0]);
+    }
+
+    /// Inputs made as views of one ([`Context::new_inputs`]) take their values whether
+    /// all of them are written (one copy) or some (one copy each), in a prepared graph
+    /// as in a plain compute, and their indices are checked as written.
+    #[test]
+    fn inputs_as_views_of_one_take_their_values_and_are_checked() {
+        let weights = Context::new(2, 0).unwrap();
+        let table = weights.new_tensor(DType::F32, &[2, 3], "table");
+        let backend = cpu();
+        let _buf = Buffer::alloc_context(&weights, &backend).unwrap();
+        table
+            .write_f32(&[0.0, 1.0, 10.0, 11.0, 20.0, 21.0])
+            .unwrap();
+        let ctx = Context::new(32, 16).unwrap();
+        // The third index is in no lookup: written or not, the graph is the same.
+        let ids = ctx.new_inputs(DType::I32, &[&[2], &[1], &[1]], "ids");
+        let gains = ctx.new_inputs(DType::F32, &[&[2, 1], &[2]], "gains");
+        let (a, b) = (ctx.get_rows(table, ids[0]), ctx.get_rows(table, ids[1]));
+        let out = ctx.add(ctx.mul(ctx.concat(a, b, 1), gains[0]), gains[1]);
+        out.mark_output();
+        let mut graph = ctx.new_graph(16);
+        graph.expand(out);
+        let mut sched = Scheduler::new(&[&backend], 16).unwrap();
+        let floats: [(Tensor<'_>, &[f32]); 2] = [(gains[1], &[0.5, 0.25]), (gains[0], &[2.0, 3.0])];
+        let want = [40.5, 63.25, 0.5, 3.25, 20.5, 33.25];
+        sched
+            .compute_with(&mut graph, &floats, &[(ids[0], &[2, 0]), (ids[1], &[1])])
+            .unwrap();
+        assert_eq!(out.read_f32().unwrap(), want);
+        let mut prepared = sched.prepare(&mut graph).unwrap();
+        for bad in [[0, 3], [-1, 0]] {
+            let ints: [(Tensor<'_>, &[i32]); 3] = [(ids[2], &[7]), (ids[0], &bad), (ids[1], &[1])];
+            match prepared.compute(&floats, &ints) {
+                Err(GgmlError::Operand {
+                    op: "get_rows",
+                    reason,
+                }) => assert!(reason.contains("outside a table of 3 rows"), "{reason}"),
+                other => panic!("indices {bad:?}: {other:?}"),
+            }
+        }
+        let ints: [(Tensor<'_>, &[i32]); 3] = [(ids[2], &[7]), (ids[1], &[0]), (ids[0], &[1, 2])];
+        prepared.compute(&floats, &ints).unwrap();
+        assert_eq!(
+            out.read_f32().unwrap(),
+            [20.5, 33.25, 40.5, 63.25, 0.5, 3.25]
+        );
     }
 }

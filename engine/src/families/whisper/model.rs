@@ -991,50 +991,16 @@ impl WhisperNet {
             )));
         }
         let columns = slots.len() as i64;
-        let tokens = ctx.new_i32_tensor(&[columns], "tokens");
-        let positions = ctx.new_i32_tensor(&[columns], "positions");
-        tokens.mark_input();
-        positions.mark_input();
         // Every slot in order, all attending alike: one batch where the layers say so.
-        let every = (self.layers.batches_attention()
+        let every_n_kv = (self.layers.batches_attention()
             && slots.len() > 1
             && slots.len() == self.slots()
             && slots
                 .iter()
                 .enumerate()
                 .all(|(i, &(s, n))| s == i && n == slots[0].1))
-        .then(|| {
-            let n_kv = slots[0].1.clamp(1, hp.n_text_ctx);
-            let every = EverySlot {
-                rows: ctx.new_i32_tensor(&[columns], "rows"),
-                masks: ctx.new_tensor(DType::F32, &[n_kv as i64, 1, 1, columns], "kv_masks"),
-                n_kv,
-            };
-            every.rows.mark_input();
-            every.masks.mark_input();
-            every
-        });
-        let steps: Vec<StepSlot<'a>> = slots
-            .iter()
-            .map(|&(slot, n_kv)| {
-                let n_kv = n_kv.clamp(1, hp.n_text_ctx);
-                let own = every.is_none();
-                let st = StepSlot {
-                    slot,
-                    row: own.then(|| ctx.new_i32_tensor(&[1], "row")),
-                    v_rows: ctx.new_i32_tensor(&[d as i64], "v_rows"),
-                    mask: own.then(|| ctx.new_tensor(DType::F32, &[n_kv as i64, 1], "kv_mask")),
-                    n_kv,
-                };
-                for t in st.row.iter().chain(&st.mask).chain([&st.v_rows]) {
-                    t.mark_input();
-                }
-                st
-            })
-            .collect();
-        let mut graph = ctx.new_graph(self.step_nodes(slots.len()));
-        let pos = ctx.get_rows(self.w("decoder.position_encodings.encodings"), positions);
-        let x = ctx.add(ctx.get_rows(self.w(EMBEDDING), tokens), pos);
+        .then(|| slots[0].1.clamp(1, hp.n_text_ctx));
+        let own = every_n_kv.is_none();
         let n_vocab = hp.n_vocab;
         let head = head.clamp(1, n_vocab);
         let head_ban: Vec<i32> = head_ban
@@ -1048,42 +1014,94 @@ impl WhisperNet {
             .zip(self.weights.tensor(&format!("{EMBEDDING}.q8_bounds")));
         // A step over every slot chooses the tokens of all its columns at once (the
         // two-stage logits are the CPU kernels', which never step every slot).
-        let at_once = every.is_some() && stages.is_none();
-        let ban_copies = if at_once { steps.len() } else { 1 };
+        let at_once = every_n_kv.is_some() && stages.is_none();
+        let ban_copies = if at_once { slots.len() } else { 1 };
         // The ids as the ban input holds them: for every column at once, each copy
         // moved to its column of the flattened logits.
         let ban_ids: Vec<i32> = (0..ban_copies)
             .flat_map(|c| head_ban.iter().map(move |&t| t + (c * n_vocab) as i32))
             .collect();
-        let ban = (!head_ban.is_empty()).then(|| {
-            let ids = ctx.new_i32_tensor(&[ban_ids.len() as i64], "head_ban");
-            let value = ctx.new_tensor(DType::F32, &[1, ban_ids.len() as i64], "head_ban_value");
-            ids.mark_input();
-            value.mark_input();
-            (ids, value)
-        });
-        let write = CacheWrite::Steps {
-            steps: steps.clone(),
-            every,
-        };
-        let (last, _) = self.decoder_states(ctx, &mut graph, x, &write, slots.len(), &[])?;
+        let n_ban = ban_ids.len() as i64;
         // The text tokens in `blocks` blocks of `block` (the last padded with the floor),
         // each reduced on its own (by its own thread block on a GPU: one row of 50,000
         // would be one) and with one floor more, so that the argmax names a row even
         // where every logit of a block is -inf or NaN (ggml-cuda's would give -1).
         let (block, blocks) = summary_blocks(head);
         let pad = block * blocks - head;
-        let floor_cols = if at_once { steps.len() } else { 1 };
-        let floor = ctx.new_tensor(
-            DType::F32,
-            &[1, blocks as i64, floor_cols as i64],
-            "head_floor",
-        );
-        let pad_floor = (pad > 0)
-            .then(|| ctx.new_tensor(DType::F32, &[pad as i64, floor_cols as i64], "head_pad"));
-        for t in std::iter::once(&floor).chain(&pad_floor) {
-            t.mark_input();
+        let floor_cols = if at_once { slots.len() } else { 1 };
+        // The step's inputs, in the order taken below, as views of one i32 and one f32
+        // input: a step writes each of the two in one copy.
+        let n_kvs: Vec<i64> = slots
+            .iter()
+            .map(|&(_, n)| n.clamp(1, hp.n_text_ctx) as i64)
+            .collect();
+        let (d64, cols) = (d as i64, [columns]);
+        let mut int_shapes: Vec<&[i64]> = vec![&cols, &cols];
+        let mut float_shapes: Vec<Vec<i64>> = Vec::new();
+        if let Some(n_kv) = every_n_kv {
+            int_shapes.push(&cols);
+            float_shapes.push(vec![n_kv as i64, 1, 1, columns]);
         }
+        for &n_kv in &n_kvs {
+            if own {
+                int_shapes.push(&[1]);
+                float_shapes.push(vec![n_kv, 1]);
+            }
+            int_shapes.push(std::slice::from_ref(&d64));
+        }
+        let ban_shape = [n_ban];
+        if n_ban > 0 {
+            int_shapes.push(&ban_shape);
+            float_shapes.push(vec![1, n_ban]);
+        }
+        float_shapes.push(vec![1, blocks as i64, floor_cols as i64]);
+        if pad > 0 {
+            float_shapes.push(vec![pad as i64, floor_cols as i64]);
+        }
+        let float_refs: Vec<&[i64]> = float_shapes.iter().map(Vec::as_slice).collect();
+        let mut ints = ctx
+            .new_inputs(DType::I32, &int_shapes, "step_ints")
+            .into_iter();
+        let mut floats = ctx
+            .new_inputs(DType::F32, &float_refs, "step_floats")
+            .into_iter();
+        let mut int = || ints.next().expect("an i32 input for each shape");
+        let mut float = || floats.next().expect("an f32 input for each shape");
+        let (tokens, positions) = (int(), int());
+        let every = every_n_kv.map(|n_kv| EverySlot {
+            rows: int(),
+            masks: float(),
+            n_kv,
+        });
+        let steps: Vec<StepSlot<'a>> = slots
+            .iter()
+            .zip(&n_kvs)
+            .map(|(&(slot, _), &n_kv)| {
+                let (row, mask) = if own {
+                    (Some(int()), Some(float()))
+                } else {
+                    (None, None)
+                };
+                StepSlot {
+                    slot,
+                    row,
+                    v_rows: int(),
+                    mask,
+                    n_kv: n_kv as usize,
+                }
+            })
+            .collect();
+        let ban = (n_ban > 0).then(|| (int(), float()));
+        let floor = float();
+        let pad_floor = (pad > 0).then(&mut float);
+        let mut graph = ctx.new_graph(self.step_nodes(slots.len()));
+        let pos = ctx.get_rows(self.w("decoder.position_encodings.encodings"), positions);
+        let x = ctx.add(ctx.get_rows(self.w(EMBEDDING), tokens), pos);
+        let write = CacheWrite::Steps {
+            steps: steps.clone(),
+            every,
+        };
+        let (last, _) = self.decoder_states(ctx, &mut graph, x, &write, slots.len(), &[])?;
         let summarise = |logits: Tensor<'a>, graph: &mut crate::ggml::Graph<'a>| {
             // The logits as [n_vocab, columns]; the text tokens chosen among per column.
             let cols = logits.ne()[1];

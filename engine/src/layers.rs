@@ -639,6 +639,22 @@ mod tests {
     }
 }
 
+/// The values of `y`, computed in a graph of its own on `runtime` with `input` written.
+#[cfg(test)]
+fn computed(
+    runtime: &Runtime,
+    ctx: &Context,
+    input: (Tensor<'_>, &[f32]),
+    y: Tensor<'_>,
+) -> Vec<f32> {
+    y.mark_output();
+    let mut graph = ctx.new_graph(64);
+    graph.expand(y);
+    let mut sched = runtime.scheduler(64).unwrap();
+    sched.compute_with(&mut graph, &[input], &[]).unwrap();
+    y.read_f32().unwrap()
+}
+
 #[cfg(test)]
 mod conv_routes {
     //! Both routes of a q8_0 convolution (the engine's fused kernel over the packed
@@ -720,12 +736,7 @@ mod conv_routes {
                     None,
                 )
                 .unwrap();
-            y.mark_output();
-            let mut graph = ctx.new_graph(64);
-            graph.expand(y);
-            let mut sched = runtime.scheduler(64).unwrap();
-            sched.compute_with(&mut graph, &[(input, &x)], &[]).unwrap();
-            let got = y.read_f32().unwrap();
+            let got = super::computed(&runtime, &ctx, (input, &x), y);
             assert_eq!(got.len(), plain.len(), "{route}");
             // The activations are quantized per block of 32 (a step of max|x| / 127):
             // over 120 terms that leaves errors of a few per cent of the largest result,
@@ -795,12 +806,7 @@ mod transposed_routes {
                 let n = if every_other { rows } else { 2 * rows };
                 let y = layers.transposed(&ctx, src).unwrap();
                 assert_eq!(y.ne(), [n as i64, cols as i64, 1, 1]);
-                y.mark_output();
-                let mut graph = ctx.new_graph(64);
-                graph.expand(y);
-                let mut sched = runtime.scheduler(64).unwrap();
-                sched.compute_with(&mut graph, &[(input, &x)], &[]).unwrap();
-                let got = y.read_f32().unwrap();
+                let got = super::computed(&runtime, &ctx, (input, &x), y);
                 for c in 0..cols {
                     for r in 0..n {
                         assert_eq!(

@@ -516,6 +516,10 @@ mod tests {
         let cases: Vec<Case<'_>> = vec![
             ("ggml sqrt: the input is q8_0", Box::new(|| _ = ctx.sqrt(q))),
             (
+                "ggml new_inputs: Q8_0 is a block type",
+                Box::new(|| _ = ctx.new_inputs(DType::Q8_0, &[&[32]], "q_inputs")),
+            ),
+            (
                 "ggml sin: the input is not contiguous by rows",
                 Box::new(|| _ = ctx.sin(t)),
             ),

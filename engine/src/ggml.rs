@@ -990,11 +990,13 @@ impl<'ctx> Tensor<'ctx> {
         unsafe { sys::ggml_set_output(self.raw()) }
     }
 
+    /// Whether ggml can copy into or out of the tensor ([`has_memory`]).
+    pub(crate) fn has_memory(&self) -> bool {
+        has_memory(self.raw())
+    }
+
     fn check_allocated(&self, n: usize, what: &str) -> Result<()> {
-        // SAFETY: as above.
-        let has_buffer =
-            unsafe { !(*self.raw()).buffer.is_null() || !(*self.raw()).view_src.is_null() };
-        if !has_buffer {
+        if !self.has_memory() {
             return Err(GgmlError::Failed(format!(
                 "{what}: tensor has no memory yet"
             )));
@@ -1027,14 +1029,8 @@ impl<'ctx> Tensor<'ctx> {
     /// (allocated) tensor; the length must equal the tensor's size in bytes.
     pub fn write_bytes(&self, data: &[u8]) -> Result<()> {
         // SAFETY: the tensor is live while its context is.
-        let (nbytes, has_buffer) = unsafe {
-            let t = &*self.raw();
-            (
-                sys::ggml_nbytes(self.raw()),
-                !t.buffer.is_null() || !t.view_src.is_null(),
-            )
-        };
-        if !has_buffer || nbytes != data.len() {
+        let nbytes = unsafe { sys::ggml_nbytes(self.raw()) };
+        if !self.has_memory() || nbytes != data.len() {
             return Err(GgmlError::Failed(format!(
                 "write: expected an allocated tensor of {nbytes} bytes, got {}",
                 data.len()
@@ -1047,14 +1043,8 @@ impl<'ctx> Tensor<'ctx> {
 
     fn check_i32(&self, n: usize, what: &str) -> Result<()> {
         // SAFETY: the tensor is live while its context is.
-        let (is_i32, has_buffer) = unsafe {
-            let t = &*self.raw();
-            (
-                t.type_ == sys::GGML_TYPE_I32,
-                !t.buffer.is_null() || !t.view_src.is_null(),
-            )
-        };
-        if !has_buffer || !is_i32 || n != self.len() {
+        let is_i32 = unsafe { (*self.raw()).type_ == sys::GGML_TYPE_I32 };
+        if !self.has_memory() || !is_i32 || n != self.len() {
             return Err(GgmlError::Failed(format!(
                 "{what}: expected an allocated i32 tensor of {} values, got {n}",
                 self.len(),
@@ -1095,16 +1085,10 @@ impl<'ctx> Tensor<'ctx> {
     /// Copies the (allocated) i32 tensor to the host.
     pub fn read_i32(&self) -> Result<Vec<i32>> {
         // SAFETY: the tensor is live while its context is.
-        let (is_i32, has_buffer) = unsafe {
-            let t = &*self.raw();
-            (
-                t.type_ == sys::GGML_TYPE_I32,
-                !t.buffer.is_null() || !t.view_src.is_null(),
-            )
-        };
+        let is_i32 = unsafe { (*self.raw()).type_ == sys::GGML_TYPE_I32 };
         // SAFETY: as above.
         let contiguous = unsafe { sys::ggml_is_contiguous(self.raw()) };
-        if !has_buffer || !is_i32 || !contiguous {
+        if !self.has_memory() || !is_i32 || !contiguous {
             return Err(GgmlError::Failed(
                 "read: expected an allocated contiguous i32 tensor".into(),
             ));
@@ -1153,21 +1137,48 @@ fn check_rows(values: &[i32], table_rows: i64) -> Result<()> {
     }
 }
 
+/// Whether ggml can copy into or out of `t`: the tensor (or, for a view, its source) has
+/// a backend buffer, and the tensor its address there. A view gets the address only when
+/// a graph holding it is allocated; ggml's copies abort the process on a tensor without.
+fn has_memory(t: *mut sys::ggml_tensor) -> bool {
+    // SAFETY: `t` is a live tensor (every caller holds one of a live context), and so is
+    // its view source when it has one.
+    unsafe {
+        let t = &*t;
+        let buffer = if t.view_src.is_null() {
+            t.buffer
+        } else {
+            (*t.view_src).buffer
+        };
+        !buffer.is_null() && !t.data.is_null()
+    }
+}
+
 /// Writes a run's inputs. Views of one input tensor ([`Context::new_inputs`]) that
 /// together cover it are joined on the host and written as that tensor, in one copy;
-/// every other input is written on its own.
+/// every other input is written on its own. Every input is checked (type, length, and
+/// memory where its bytes go) before the first is written.
 fn write_inputs(
     inputs: &[(Tensor<'_>, &[f32])],
     int_inputs: &[(Tensor<'_>, &[i32])],
 ) -> Result<()> {
     let mut writes: Vec<(Tensor<'_>, Vec<u8>)> = Vec::new();
-    for (t, data) in inputs {
-        t.check_allocated(data.len(), "write")?;
-        writes.push((*t, data.iter().flat_map(|v| v.to_ne_bytes()).collect()));
-    }
-    for (t, data) in int_inputs {
-        t.check_i32(data.len(), "write")?;
-        writes.push((*t, data.iter().flat_map(|v| v.to_ne_bytes()).collect()));
+    let typed = inputs
+        .iter()
+        .map(|(t, d)| (*t, DType::F32, d.len(), ne_bytes(d, f32::to_ne_bytes)))
+        .chain(
+            int_inputs
+                .iter()
+                .map(|(t, d)| (*t, DType::I32, d.len(), ne_bytes(d, i32::to_ne_bytes))),
+        );
+    for (t, dtype, n, bytes) in typed {
+        if t.dtype() != Some(dtype) || n != t.len() {
+            return Err(GgmlError::Failed(format!(
+                "write: expected {} {dtype:?} values, got {n}",
+                t.len()
+            )));
+        }
+        writes.push((t, bytes));
     }
     // Each input tensor written through views: its views' (byte offset, write).
     let mut wholes: Vec<(*mut sys::ggml_tensor, Vec<(usize, usize)>)> = Vec::new();
@@ -1181,6 +1192,7 @@ fn write_inputs(
             None => alone.push(i),
         }
     }
+    let mut joined: Vec<(*mut sys::ggml_tensor, Vec<u8>)> = Vec::new();
     for (whole, mut views) in wholes {
         views.sort_unstable();
         // SAFETY: a pure size query on a live tensor (the views' source).
@@ -1192,13 +1204,27 @@ fn write_inputs(
             alone.extend(views.iter().map(|&(_, i)| i));
             continue;
         }
-        let joined: Vec<u8> = views
+        let bytes = views
             .iter()
             .flat_map(|&(_, i)| writes[i].1.iter().copied())
             .collect();
-        // SAFETY: `whole` has memory (its views passed the checks above, and a view's
-        // memory is its source's) and holds `size` bytes, which `joined` has.
-        unsafe { sys::ggml_backend_tensor_set(whole, joined.as_ptr().cast(), 0, size) };
+        joined.push((whole, bytes));
+    }
+    let targets = joined
+        .iter()
+        .map(|(whole, _)| *whole)
+        .chain(alone.iter().map(|&i| writes[i].0.raw()));
+    for t in targets {
+        if !has_memory(t) {
+            return Err(GgmlError::Failed(
+                "write: an input has no memory yet (it is in no allocated graph)".into(),
+            ));
+        }
+    }
+    for (whole, bytes) in &joined {
+        // SAFETY: `whole` has memory (checked above) and holds exactly these bytes (its
+        // views tile it).
+        unsafe { sys::ggml_backend_tensor_set(*whole, bytes.as_ptr().cast(), 0, bytes.len()) };
     }
     for i in alone {
         let (t, bytes) = &writes[i];
@@ -1206,6 +1232,11 @@ fn write_inputs(
         unsafe { sys::ggml_backend_tensor_set(t.raw(), bytes.as_ptr().cast(), 0, bytes.len()) };
     }
     Ok(())
+}
+
+/// Values as the bytes ggml stores them in (the host's order).
+fn ne_bytes<const N: usize, T: Copy>(d: &[T], bytes: fn(T) -> [u8; N]) -> Vec<u8> {
+    d.iter().flat_map(|&v| bytes(v)).collect()
 }
 
 /// A forward computation graph, valid while its [`Context`] lives.
@@ -1228,9 +1259,10 @@ impl Graph<'_> {
     }
 
     /// Fails when a row lookup (`get_rows`) of the graph holds an index outside its
-    /// table. Runs once the inputs are written: ggml's CPU kernel aborts on such an
-    /// index and a GPU kernel reads past the table. Indices among `written` are checked
-    /// as given (on a device, reading them back would be a copy and a wait each).
+    /// table: ggml's CPU kernel aborts on such an index and a GPU kernel reads past the
+    /// table. Indices among `written` (this run's inputs) are checked as given, before
+    /// they are written (on a device, reading them back would be a copy and a wait
+    /// each); others are read from their tensors, written by an earlier run.
     fn check_row_indices(&self, written: &[(Tensor<'_>, &[i32])]) -> Result<()> {
         for &(indices, table_rows) in self.room.borrow().lookups() {
             if let Some((_, values)) = written.iter().find(|(t, _)| t.raw() == indices) {
@@ -1239,11 +1271,8 @@ impl Graph<'_> {
             }
             // SAFETY: the indices are a live I32 tensor of the graph's context, written
             // by the caller (checked when the lookup was built to be an input or weight).
-            let (count, has_memory) = unsafe {
-                let t = &*indices;
-                (sys::ggml_nelements(indices) as usize, !t.buffer.is_null())
-            };
-            if !has_memory {
+            let count = unsafe { sys::ggml_nelements(indices) as usize };
+            if !has_memory(indices) {
                 return Err(GgmlError::Failed(
                     "get_rows: the indices have no memory; write them as an input".into(),
                 ));
@@ -1479,8 +1508,9 @@ impl Scheduler {
     ) -> Result<()> {
         let sched = self.raw.as_ptr();
         let allocated = std::time::Instant::now();
-        write_inputs(inputs, int_inputs)?;
+        // Indices first: a refused run leaves nothing of its inputs behind.
         graph.check_row_indices(int_inputs)?;
+        write_inputs(inputs, int_inputs)?;
         for threads in &self.cpu_threads {
             threads.fit();
         }

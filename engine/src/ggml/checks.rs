@@ -820,8 +820,13 @@ mod tests {
             .unwrap();
         assert_eq!(out.read_f32().unwrap(), want);
         let mut prepared = sched.prepare(&mut graph).unwrap();
+        let ints: [(Tensor<'_>, &[i32]); 3] = [(ids[2], &[7]), (ids[0], &[2, 0]), (ids[1], &[1])];
+        prepared.compute(&floats, &ints).unwrap();
+        // What the inputs' memory holds now (the compute may have reused it).
+        let held = [ids[0].read_i32().unwrap(), ids[1].read_i32().unwrap()];
         for bad in [[0, 3], [-1, 0]] {
-            let ints: [(Tensor<'_>, &[i32]); 3] = [(ids[2], &[7]), (ids[0], &bad), (ids[1], &[1])];
+            // A refused run writes none of its inputs.
+            let ints: [(Tensor<'_>, &[i32]); 3] = [(ids[2], &[8]), (ids[0], &bad), (ids[1], &[1])];
             match prepared.compute(&floats, &ints) {
                 Err(GgmlError::Operand {
                     op: "get_rows",
@@ -829,7 +834,19 @@ mod tests {
                 }) => assert!(reason.contains("outside a table of 3 rows"), "{reason}"),
                 other => panic!("indices {bad:?}: {other:?}"),
             }
+            assert_eq!(
+                [ids[0].read_i32().unwrap(), ids[1].read_i32().unwrap()],
+                held
+            );
         }
+        // A view in no graph has no memory of its own: read alone, or written without the
+        // views that tile its input with it, it is an error (ggml would end the process).
+        assert!(ids[2].read_i32().is_err());
+        match crate::ggml::write_inputs(&[], &[(ids[0], &[1, 2]), (ids[2], &[7])]) {
+            Err(GgmlError::Failed(m)) => assert!(m.contains("no memory"), "{m}"),
+            other => panic!("a lone view in no graph was written: {other:?}"),
+        }
+        assert_eq!(ids[0].read_i32().unwrap(), held[0], "half written");
         let ints: [(Tensor<'_>, &[i32]); 3] = [(ids[2], &[7]), (ids[1], &[0]), (ids[0], &[1, 2])];
         prepared.compute(&floats, &ints).unwrap();
         assert_eq!(

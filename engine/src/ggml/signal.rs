@@ -236,14 +236,8 @@ impl Tensor<'_> {
             Some(DType::F32) => self.read_f32(),
             Some(DType::F16) => {
                 // SAFETY: the tensor is live while its context is.
-                let (nbytes, has_buffer) = unsafe {
-                    let t = &*self.raw();
-                    (
-                        sys::ggml_nbytes(self.raw()),
-                        !t.buffer.is_null() || !t.view_src.is_null(),
-                    )
-                };
-                if !has_buffer {
+                let nbytes = unsafe { sys::ggml_nbytes(self.raw()) };
+                if !self.has_memory() {
                     return Err(GgmlError::Failed("read: tensor has no memory yet".into()));
                 }
                 let mut bytes = vec![0u8; nbytes];

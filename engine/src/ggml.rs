@@ -454,6 +454,12 @@ impl Context {
             .collect()
     }
 
+    /// The inputs `shapes` declared, made as [`Self::new_inputs`] makes them.
+    pub fn make_inputs(&self, dtype: DType, shapes: &InputShapes, name: &str) -> Inputs<'_> {
+        let list: Vec<&[i64]> = shapes.0.iter().map(Vec::as_slice).collect();
+        Inputs(self.new_inputs(dtype, &list, name))
+    }
+
     /// Matrix product: `a` is [k, m], `b` is [k, n], the result is [m, n].
     pub fn mul_mat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         checks::product(&a, &b);
@@ -1237,6 +1243,34 @@ fn write_inputs(
 /// Values as the bytes ggml stores them in (the host's order).
 fn ne_bytes<const N: usize, T: Copy>(d: &[T], bytes: fn(T) -> [u8; N]) -> Vec<u8> {
     d.iter().flat_map(|&v| bytes(v)).collect()
+}
+
+/// The shapes of a graph's inputs of one type, each declared where the code needs it and
+/// then all made at once ([`Context::make_inputs`]): a declaration's handle names its
+/// input, so the order in which the code takes them cannot drift from the shapes'.
+#[derive(Debug, Default)]
+pub struct InputShapes(Vec<Vec<i64>>);
+
+/// One declared input of an [`InputShapes`] (valid with the [`Inputs`] made from it).
+#[derive(Debug, Clone, Copy)]
+pub struct InputId(usize);
+
+impl InputShapes {
+    /// Declares an input of shape `ne`.
+    pub fn add(&mut self, ne: &[i64]) -> InputId {
+        self.0.push(ne.to_vec());
+        InputId(self.0.len() - 1)
+    }
+}
+
+/// The inputs made from an [`InputShapes`].
+pub struct Inputs<'a>(Vec<Tensor<'a>>);
+
+impl<'a> Inputs<'a> {
+    /// The input `id` declared.
+    pub fn get(&self, id: InputId) -> Tensor<'a> {
+        self.0[id.0]
+    }
 }
 
 /// A forward computation graph, valid while its [`Context`] lives.

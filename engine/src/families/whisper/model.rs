@@ -14,7 +14,7 @@ use super::row::Row;
 use crate::backend::Runtime;
 use crate::cpu_kernels::logits::LogitsSummary;
 use crate::error::Result;
-use crate::ggml::{Buffer, Context, DType, HostTensor, Prepared, Scheduler, Tensor};
+use crate::ggml::{Buffer, Context, DType, HostTensor, InputShapes, Prepared, Scheduler, Tensor};
 use crate::layers::{Layers, WeightUse};
 use crate::weights::{WeightStore, WeightTensor};
 
@@ -1029,71 +1029,51 @@ impl WhisperNet {
         let (block, blocks) = summary_blocks(head);
         let pad = block * blocks - head;
         let floor_cols = if at_once { slots.len() } else { 1 };
-        // The step's inputs, in the order taken below, as views of one i32 and one f32
-        // input: a step writes each of the two in one copy.
+        // The step's inputs, as views of one i32 and one f32 input: a step writes each of
+        // the two in one copy.
         let n_kvs: Vec<i64> = slots
             .iter()
             .map(|&(_, n)| n.clamp(1, hp.n_text_ctx) as i64)
             .collect();
-        let (d64, cols) = (d as i64, [columns]);
-        let mut int_shapes: Vec<&[i64]> = vec![&cols, &cols];
-        let mut float_shapes: Vec<Vec<i64>> = Vec::new();
-        if let Some(n_kv) = every_n_kv {
-            int_shapes.push(&cols);
-            float_shapes.push(vec![n_kv as i64, 1, 1, columns]);
-        }
-        for &n_kv in &n_kvs {
-            if own {
-                int_shapes.push(&[1]);
-                float_shapes.push(vec![n_kv, 1]);
-            }
-            int_shapes.push(std::slice::from_ref(&d64));
-        }
-        let ban_shape = [n_ban];
-        if n_ban > 0 {
-            int_shapes.push(&ban_shape);
-            float_shapes.push(vec![1, n_ban]);
-        }
-        float_shapes.push(vec![1, blocks as i64, floor_cols as i64]);
-        if pad > 0 {
-            float_shapes.push(vec![pad as i64, floor_cols as i64]);
-        }
-        let float_refs: Vec<&[i64]> = float_shapes.iter().map(Vec::as_slice).collect();
-        let mut ints = ctx
-            .new_inputs(DType::I32, &int_shapes, "step_ints")
-            .into_iter();
-        let mut floats = ctx
-            .new_inputs(DType::F32, &float_refs, "step_floats")
-            .into_iter();
-        let mut int = || ints.next().expect("an i32 input for each shape");
-        let mut float = || floats.next().expect("an f32 input for each shape");
-        let (tokens, positions) = (int(), int());
-        let every = every_n_kv.map(|n_kv| EverySlot {
-            rows: int(),
-            masks: float(),
+        let (mut ints, mut floats) = (InputShapes::default(), InputShapes::default());
+        let (tokens, positions) = (ints.add(&[columns]), ints.add(&[columns]));
+        let every = every_n_kv.map(|n_kv| {
+            let rows = ints.add(&[columns]);
+            (rows, floats.add(&[n_kv as i64, 1, 1, columns]), n_kv)
+        });
+        let own_inputs: Vec<_> = n_kvs
+            .iter()
+            .map(|&n_kv| {
+                let row_mask = own.then(|| (ints.add(&[1]), floats.add(&[n_kv, 1])));
+                (row_mask, ints.add(&[d as i64]))
+            })
+            .collect();
+        let ban = (n_ban > 0).then(|| (ints.add(&[n_ban]), floats.add(&[1, n_ban])));
+        let floor = floats.add(&[1, blocks as i64, floor_cols as i64]);
+        let pad_floor = (pad > 0).then(|| floats.add(&[pad as i64, floor_cols as i64]));
+        let ints = ctx.make_inputs(DType::I32, &ints, "step_ints");
+        let floats = ctx.make_inputs(DType::F32, &floats, "step_floats");
+        let (tokens, positions) = (ints.get(tokens), ints.get(positions));
+        let every = every.map(|(rows, masks, n_kv)| EverySlot {
+            rows: ints.get(rows),
+            masks: floats.get(masks),
             n_kv,
         });
         let steps: Vec<StepSlot<'a>> = slots
             .iter()
             .zip(&n_kvs)
-            .map(|(&(slot, _), &n_kv)| {
-                let (row, mask) = if own {
-                    (Some(int()), Some(float()))
-                } else {
-                    (None, None)
-                };
-                StepSlot {
-                    slot,
-                    row,
-                    v_rows: int(),
-                    mask,
-                    n_kv: n_kv as usize,
-                }
+            .zip(own_inputs)
+            .map(|((&(slot, _), &n_kv), (row_mask, v_rows))| StepSlot {
+                slot,
+                row: row_mask.map(|(row, _)| ints.get(row)),
+                v_rows: ints.get(v_rows),
+                mask: row_mask.map(|(_, mask)| floats.get(mask)),
+                n_kv: n_kv as usize,
             })
             .collect();
-        let ban = (n_ban > 0).then(|| (int(), float()));
-        let floor = float();
-        let pad_floor = (pad > 0).then(&mut float);
+        let ban = ban.map(|(ids, value)| (ints.get(ids), floats.get(value)));
+        let floor = floats.get(floor);
+        let pad_floor = pad_floor.map(|p| floats.get(p));
         let mut graph = ctx.new_graph(self.step_nodes(slots.len()));
         let pos = ctx.get_rows(self.w("decoder.position_encodings.encodings"), positions);
         let x = ctx.add(ctx.get_rows(self.w(EMBEDDING), tokens), pos);

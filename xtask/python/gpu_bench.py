@@ -142,10 +142,13 @@ def whisper_part(args, clips, results):
                     row.update(baseline_cuda_ms=old["inference_ms"],
                                baseline_cuda_runs_ms=[d["inference_ms"] for d in old_cuda],
                                baseline_cuda_step_ms=old["decoder_ms"] / max(old["decoder_steps"], 1),
-                               baseline_same_text=old["text"] == best["text"])
+                               baseline_same_text=old["text"] == best["text"],
+                               baseline_same_segments=all(
+                                   d.get("segments") == best.get("segments") for d in old_cuda + cuda))
                     print(f"  baseline cuda {row['baseline_cuda_ms']:.0f} ms (step "
                           f"{row['baseline_cuda_step_ms']:.3f} ms), same text as ours "
-                          f"{row['baseline_same_text']}", flush=True)
+                          f"{row['baseline_same_text']}, every run's segments alike "
+                          f"{row['baseline_same_segments']}", flush=True)
                 rows.append(row)
                 print(f"{name} {quant} {clip}: cuda {row['cuda_ms']:.0f} ms "
                       f"(step {row['cuda_step_ms']:.3f} ms x {row['cuda_steps']}), cpu "

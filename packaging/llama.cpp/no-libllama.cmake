@@ -4,8 +4,9 @@
 # the portable-CPU test. The linker takes nothing from the static libllama either way, so
 # the binaries are the same with and without this file.
 #
-# .cargo/config.toml names this file in CMAKE_PROJECT_INCLUDE, which the binding forwards
-# to CMake; CMake runs it after every project() call. For llama.cpp's top-level project it
+# packaging/llama.cpp/hooks.cmake includes this file, and .cargo/config.toml names that one
+# in CMAKE_PROJECT_INCLUDE, which the binding forwards to CMake; CMake runs it after every
+# project() call. For llama.cpp's top-level project it
 # defers a call to the end of that directory, when the `llama` target and its install rule
 # exist, and replaces the target's sources: the target, its install rule and the libraries
 # the binding links stay as they are.

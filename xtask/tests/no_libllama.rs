@@ -1,8 +1,8 @@
 //! `packaging/llama.cpp/no-libllama.cmake` really empties libllama: the test configures
-//! the llama.cpp sources of the pinned llama-cpp-sys-2 (from cargo's registry) with that
-//! file in `CMAKE_PROJECT_INCLUDE`, as the binding forwards it, and reads the `llama`
-//! target's sources back through CMake's file API. It also checks that the workspace's
-//! `.cargo/config.toml` names the file, so every cargo build here gets it.
+//! the llama.cpp sources of the pinned llama-cpp-sys-2 (from cargo's registry) with the
+//! file the workspace's `.cargo/config.toml` names in `CMAKE_PROJECT_INCLUDE` (so every
+//! cargo build here gets it; it includes no-libllama.cmake), as the binding forwards it,
+//! and reads the `llama` target's sources back through CMake's file API.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

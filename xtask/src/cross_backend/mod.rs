@@ -201,13 +201,14 @@ pub fn plan(
         inputs.spec.cmake.target,
         gpu_targets.join("-")
     );
-    let rules: [(&str, String, &str); 7] = [
+    let rules: [(&str, String, &str); 8] = [
         ("GPU_TARGETS", gpu_targets.join(";"), "the track's GPU targets: hip::device (packaging/windows-hip/cmake/hip) turns them into --offload-arch"),
         ("GGML_HIP_NO_VMM", "ON".into(), "no HIP virtual memory management: it fails on Windows drivers and on many consumer GPUs"),
         ("GGML_HIP_GRAPHS", "OFF".into(), "HIP graphs off (distribution default; immature on consumer drivers)"),
         ("GGML_CUDA_GRAPHS", "OFF".into(), "the shared CUDA/HIP code keeps graphs off"),
         ("GGML_OPENMP", "OFF".into(), "no OpenMP runtime to ship"),
         ("GGML_NATIVE", "OFF".into(), "portable code: nothing from the build machine's CPU"),
+        ("CMAKE_PROJECT_INCLUDE", format!("{}/packaging/llama.cpp/hooks.cmake", workspace.trim_end_matches('/')), "what the binding's builds get from .cargo/config.toml: our fused layer norm in ggml-hip (ggml_fusion/README.md) and an empty libllama"),
         ("CMAKE_PROJECT_ggml_INCLUDE", format!("{}/gemm/cmake/ggml_hook.cmake", workspace.trim_end_matches('/')), "the hipBLASLt GEMM route (gemm/README.md): ggml-hip's BLAS products go to our library over hipBLASLt, so ggml-hip imports libhipblaslt.dll, not hipBLAS/rocBLAS"),
     ];
     let mut args: Vec<String> = vec![
@@ -347,6 +348,7 @@ mod tests {
             "-DGGML_HIP_GRAPHS=OFF",
             "-DGGML_OPENMP=OFF",
             "-DCMAKE_PROJECT_ggml_INCLUDE=/ws/gemm/cmake/ggml_hook.cmake",
+            "-DCMAKE_PROJECT_INCLUDE=/ws/packaging/llama.cpp/hooks.cmake",
             "-DCMAKE_TOOLCHAIN_FILE=/opt/winhip/toolchain.cmake",
             "-DGGML_BACKEND_DL=ON",
         ] {

@@ -5,33 +5,11 @@
 //! adds the kernel, compiled in the original's language. The kernels themselves run only
 //! on a GPU: docs/build/CUDA.md has their device run.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
 use std::process::Command;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// The pinned binding's llama.cpp tree in cargo's registry.
-fn llama_cpp() -> PathBuf {
-    let meta = cargo_metadata::MetadataCommand::new()
-        .manifest_path(root().join("Cargo.toml"))
-        .exec()
-        .expect("cargo metadata of the workspace");
-    let pkg = meta
-        .packages
-        .iter()
-        .find(|p| p.name == "llama-cpp-sys-2")
-        .expect("llama-cpp-sys-2 is a dependency of the workspace");
-    pkg.manifest_path
-        .parent()
-        .unwrap()
-        .as_std_path()
-        .join("llama.cpp")
-}
+use xtask::cross_backend::binding_source;
+use xtask::project::project_root as root;
 
 fn cmake(args: &[String]) -> (bool, String) {
     let out = Command::new("cmake")
@@ -64,7 +42,9 @@ fn patch(input: &Path, out: &Path) -> (bool, String) {
 
 #[test]
 fn the_patch_adds_two_lines_to_ggml_cuda_and_nothing_else() {
-    let original = llama_cpp().join("ggml/src/ggml-cuda/ggml-cuda.cu");
+    let original = binding_source()
+        .unwrap()
+        .join("ggml/src/ggml-cuda/ggml-cuda.cu");
     let tmp = tempfile::tempdir().unwrap();
     let (ok, patched) = patch(&original, &tmp.path().join("ggml-cuda.cu"));
     assert!(ok, "{patched}");
@@ -165,7 +145,9 @@ fn the_hooks_swap_the_backend_source_and_add_the_kernel() {
     let src = tmp.path().join("ggml-cuda");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::copy(
-        llama_cpp().join("ggml/src/ggml-cuda/ggml-cuda.cu"),
+        binding_source()
+            .unwrap()
+            .join("ggml/src/ggml-cuda/ggml-cuda.cu"),
         src.join("ggml-cuda.cu"),
     )
     .unwrap();

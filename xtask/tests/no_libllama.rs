@@ -5,33 +5,10 @@
 //! and reads the `llama` target's sources back through CMake's file API.
 
 use std::path::{Path, PathBuf};
+
 use std::process::Command;
-
-/// The workspace root (xtask's parent).
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// The pinned binding's folder in cargo's registry.
-fn binding_dir() -> PathBuf {
-    let meta = cargo_metadata::MetadataCommand::new()
-        .manifest_path(root().join("Cargo.toml"))
-        .exec()
-        .expect("cargo metadata of the workspace");
-    let pkg = meta
-        .packages
-        .iter()
-        .find(|p| p.name == "llama-cpp-sys-2")
-        .expect("llama-cpp-sys-2 is a dependency of the workspace");
-    pkg.manifest_path
-        .parent()
-        .unwrap()
-        .as_std_path()
-        .to_path_buf()
-}
+use xtask::cross_backend::binding_source;
+use xtask::project::project_root as root;
 
 /// The `[env]` value cargo passes for `CMAKE_PROJECT_INCLUDE`, as a path.
 fn configured_include() -> PathBuf {
@@ -55,7 +32,7 @@ fn llama_sources(include: &Path) -> Vec<String> {
     std::fs::write(query.join("codemodel-v2"), "").unwrap();
     let out = Command::new("cmake")
         .arg("-S")
-        .arg(binding_dir().join("llama.cpp"))
+        .arg(binding_source().unwrap())
         .arg("-B")
         .arg(&build)
         .args([

@@ -847,6 +847,15 @@ mod tests {
             other => panic!("a lone view in no graph was written: {other:?}"),
         }
         assert_eq!(ids[0].read_i32().unwrap(), held[0], "half written");
+        // A value count that does not fit its input is refused before any is written.
+        match crate::ggml::write_inputs(
+            &[(gains[1], &[1.0, 1.0])],
+            &[(ids[0], &[0, 1]), (ids[1], &[0, 0])],
+        ) {
+            Err(GgmlError::Failed(m)) => assert!(m.contains("expected 1 I32 values, got 2"), "{m}"),
+            other => panic!("a wrong count was written: {other:?}"),
+        }
+        assert_eq!(ids[0].read_i32().unwrap(), held[0], "half written");
         let ints: [(Tensor<'_>, &[i32]); 3] = [(ids[2], &[7]), (ids[1], &[0]), (ids[0], &[1, 2])];
         prepared.compute(&floats, &ints).unwrap();
         assert_eq!(

@@ -4,10 +4,11 @@
 // The kernel does the unfused chain's arithmetic in its order, each product and sum
 // rounded on its own, so its output has the bits of the unfused kernels'.
 
-#include "ggml-cuda/common.cuh"
-#include "ggml-impl.h"
+#include "fusion.cuh"
 
-#include <cstdlib>
+using audiocpp::is_f32_rows;
+using audiocpp::other_src;
+using audiocpp::overlap;
 
 namespace {
 
@@ -16,7 +17,7 @@ namespace {
 // since the stores may alias them). A warp holds any row shorter than 1024 (ggml's
 // block size below that); 1024 threads hold 4096 columns in the registers each may
 // have. Longer rows are left to ggml.
-constexpr int per_thread(int block_size) {
+__host__ __device__ constexpr int per_thread(int block_size) {
     return block_size <= 32 ? 32 : 4;
 }
 
@@ -42,6 +43,8 @@ __global__ void __launch_bounds__(block_size) layer_norm_f32(const float * a, co
     float x[max_per_thread];
     float g[max_per_thread];
     float c[max_per_thread];
+    // The next kernel may start; it waits for this one's writes before it reads.
+    ggml_cuda_pdl_lc();
     ggml_cuda_pdl_sync();
 #pragma unroll
     for (int k = 0; k < max_per_thread; ++k) {
@@ -89,61 +92,30 @@ void launch(const float * a, const float * b, float * sum, const float * gain,
             const float * bias, float * out, int ncols, int64_t nrows, float eps,
             cudaStream_t stream) {
     // ggml's norm_f32_cuda's block sizes: the reduction order, and so the bits, follow.
+    // Launched as ggml launches its kernels (programmatic dependent launch where the
+    // GPU has it), so that the next one's start overlaps this one's end.
     if (ncols < 1024) {
-        layer_norm_f32<WARP_SIZE, residual><<<nrows, WARP_SIZE, 0, stream>>>(
-            a, b, sum, gain, bias, out, ncols, eps);
+        ggml_cuda_kernel_launch(layer_norm_f32<WARP_SIZE, residual>,
+                                ggml_cuda_kernel_launch_params(dim3(nrows), dim3(WARP_SIZE), 0, stream),
+                                a, b, sum, gain, bias, out, ncols, eps);
     } else {
-        layer_norm_f32<1024, residual><<<nrows, 1024, 32 * sizeof(float2), stream>>>(
-            a, b, sum, gain, bias, out, ncols, eps);
+        ggml_cuda_kernel_launch(layer_norm_f32<1024, residual>,
+                                ggml_cuda_kernel_launch_params(dim3(nrows), dim3(1024),
+                                                               (size_t) (32 * sizeof(float2)), stream),
+                                a, b, sum, gain, bias, out, ncols, eps);
     }
-    CUDA_CHECK(cudaGetLastError());
-}
-
-bool is_f32_rows(const ggml_tensor * t) {
-    return t->type == GGML_TYPE_F32 && ggml_is_contiguous(t);
 }
 
 // A gain or bias: one contiguous f32 row of `ncols`, broadcast over every row.
-bool is_row_vector(const ggml_tensor * t, int64_t ncols) {
+static bool is_row_vector(const ggml_tensor * t, int64_t ncols) {
     return is_f32_rows(t) && t->ne[0] == ncols && ggml_nrows(t) == 1;
-}
-
-// The operand of `node` that is not `prev`, or null when `prev` is neither.
-const ggml_tensor * other_src(const ggml_tensor * node, const ggml_tensor * prev) {
-    if (node->src[0] == prev) {
-        return node->src[1];
-    }
-    if (node->src[1] == prev) {
-        return node->src[0];
-    }
-    return nullptr;
-}
-
-bool overlap(const ggml_tensor * x, const ggml_tensor * y) {
-    const char * x0 = (const char *) x->data;
-    const char * y0 = (const char *) y->data;
-    return x0 < y0 + ggml_nbytes(y) && y0 < x0 + ggml_nbytes(x);
 }
 
 }  // namespace
 
-// Called first by ggml_cuda_try_fuse (the line cmake/hook.cmake adds): runs nodes
-// i.. as one kernel when they are a layer norm chain it takes, and returns how many
-// nodes after i that covered (0: none, ggml goes on as before).
-int audiocpp_fuse_layer_norm(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
-    // ggml's switch for all its fusions turns this one off too; ours for this one alone.
-    static const bool off = [] {
-        for (const char * name : { "GGML_CUDA_DISABLE_FUSION", "AUDIOCPP_DISABLE_FUSION" }) {
-            const char * v = std::getenv(name);
-            if (v != nullptr && std::atoi(v) != 0) {
-                return true;
-            }
-        }
-        return false;
-    }();
-    if (off || i >= cgraph->n_nodes) {
-        return 0;
-    }
+// Runs nodes i.. as one kernel when they are a layer norm chain it takes, and returns
+// how many nodes that was (0: none, ggml goes on as before).
+int audiocpp_layer_norm(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, int i) {
     const bool residual = cgraph->nodes[i]->op == GGML_OP_ADD;
     const int first_norm = residual ? i + 1 : i;
     const int count = residual ? 4 : 3;
@@ -217,5 +189,5 @@ int audiocpp_fuse_layer_norm(ggml_backend_cuda_context & ctx, ggml_cgraph * cgra
                       (const float *) bias->data, (float *) out->data, (int) ncols, nrows, eps,
                       ctx.stream());
     }
-    return count - 1;
+    return count;
 }

